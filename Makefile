@@ -1,0 +1,26 @@
+# meshdns — see README.md. Anything longer than a line lives in build/.
+GO      ?= go
+BIN     := bin/meshdns
+
+.PHONY: build run test bench lint deps clean
+
+build:
+	build/build.sh $(BIN)
+
+run: build
+	$(BIN)
+
+deps:
+	build/install-deps.sh
+
+lint:
+	build/lint.sh
+
+test: deps lint build
+	MESHDNS_BIN=$(CURDIR)/$(BIN) $(GO) test -race -timeout 60m -count=1 ./...
+
+bench: deps build
+	build/bench.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# install-deps.sh — install the Debian packages the tests and benchmarks need,
+# only when some are absent (idempotent; one `apt-get update`).
+#   dnsutils       dig
+#   knot-dnsutils  kdig
+#   dnsperf        load for the benchmarks (../shared/bench/dnsload)
+#   iproute2       ip netns / veth for the multi-host tests
+#   avahi-daemon avahi-utils libnss-mdns dbus   the mDNS peer
+set -euo pipefail
+packages=(dnsutils knot-dnsutils dnsperf iproute2 avahi-daemon avahi-utils libnss-mdns dbus)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+echo "deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "deps: installed ${missing[*]}"

@@ -1,0 +1,53 @@
+// Command meshdns is a CoreDNS build carrying every stock CoreDNS plugin
+// plus meshdns's own: virtualconsul, endpointsvc and mdnsfallback.
+package main
+
+import (
+	_ "github.com/coredns/coredns/core/plugin" // every stock CoreDNS plugin
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+)
+
+// ourDirectives are meshdns's own plugins, in the order they run. Each is
+// appended here by the issue that makes it work, together with its import.
+var ourDirectives = []string{}
+
+// anchorDirective is the stock directive ours follow: everything before it
+// (cache, rewrite, acl, …) runs before our plugins, everything after it
+// (kubernetes, file, forward, …) after them.
+const anchorDirective = "hosts"
+
+func init() {
+	dnsserver.Directives = insertAfter(dnsserver.Directives, anchorDirective, ourDirectives...)
+	caddy.AppName = "meshdns"
+	caddy.AppVersion = versionLine()
+	caddy.SetDefaultCaddyfileLoader("meshdns", caddy.LoaderFunc(defaultLoader))
+}
+
+// insertAfter returns a copy of list with extra inserted right after anchor.
+// It panics (in init, before serving) when anchor is missing or an extra
+// directive is already present, since either means a broken build.
+func insertAfter(list []string, anchor string, extra ...string) []string {
+	at := -1
+	for i, d := range list {
+		if d == anchor {
+			at = i
+		}
+		for _, e := range extra {
+			if d == e {
+				panic("meshdns: directive " + e + " is already registered")
+			}
+		}
+	}
+	if at < 0 {
+		panic("meshdns: anchor directive " + anchor + " not found")
+	}
+	out := make([]string, 0, len(list)+len(extra))
+	out = append(out, list[:at+1]...)
+	out = append(out, extra...)
+	return append(out, list[at+1:]...)
+}
+
+func main() { coremain.Run() }
