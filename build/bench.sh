@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# bench.sh — run every plugin's benchmark script (build/bench-*.sh) in turn.
+# Each compares a meshdns plugin with the stock hosts plugin in the same run,
+# pinned as ../shared/bench/dnsload documents, and prints its figures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x bin/meshdns ] || build/build.sh bin/meshdns
+shopt -s nullglob
+scripts=(build/bench-*.sh)
+if [ ${#scripts[@]} -eq 0 ]; then echo "bench: no plugin benchmarks yet"; exit 0; fi
+for s in "${scripts[@]}"; do
+  echo "== $s"
+  "$s"
+done

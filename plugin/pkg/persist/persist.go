@@ -1,0 +1,61 @@
+// Package persist writes and reads the on-disk snapshots that let a plugin
+// answer at once after a restart during a control-plane outage.
+//
+// Invariant: a reader never sees a partly written snapshot. WriteFile writes a
+// temporary file in the same directory, fsyncs it, renames it over the target
+// and fsyncs the directory, so the target is always either the old or the new
+// complete content.
+package persist
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// WriteFile atomically replaces path with data (mode 0644).
+func WriteFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync() // best effort: the rename itself is already atomic
+		d.Close()
+	}
+	return nil
+}
+
+// ReadFile returns the snapshot at path; a missing file is (nil, nil), so a
+// first start without a snapshot is not an error.
+func ReadFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	return b, nil
+}
