@@ -172,14 +172,14 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 		return
 	}
 	p.cache.forget(rec.Domain)
-	writeJSON(w, http.StatusOK, put{Record: rec, Created: created})
+	writeJSON(w, http.StatusOK, putAnswer{Record: rec, Created: created})
 }
 
 type deleted struct {
 	Deleted []Record `json:"deleted"`
 }
 
-type put struct {
+type putAnswer struct {
 	Record  Record `json:"record"`
 	Created bool   `json:"created"`
 }

@@ -29,6 +29,7 @@ var mdnsGroup = netip.MustParseAddr("224.0.0.251")
 // mdnsIface is one configured interface and its on-link networks.
 type mdnsIface struct {
 	ifi       *net.Interface
+	load      func() []netip.Prefix // re-reads the networks
 	mu        sync.Mutex
 	prefixes  []netip.Prefix
 	refreshed time.Time
@@ -49,7 +50,7 @@ func (i *mdnsIface) onLink(src netip.Addr, now time.Time) bool {
 			return false
 		}
 		i.refreshed = now
-		i.prefixes = ifacePrefixes(i.ifi)
+		i.prefixes = i.load()
 	}
 	return false
 }
@@ -92,6 +93,8 @@ type responder struct {
 	pc   *ipv4.PacketConn
 	conn net.PacketConn
 	done chan struct{}
+
+	sent func(outPacket) // tests: sees every packet sent
 }
 
 type mcastKey struct {
@@ -102,7 +105,9 @@ type mcastKey struct {
 func newResponder(p *MDNSFallback, ifis []*net.Interface) *responder {
 	r := &responder{p: p, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
 	for _, ifi := range ifis {
-		r.ifaces[ifi.Index] = &mdnsIface{ifi: ifi, prefixes: ifacePrefixes(ifi), refreshed: time.Now()}
+		ifi := ifi
+		load := func() []netip.Prefix { return ifacePrefixes(ifi) }
+		r.ifaces[ifi.Index] = &mdnsIface{ifi: ifi, load: load, prefixes: load(), refreshed: time.Now()}
 	}
 	return r
 }
@@ -180,6 +185,9 @@ func (r *responder) readLoop() {
 }
 
 func (r *responder) send(o outPacket) {
+	if r.sent != nil {
+		r.sent(o)
+	}
 	b, err := o.msg.Pack()
 	if err != nil || r.pc == nil {
 		return
