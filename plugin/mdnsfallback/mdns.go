@@ -409,10 +409,14 @@ func (r *responder) noteMulticast(names []string, ifIndex int, now time.Time) {
 // query multicasts one question pair (A and AAAA) for name on every
 // interface, from the unconnected port-5353 socket: replies, multicast or
 // unicast from the responder's own address, come back through readLoop.
+// The questions ask for unicast replies (QU, RFC 6762 §5.4): each query is
+// a cold-cache one-shot, and a responder may hold back a multicast reply
+// for a record it multicast less than a second ago (Avahi does), which
+// would cost the whole timeout.
 func (r *responder) query(name string) {
 	m := &dns.Msg{Question: []dns.Question{
-		{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET},
-		{Name: name, Qtype: dns.TypeAAAA, Qclass: dns.ClassINET},
+		{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET | quBit},
+		{Name: name, Qtype: dns.TypeAAAA, Qclass: dns.ClassINET | quBit},
 	}}
 	for idx := range r.ifaces {
 		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})

@@ -210,7 +210,7 @@ func TestQueryPacket(t *testing.T) {
 	}
 	m := out[0].msg
 	if m.Response || m.Id != 0 || len(m.Question) != 2 || m.Question[0].Qtype != dns.TypeA || m.Question[1].Qtype != dns.TypeAAAA ||
-		m.Question[0].Qclass != dns.ClassINET {
+		m.Question[0].Qclass != dns.ClassINET|quBit {
 		t.Fatalf("query packet: %v", m)
 	}
 }
