@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // MDNSFallback is the plugin handler.
@@ -39,14 +41,15 @@ type MDNSFallback struct {
 	stats    stats
 
 	reverseZones []string // reverse zones covering cfg.reverse, for the SOA
+	counters     sync.Map // server → *[numResults]prometheus.Counter
 	api          *apiServer
 	snap         atomic.Pointer[snapshotWriter] // nil without snapshot or when stopped
 }
 
 // stats are the counters /status reports (Prometheus has them too).
 type stats struct {
-	local, cache, mdns, negative, miss atomic.Int64
-	queries, answers                   atomic.Int64
+	results          [numResults]atomic.Int64
+	queries, answers atomic.Int64
 }
 
 // config is the parsed Corefile stanza.
@@ -98,18 +101,18 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 	}
 	q := r.Question[0]
 	qname, qtype := q.Name, q.Qtype
-	zone := p.zoneOf(qname)
+	name := lowerName(qname)
+	zone := p.zoneOf(name)
 	if zone == "" {
 		if qtype == dns.TypePTR && len(p.cfg.reverse) > 0 {
 			return p.servePTR(ctx, w, r, qname)
 		}
 		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
 	}
-	name := lowerName(qname)
 	server := metrics.WithServer(ctx)
 
 	if e := p.db.ix.lookup(name); e != nil {
-		count(server, "local", &p.stats.local)
+		p.count(server, resLocal)
 		return p.reply(w, r, zone, p.entryRRs(e, qname, qtype, false))
 	}
 	if name == zone && qtype == dns.TypeSOA {
@@ -120,28 +123,28 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 	answer, res := p.cache.lookup(name, qname, qtype, now, nil)
 	switch res {
 	case cachePositive:
-		count(server, "cache", &p.stats.cache)
+		p.count(server, resCache)
 		return p.reply(w, r, zone, answer)
 	case cacheNegative:
-		count(server, "negative", &p.stats.negative)
+		p.count(server, resNegative)
 		return p.nxdomain(ctx, w, r, zone, qname)
 	}
 
 	resp := p.mdns.Load()
 	if resp == nil {
-		count(server, "miss", &p.stats.miss)
+		p.count(server, resMiss)
 		return p.nxdomain(ctx, w, r, zone, qname)
 	}
 	if !p.resolve(ctx, resp, name) {
-		count(server, "miss", &p.stats.miss)
+		p.count(server, resMiss)
 		return dns.RcodeServerFailure, nil // too many mDNS queries in flight
 	}
 	answer, res = p.cache.lookup(name, qname, qtype, time.Now(), nil)
 	if res == cachePositive {
-		count(server, "mdns", &p.stats.mdns)
+		p.count(server, resMDNS)
 		return p.reply(w, r, zone, answer)
 	}
-	count(server, "miss", &p.stats.miss)
+	p.count(server, resMiss)
 	return p.nxdomain(ctx, w, r, zone, qname)
 }
 
@@ -169,9 +172,32 @@ func (p *MDNSFallback) resolve(ctx context.Context, resp *responder, name string
 	return true
 }
 
-func count(server, result string, c *atomic.Int64) {
-	requests.WithLabelValues(server, result).Inc()
-	c.Add(1)
+// Request results, the values of the result label.
+const (
+	resLocal = iota
+	resCache
+	resMDNS
+	resNegative
+	resMiss
+	numResults
+)
+
+var resultNames = [numResults]string{"local", "cache", "mdns", "negative", "miss"}
+
+// count increments the request counters of result; the Prometheus children
+// are looked up once per server and kept, so the hot path does not hash
+// label values.
+func (p *MDNSFallback) count(server string, result int) {
+	cs, ok := p.counters.Load(server)
+	if !ok {
+		var c [numResults]prometheus.Counter
+		for i := range c {
+			c[i] = requests.WithLabelValues(server, resultNames[i])
+		}
+		cs, _ = p.counters.LoadOrStore(server, &c)
+	}
+	cs.(*[numResults]prometheus.Counter)[result].Inc()
+	p.stats.results[result].Add(1)
 }
 
 // reply writes an authoritative answer; an empty one is NODATA with the SOA.
@@ -214,11 +240,10 @@ func (p *MDNSFallback) servePTR(ctx context.Context, w dns.ResponseWriter, r *dn
 	}
 	names := p.db.ix.lookupPTR(addr)
 	if len(names) == 0 {
-		requests.WithLabelValues(metrics.WithServer(ctx), "miss").Inc()
-		p.stats.miss.Add(1)
+		p.count(metrics.WithServer(ctx), resMiss)
 		return p.nxdomain(ctx, w, r, zone, qname)
 	}
-	count(metrics.WithServer(ctx), "local", &p.stats.local)
+	p.count(metrics.WithServer(ctx), resLocal)
 	answer := make([]dns.RR, 0, len(names))
 	for _, n := range names {
 		answer = append(answer, &dns.PTR{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: p.cfg.ttl}, Ptr: n})
@@ -238,19 +263,35 @@ func (p *MDNSFallback) inReverse(a netip.Addr) bool {
 // entryRRs builds the A/AAAA records of a local entry under qname. mdns
 // sets the cache-flush bit (records are unique to this host).
 func (p *MDNSFallback) entryRRs(e *nameEntry, qname string, qtype uint16, mdns bool) []dns.RR {
-	var out []dns.RR
 	class := uint16(dns.ClassINET)
 	if mdns {
 		class |= cacheFlushBit
 	}
-	if qtype == dns.TypeA || qtype == dns.TypeANY {
+	wantA := qtype == dns.TypeA || qtype == dns.TypeANY
+	wantAAAA := qtype == dns.TypeAAAA || qtype == dns.TypeANY
+	n := 0
+	if wantA {
+		n += len(e.a)
+	}
+	if wantAAAA {
+		n += len(e.aaaa)
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]dns.RR, 0, n)
+	if wantA && len(e.a) > 0 {
+		rrs := make([]dns.A, len(e.a)) // one allocation for all of them
 		for i, ip := range e.a {
-			out = append(out, &dns.A{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeA, Class: class, Ttl: p.ttl(e.ttlA[i])}, A: ip})
+			rrs[i] = dns.A{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeA, Class: class, Ttl: p.ttl(e.ttlA[i])}, A: ip}
+			out = append(out, &rrs[i])
 		}
 	}
-	if qtype == dns.TypeAAAA || qtype == dns.TypeANY {
+	if wantAAAA && len(e.aaaa) > 0 {
+		rrs := make([]dns.AAAA, len(e.aaaa))
 		for i, ip := range e.aaaa {
-			out = append(out, &dns.AAAA{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeAAAA, Class: class, Ttl: p.ttl(e.ttlAAAA[i])}, AAAA: ip})
+			rrs[i] = dns.AAAA{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeAAAA, Class: class, Ttl: p.ttl(e.ttlAAAA[i])}, AAAA: ip}
+			out = append(out, &rrs[i])
 		}
 	}
 	return out
@@ -278,9 +319,26 @@ func (p *MDNSFallback) soa(zone string) dns.RR {
 	}
 }
 
-// zoneOf returns the zone that holds name, or "".
+// zoneOf returns the longest zone that holds name (a lowercased FQDN), or "".
 func (p *MDNSFallback) zoneOf(name string) string {
-	return plugin.Zones(p.cfg.zones).Matches(name)
+	best := ""
+	for _, z := range p.cfg.zones {
+		if len(z) > len(best) && inZone(name, z) {
+			best = z
+		}
+	}
+	return best
+}
+
+// inZone reports whether the lowercased FQDN name is zone or below it.
+func inZone(name, zone string) bool {
+	if zone == "." {
+		return true
+	}
+	if !strings.HasSuffix(name, zone) {
+		return false
+	}
+	return len(name) == len(zone) || name[len(name)-len(zone)-1] == '.'
 }
 
 // sendGoodbyes is the database's deletion hook.

@@ -151,8 +151,8 @@ func TestServeDNSMDNSQuery(t *testing.T) {
 	if n := p.stats.queries.Load(); n != 1 {
 		t.Fatalf("%d mDNS queries sent for 5 concurrent requests, want 1", n)
 	}
-	if p.stats.mdns.Load() != 5 {
-		t.Fatalf("mdns results: %d", p.stats.mdns.Load())
+	if p.stats.results[resMDNS].Load() != 5 {
+		t.Fatalf("mdns results: %d", p.stats.results[resMDNS].Load())
 	}
 
 	// No answer: NXDOMAIN after the timeout, then negative-cached.
@@ -167,8 +167,8 @@ func TestServeDNSMDNSQuery(t *testing.T) {
 	}
 	rec = dnstest.NewRecorder(&test.ResponseWriter{})
 	p.ServeDNS(context.Background(), rec, m)
-	if rec.Msg.Rcode != dns.RcodeNameError || p.stats.negative.Load() != 1 || p.stats.queries.Load() != 2 {
-		t.Fatalf("negative cache: %v negative=%d queries=%d", rec.Msg, p.stats.negative.Load(), p.stats.queries.Load())
+	if rec.Msg.Rcode != dns.RcodeNameError || p.stats.results[resNegative].Load() != 1 || p.stats.queries.Load() != 2 {
+		t.Fatalf("negative cache: %v negative=%d queries=%d", rec.Msg, p.stats.results[resNegative].Load(), p.stats.queries.Load())
 	}
 
 	// Reverse names outside the reverse networks never wait on mDNS.
