@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -283,3 +284,39 @@ func TestMdnsfallbackLatency(t *testing.T) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// TestMdnsfallbackReload: a reload (SIGUSR1) without a snapshot keeps the
+// records, and the API listens again afterwards.
+func TestMdnsfallbackReload(t *testing.T) {
+	s := Start(t, `weave.local.:1053 {
+    bind 127.0.0.1
+    ready 127.0.0.1:8181
+    mdnsfallback {
+        api 127.0.0.1:6785
+    }
+}
+`)
+	api := "http://" + s.Addr(6785)
+	if code, body := httpDo(t, "PUT", api+"/name/c1/10.32.0.10?domain=web.weave.local", "", "", ""); code != 200 {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	for i := 1; i <= 2; i++ {
+		s.Signal(syscall.SIGUSR1)
+		Eventually(t, 10*time.Second, func() string {
+			if n := strings.Count(s.Log(), "Reloading complete"); n < i {
+				return "reload not complete"
+			}
+			return ""
+		})
+	}
+	if got := Rdata(Query(t, s.DNS(), "web.weave.local.", dns.TypeA, "udp")); strings.Join(got, ",") != "10.32.0.10" {
+		t.Fatalf("after reload: %v", got)
+	}
+	Eventually(t, 5*time.Second, func() string {
+		code, body := httpDo(t, "GET", api+"/name/c1", "", "", "")
+		if code != 200 || !strings.Contains(body, "10.32.0.10") {
+			return fmt.Sprintf("API after reload: %d %s", code, body)
+		}
+		return ""
+	})
+}
