@@ -8,15 +8,15 @@
 #   3. the mDNS round trip through Avahi (median, p99) over a bounded number of
 #      distinct names, in two network namespaces (TestMdnsfallbackLatency).
 # Env: MDNSFALLBACK_BENCH_N (names, default 10000), MDNSFALLBACK_BENCH_SECS
-# (seconds per dnsperf run, default 8), MDNSFALLBACK_BENCH_RUNS (runs per
-# plugin, default 2), MDNSFALLBACK_LATENCY_N (mDNS queries, default 200).
+# (seconds per dnsperf run, default 5), MDNSFALLBACK_BENCH_RUNS (runs per
+# plugin, default 4), MDNSFALLBACK_LATENCY_N (mDNS queries, default 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 bench="$repo/../shared/bench"
 N=${MDNSFALLBACK_BENCH_N:-10000}
-SECS=${MDNSFALLBACK_BENCH_SECS:-8}
-RUNS=${MDNSFALLBACK_BENCH_RUNS:-2}
+SECS=${MDNSFALLBACK_BENCH_SECS:-5}
+RUNS=${MDNSFALLBACK_BENCH_RUNS:-4}
 LAT_N=${MDNSFALLBACK_LATENCY_N:-200}
 [ -x bin/meshdns ] || build/build.sh bin/meshdns
 
