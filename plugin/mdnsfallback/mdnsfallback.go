@@ -102,11 +102,15 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 	q := r.Question[0]
 	qname, qtype := q.Name, q.Qtype
 	name := lowerName(qname)
-	zone := p.zoneOf(name)
-	if zone == "" {
+	if isReverse(name) {
+		// Reverse names never reach the mDNS path, even inside the zones.
 		if qtype == dns.TypePTR && len(p.cfg.reverse) > 0 {
 			return p.servePTR(ctx, w, r, qname)
 		}
+		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
+	}
+	zone := p.zoneOf(name)
+	if zone == "" {
 		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
 	}
 	server := metrics.WithServer(ctx)
@@ -357,6 +361,12 @@ func lowerName(s string) string {
 		}
 	}
 	return dns.Fqdn(s)
+}
+
+// isReverse reports whether the lowercased FQDN is under in-addr.arpa. or
+// ip6.arpa.
+func isReverse(name string) bool {
+	return strings.HasSuffix(name, ".in-addr.arpa.") || strings.HasSuffix(name, ".ip6.arpa.")
 }
 
 // parseReverse returns the address of an in-addr.arpa / ip6.arpa name.

@@ -1,6 +1,8 @@
 package mdnsfallback
 
 import (
+	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -91,7 +93,13 @@ func (s *snapshotWriter) load() (int, error) {
 	}
 	recs, err := decodeSnapshot(b)
 	if err != nil {
-		return 0, err
+		// Keep the unreadable file for inspection instead of overwriting it
+		// with the next change.
+		bad := s.path + ".bad"
+		if rerr := os.Rename(s.path, bad); rerr == nil {
+			return 0, fmt.Errorf("snapshot %s: %w (moved to %s)", s.path, err, bad)
+		}
+		return 0, fmt.Errorf("snapshot %s: %w", s.path, err)
 	}
 	if skipped := s.db.Replace(recs); skipped > 0 {
 		log.Warningf("Snapshot %s: skipped %d invalid records", s.path, skipped)
