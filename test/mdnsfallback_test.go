@@ -55,44 +55,75 @@ func TestMdnsfallbackResolvesFromAvahi(t *testing.T) {
 }
 
 // Scenario 2: a record PUT into meshdns on host A; avahi-resolve on host B
-// resolves it through meshdns's responder.
+// resolves it. Avahi starts after the PUT, so it must ask and meshdns's
+// responder must answer; a second name put while Avahi runs resolves too.
 func TestMdnsfallbackAnswersAvahi(t *testing.T) {
 	RequireTool(t, "curl", "curl")
 	RequireTool(t, "avahi-resolve", "avahi-utils")
 	a, b := newHostPair(t)
-	bus := startDBus(t)
-	b.startAvahi(t, bus, "")
 	m := a.startMeshdns(t, "")
 	if code, body := m.api(t, "PUT", "/name/c0ffee/10.32.1.5", "-d", "domain=db.weave.local"); code != 200 {
 		t.Fatalf("PUT: %d %s", code, body)
 	}
-	Eventually(t, 10*time.Second, func() string {
-		out, err := b.exec(t, bus, "avahi-resolve", "-4", "-n", "db.weave.local")
-		if err != nil || !strings.Contains(out, "10.32.1.5") {
-			return fmt.Sprintf("avahi-resolve: %v %s", err, out)
-		}
-		return ""
-	})
+	bus := startDBus(t)
+	b.startAvahi(t, bus, "")
+	resolve := func(name, want string) {
+		t.Helper()
+		Eventually(t, 10*time.Second, func() string {
+			out, err := b.exec(t, bus, "avahi-resolve", "-4", "-n", name)
+			if err != nil || !strings.Contains(out, want) {
+				return fmt.Sprintf("avahi-resolve %s: %v %s", name, err, out)
+			}
+			return ""
+		})
+	}
+	resolve("db.weave.local", "10.32.1.5")
+	answered := m.metric(t, "coredns_mdnsfallback_mdns_responses_sent_total", `kind="multicast"`) +
+		m.metric(t, "coredns_mdnsfallback_mdns_responses_sent_total", `kind="unicast"`)
+	if answered < 1 {
+		t.Fatalf("meshdns sent no answer to Avahi's query")
+	}
+	if code, body := m.api(t, "PUT", "/name/c0ffee/10.32.1.6", "-d", "fqdn=cache.weave.local"); code != 200 {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	resolve("cache.weave.local", "10.32.1.6")
 }
 
 // Scenario 3: two meshdns, one per host: a name registered on A resolves at
-// B; after DELETE on A, B stops answering once the goodbye arrives.
+// B (asked over mDNS when B started after the PUT, learnt from A's
+// announcement when B was already up); after DELETE on A, B stops answering
+// once the goodbye arrives.
 func TestMdnsfallbackTwoHostsGoodbye(t *testing.T) {
 	RequireTool(t, "dig", "dnsutils")
 	RequireTool(t, "curl", "curl")
 	a, b := newHostPair(t)
 	ma := a.startMeshdns(t, "")
-	mb := b.startMeshdns(t, "")
 	if code, body := ma.api(t, "PUT", "/name/c1/10.32.2.1", "-H", "Content-Type: application/json",
 		"-d", `{"fqdn": "app.weave.local.", "routing_prefix": 12, "ttl": 120}`); code != 200 {
 		t.Fatalf("PUT: %d %s", code, body)
 	}
-	if got := mb.dig(t, "app.weave.local", "A"); strings.Join(got, ",") != "10.32.2.1" {
-		t.Fatalf("B resolving A's name: %v", got)
+	mb := b.startMeshdns(t, "")
+	if got := mb.dig(t, "app.weave.local", "A"); strings.Join(got, ",") != "10.32.2.1" ||
+		mb.metric(t, "coredns_mdnsfallback_requests_total", `result="mdns"`) != 1 {
+		t.Fatalf("B resolving A's name over mDNS: %v", got)
 	}
 	if got := mb.dig(t, "app.weave.local", "A"); strings.Join(got, ",") != "10.32.2.1" ||
 		mb.metric(t, "coredns_mdnsfallback_requests_total", `result="cache"`) != 1 {
 		t.Fatalf("B's second answer not from its cache: %v", got)
+	}
+	// A name put while B runs reaches B's cache through the announcement.
+	if code, body := ma.api(t, "PUT", "/name/c2/10.32.2.2", "-d", "domain=late.weave.local"); code != 200 {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	sent := mb.metric(t, "coredns_mdnsfallback_mdns_queries_sent_total")
+	Eventually(t, 5*time.Second, func() string {
+		if got := mb.dig(t, "late.weave.local", "A"); strings.Join(got, ",") != "10.32.2.2" {
+			return fmt.Sprintf("late name at B: %v", got)
+		}
+		return ""
+	})
+	if n := mb.metric(t, "coredns_mdnsfallback_mdns_queries_sent_total"); n != sent {
+		t.Fatalf("B queried for an announced name: %v → %v", sent, n)
 	}
 	answersBefore := mb.metric(t, "coredns_mdnsfallback_mdns_answers_received_total")
 	if code, body := ma.api(t, "DELETE", "/name/c1"); code != 200 || !strings.Contains(body, "10.32.2.1") {
@@ -109,6 +140,9 @@ func TestMdnsfallbackTwoHostsGoodbye(t *testing.T) {
 	}
 	if st := ma.digStatus(t, "app.weave.local", "A"); st != "NXDOMAIN" {
 		t.Fatalf("A still answers after DELETE: %s", st)
+	}
+	if got := mb.dig(t, "late.weave.local", "A"); strings.Join(got, ",") != "10.32.2.2" {
+		t.Fatalf("the other name went too: %v", got)
 	}
 }
 

@@ -171,7 +171,6 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	p.cache.forget(rec.Domain)
 	writeJSON(w, http.StatusOK, putAnswer{Record: rec, Created: created})
 }
 

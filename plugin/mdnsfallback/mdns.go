@@ -425,6 +425,28 @@ func (r *responder) query(name string) {
 	}
 }
 
+// announce multicasts the name's records (cache-flush bit set) on every
+// interface, within the once-a-second limit per name and interface.
+func (r *responder) announce(name string, now time.Time) {
+	e := r.p.db.ix.lookup(name)
+	if e == nil {
+		return
+	}
+	rrs := r.p.entryRRs(e, name, dns.TypeANY, true)
+	if len(rrs) == 0 {
+		return
+	}
+	m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs}
+	for idx := range r.ifaces {
+		if !r.mayMulticast(name, idx, now) {
+			continue
+		}
+		r.noteMulticast([]string{name}, idx, now)
+		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+		mdnsResponses.WithLabelValues("announcement").Inc()
+	}
+}
+
 // goodbye multicasts TTL-0 records for recs on every interface. The
 // cache-flush bit stays clear, so peers drop only these addresses.
 func (r *responder) goodbye(recs []Record) {

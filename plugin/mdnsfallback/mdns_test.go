@@ -180,10 +180,18 @@ func TestGoodbyeOnDelete(t *testing.T) {
 	r.sent = s.add
 	p.mdns.Store(r)
 	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	out := s.take()
+	if len(out) != 1 || out[0].to.Addr() != mdnsGroup || len(out[0].msg.Answer) != 1 ||
+		out[0].msg.Answer[0].Header().Class != dns.ClassINET|cacheFlushBit || out[0].msg.Answer[0].Header().Ttl != 30 {
+		t.Fatalf("announcement: %+v", out)
+	}
 	put(t, p, "c1", "fd00::1", "web.weave.local", 0)
 	put(t, p, "c2", "10.32.0.1", "web.weave.local", 0)
+	if out := s.take(); len(out) != 0 {
+		t.Fatalf("announced the same name twice within a second: %+v", out)
+	}
 	p.db.DeleteID("c1")
-	out := s.take()
+	out = s.take()
 	if len(out) != 1 || len(out[0].msg.Answer) != 1 {
 		t.Fatalf("goodbye for c1 (c2 still holds 10.32.0.1): %+v", out)
 	}

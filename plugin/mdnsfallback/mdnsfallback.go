@@ -78,6 +78,7 @@ func newMDNSFallback(cfg config) *MDNSFallback {
 		p.reverseZones = append(p.reverseZones, reverseZone(pr))
 	}
 	p.db.onGone = p.sendGoodbyes
+	p.db.onPut = p.announce
 	p.db.onChange = func() {
 		records.Set(float64(p.db.Len()))
 		if s := p.snap.Load(); s != nil {
@@ -343,6 +344,15 @@ func inZone(name, zone string) bool {
 		return false
 	}
 	return len(name) == len(zone) || name[len(name)-len(zone)-1] == '.'
+}
+
+// announce is the database's put hook: the heard answers for the name no
+// longer count, and peers learn the name at once (RFC 6762 §8.3).
+func (p *MDNSFallback) announce(rec Record) {
+	p.cache.forget(rec.Domain)
+	if r := p.mdns.Load(); r != nil {
+		r.announce(rec.Domain, time.Now())
+	}
 }
 
 // sendGoodbyes is the database's deletion hook.

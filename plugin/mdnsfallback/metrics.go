@@ -35,7 +35,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
 		Name:      "mdns_responses_sent_total",
-		Help:      "Counter of mDNS responses sent by kind (multicast, unicast, legacy, goodbye).",
+		Help:      "Counter of mDNS responses sent by kind (multicast, unicast, legacy, announcement, goodbye).",
 	}, []string{"kind"})
 
 	mdnsDropped = promauto.NewCounterVec(prometheus.CounterOpts{

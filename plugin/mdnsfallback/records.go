@@ -126,8 +126,11 @@ func (ix *index) setPTR(a netip.Addr, names []string) {
 }
 
 // DB is the local record database. Writers serialise on a mutex; readers use
-// the lock-free index. Every change runs the onChange hook (snapshot writer)
-// and deletions that remove a name/address pair run onGone (mDNS goodbyes).
+// the lock-free index. Every change runs the onChange hook (snapshot writer),
+// a put runs onPut (cache eviction, mDNS announcement) and deletions that
+// remove a name/address pair run onGone (mDNS goodbyes). The HTTP API and a
+// container updater write through the same methods, so both get the same
+// announcements and goodbyes.
 type DB struct {
 	zones      []string
 	maxRecords int
@@ -141,7 +144,8 @@ type DB struct {
 	count   atomic.Int64
 
 	onChange func()
-	onGone   func(gone []Record)
+	onPut    func(r Record)      // after a record was added or changed
+	onGone   func(gone []Record) // name/address pairs no identifier holds any more
 }
 
 // NewDB returns an empty database accepting names inside zones (lowercased
@@ -243,6 +247,9 @@ func (d *DB) Put(r Record) (Record, bool, error) {
 	d.rebuildName(r.Domain)
 	d.rebuildAddr(r.IP)
 	d.mu.Unlock()
+	if d.onPut != nil {
+		d.onPut(r)
+	}
 	d.changed(nil)
 	return r, !exists, nil
 }
