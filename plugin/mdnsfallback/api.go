@@ -190,13 +190,17 @@ func nonNil(r []Record) []Record {
 	return r
 }
 
-// splitPath returns the unescaped, non-empty segments of u's path.
+// splitPath returns the unescaped segments of u's path, without the
+// leading slash and one trailing slash; empty segments in between stay, so
+// "/name//1.2.3.4" names an empty identifier.
 func splitPath(u *url.URL) ([]string, error) {
+	p := strings.TrimPrefix(u.EscapedPath(), "/")
+	p = strings.TrimSuffix(p, "/")
+	if p == "" {
+		return nil, nil
+	}
 	var out []string
-	for _, s := range strings.Split(u.EscapedPath(), "/") {
-		if s == "" {
-			continue
-		}
+	for _, s := range strings.Split(p, "/") {
 		v, err := url.PathUnescape(s)
 		if err != nil {
 			return nil, fmt.Errorf("bad path segment %q", s)

@@ -90,6 +90,8 @@ func TestAPIBadInputChangesNothing(t *testing.T) {
 		{"PUT", "/name/%20/10.32.0.1", form, "domain=web.weave.local", 400, `bad identifier`},
 		{"PUT", "/name/a%2Fb/10.32.0.1", form, "domain=web.weave.local", 400, `slash`},
 		{"DELETE", "/name/%20", "", "", 400, `bad identifier`},
+		{"PUT", "/name//10.32.0.1", form, "domain=web.weave.local", 400, `bad identifier: empty`},
+		{"DELETE", "/name//10.32.0.1", "", "", 400, `bad identifier: empty`},
 		{"DELETE", "/name/c1/nope", "", "", 400, `bad IP address`},
 		{"PUT", "/name/c1/10.32.0.1", "application/json", `{"domain": "web.weave.local"`, 400, `malformed JSON body`},
 		{"PUT", "/name/c1/10.32.0.1", "application/json", `{"domain": 7}`, 400, `malformed JSON body`},
