@@ -120,8 +120,11 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 		p.count(server, resLocal)
 		return p.reply(w, r, zone, p.entryRRs(e, qname, qtype, false))
 	}
-	if name == zone && qtype == dns.TypeSOA {
-		return p.reply(w, r, zone, []dns.RR{p.soa(zone)})
+	if name == zone { // the apex: its SOA, NODATA for anything else, never mDNS
+		if qtype == dns.TypeSOA {
+			return p.reply(w, r, zone, []dns.RR{p.soa(zone)})
+		}
+		return p.reply(w, r, zone, nil)
 	}
 
 	now := time.Now()

@@ -65,6 +65,7 @@ func TestServeDNS(t *testing.T) {
 		{Qname: "gone.weave.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(soaLine)}},
 		{Qname: "nope.weave.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(soaLine)}},
 		{Qname: "weave.local.", Qtype: dns.TypeSOA, Answer: []dns.RR{test.SOA(soaLine)}},
+		{Qname: "weave.local.", Qtype: dns.TypeNS, Ns: []dns.RR{test.SOA(soaLine)}},
 		{Qname: "1.0.32.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{test.PTR("1.0.32.10.in-addr.arpa. 30 IN PTR web.weave.local.")}},
 		{Qname: "9.0.32.10.in-addr.arpa.", Qtype: dns.TypePTR, Rcode: dns.RcodeNameError, Ns: []dns.RR{
 			test.SOA("10.in-addr.arpa. 5 IN SOA ns.dns.10.in-addr.arpa. hostmaster.10.in-addr.arpa. 1 7200 1800 86400 5")}},
