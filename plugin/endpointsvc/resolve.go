@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -12,9 +13,10 @@ import (
 // lookupFunc resolves a hostname to its addresses.
 type lookupFunc func(ctx context.Context, host string) ([]netip.Addr, error)
 
-// defaultLookup uses the system resolver (/etc/hosts, then DNS).
+// defaultLookup uses the system resolver (/etc/hosts, then DNS). The name
+// goes without its trailing dot: Go's /etc/hosts lookup misses "name.".
 func defaultLookup(ctx context.Context, host string) ([]netip.Addr, error) {
-	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", strings.TrimSuffix(host, "."))
 }
 
 // hostResolver resolves hostname advertise addresses off the hot path and
