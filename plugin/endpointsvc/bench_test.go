@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
@@ -80,21 +81,27 @@ func BenchmarkLoad(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	var heap uint64
+	var decode, build time.Duration
 	for i := 0; i < b.N; i++ {
 		var ms0, ms1 runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&ms0)
+		t0 := time.Now()
 		st, err := DecodeState(doc)
 		if err != nil {
 			b.Fatal(err)
 		}
+		t1 := time.Now()
 		t := buildTable(st, []string{"svc.orch."}, false, nil, 1)
+		decode, build = decode+t1.Sub(t0), build+time.Since(t1)
 		st = nil
 		runtime.GC()
 		runtime.ReadMemStats(&ms1)
 		heap = ms1.HeapAlloc - ms0.HeapAlloc
 		runtime.KeepAlive(t)
 	}
+	b.ReportMetric(float64(decode.Milliseconds())/float64(b.N), "decode-ms")
+	b.ReportMetric(float64(build.Milliseconds())/float64(b.N), "build-ms")
 	b.ReportMetric(float64(heap)/(1<<20), "table-MiB")
 	b.ReportMetric(float64(len(doc))/(1<<20), "json-MiB")
 }

@@ -10,6 +10,7 @@ package endpointsvc
 import (
 	"context"
 	"net"
+	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
@@ -31,6 +32,10 @@ type Endpointsvc struct {
 	source    Source
 
 	soas []soaNames // per zone, precomputed SOA names
+
+	// counters caches the requests_total counters per zone for the last
+	// server seen (a plugin instance normally serves one server).
+	counters []atomic.Pointer[requestCounters]
 
 	*syncer // includeUnhealthy, snapshotPath and the served table
 }
@@ -54,7 +59,7 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 	zone := e.Zones[zi]
 	t := e.tbl.Load()
 	if t == nil {
-		requestCount.WithLabelValues(metrics.WithServer(ctx), zone, "servfail").Inc()
+		e.count(ctx, zi, resultServfail)
 		return dns.RcodeServerFailure, nil
 	}
 
@@ -105,25 +110,36 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
-	result := "answer"
+	result := resultAnswer
 	switch {
 	case !exists:
 		if e.Fall.Through(qname) {
-			requestCount.WithLabelValues(metrics.WithServer(ctx), zone, "fallthrough").Inc()
+			e.count(ctx, zi, resultFallthrough)
 			return plugin.NextOrFailure(e.Name(), e.Next, ctx, w, r)
 		}
 		m.Rcode = dns.RcodeNameError
 		m.Ns = []dns.RR{e.soa(zi, zone, t.serial)}
-		result = "nxdomain"
+		result = resultNxdomain
 	case len(answer) == 0:
 		m.Ns = []dns.RR{e.soa(zi, zone, t.serial)}
-		result = "nodata"
+		result = resultNodata
 	default:
 		m.Answer, m.Extra = answer, extra
 	}
-	requestCount.WithLabelValues(metrics.WithServer(ctx), zone, result).Inc()
+	e.count(ctx, zi, result)
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
+}
+
+// count increments requests_total for zone number zi and result.
+func (e *Endpointsvc) count(ctx context.Context, zi, result int) {
+	server := metrics.WithServer(ctx)
+	rc := e.counters[zi].Load()
+	if rc == nil || rc.server != server {
+		rc = newRequestCounters(server, e.Zones[zi])
+		e.counters[zi].Store(rc)
+	}
+	rc.c[result].Inc()
 }
 
 // Name implements plugin.Handler.

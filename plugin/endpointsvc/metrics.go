@@ -51,3 +51,32 @@ var (
 		Help:      "Unix time of the last successful state sync, by source.",
 	}, []string{"zone", "source"})
 )
+
+// Results of a query, the values of requests_total's result label.
+const (
+	resultAnswer = iota
+	resultNodata
+	resultNxdomain
+	resultFallthrough
+	resultServfail
+	nResults
+)
+
+var resultNames = [nResults]string{"answer", "nodata", "nxdomain", "fallthrough", "servfail"}
+
+// requestCounters are the requests_total counters of one server and zone,
+// resolved once so that the hot path does no label lookup (which would take
+// the metric vector's lock).
+type requestCounters struct {
+	server string
+	zone   string
+	c      [nResults]prometheus.Counter
+}
+
+func newRequestCounters(server, zone string) *requestCounters {
+	rc := &requestCounters{server: server, zone: zone}
+	for i, r := range resultNames {
+		rc.c[i] = requestCount.WithLabelValues(server, zone, r)
+	}
+	return rc
+}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -255,6 +256,7 @@ func (e *Endpointsvc) finish(lookup lookupFunc) {
 		e.soas = append(e.soas, soaNames{ns: "ns.dns." + z, mbox: "hostmaster." + z})
 	}
 	e.zone, e.zones = e.Zones[0], e.Zones
+	e.counters = make([]atomic.Pointer[requestCounters], len(e.Zones))
 	e.refresh = time.Duration(e.ttl) * time.Second
 	if e.refresh < time.Second {
 		e.refresh = time.Second

@@ -135,40 +135,38 @@ func (st *State) Validate() error {
 	nodeNames := make(map[string]bool, len(st.Nodes))
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
-		where := fmt.Sprintf("state: nodes[%d] (id %q)", i, n.ID)
 		if n.ID == "" {
-			return fmt.Errorf("%s: empty id", where)
+			return fmt.Errorf("%s: empty id", at("nodes", i, n.ID))
 		}
 		if nodeIDs[n.ID] {
-			return fmt.Errorf("%s: duplicate node id", where)
+			return fmt.Errorf("%s: duplicate node id", at("nodes", i, n.ID))
 		}
 		nodeIDs[n.ID] = true
 		n.Name = strings.ToLower(n.Name)
 		if !validName(n.Name) {
-			return fmt.Errorf("%s: bad node name %q", where, n.Name)
+			return fmt.Errorf("%s: bad node name %q", at("nodes", i, n.ID), n.Name)
 		}
 		if nodeNames[n.Name] {
-			return fmt.Errorf("%s: duplicate node name %q", where, n.Name)
+			return fmt.Errorf("%s: duplicate node name %q", at("nodes", i, n.ID), n.Name)
 		}
 		nodeNames[n.Name] = true
 		if _, _, err := ParseAddress(n.Address); err != nil {
-			return fmt.Errorf("%s: bad address %q: %w", where, n.Address, err)
+			return fmt.Errorf("%s: bad address %q: %w", at("nodes", i, n.ID), n.Address, err)
 		}
 		if !nodeStatuses[n.Status] {
-			return fmt.Errorf("%s: unknown status %q", where, n.Status)
+			return fmt.Errorf("%s: unknown status %q", at("nodes", i, n.ID), n.Status)
 		}
 	}
 
 	svcIDs := make(map[string]bool, len(st.Services))
-	svcNames := make(map[string]bool, len(st.Services))
+	svcNames := make(map[svcKey]bool, len(st.Services))
 	for i := range st.Services {
 		s := &st.Services[i]
-		where := fmt.Sprintf("state: services[%d] (id %q)", i, s.ID)
 		if s.ID == "" {
-			return fmt.Errorf("%s: empty id", where)
+			return fmt.Errorf("%s: empty id", at("services", i, s.ID))
 		}
 		if svcIDs[s.ID] {
-			return fmt.Errorf("%s: duplicate service id", where)
+			return fmt.Errorf("%s: duplicate service id", at("services", i, s.ID))
 		}
 		svcIDs[s.ID] = true
 		s.Name, s.Namespace = strings.ToLower(s.Name), strings.ToLower(s.Namespace)
@@ -176,33 +174,35 @@ func (st *State) Validate() error {
 			s.Namespace = DefaultNamespace
 		}
 		if !validLabel(s.Name) {
-			return fmt.Errorf("%s: bad service name %q", where, s.Name)
+			return fmt.Errorf("%s: bad service name %q", at("services", i, s.ID), s.Name)
 		}
 		if !validLabel(s.Namespace) || s.Namespace == nodeNamespace {
-			return fmt.Errorf("%s: bad namespace %q", where, s.Namespace)
+			return fmt.Errorf("%s: bad namespace %q", at("services", i, s.ID), s.Namespace)
 		}
-		if svcNames[s.Namespace+"/"+s.Name] {
-			return fmt.Errorf("%s: duplicate service %q in namespace %q", where, s.Name, s.Namespace)
+		if svcNames[svcKey{s.Namespace, s.Name}] {
+			return fmt.Errorf("%s: duplicate service %q in namespace %q", at("services", i, s.ID), s.Name, s.Namespace)
 		}
-		svcNames[s.Namespace+"/"+s.Name] = true
+		svcNames[svcKey{s.Namespace, s.Name}] = true
 		if !serviceStatuses[s.Status] {
-			return fmt.Errorf("%s: unknown status %q", where, s.Status)
+			return fmt.Errorf("%s: unknown status %q", at("services", i, s.ID), s.Status)
 		}
-		seen := map[string]bool{}
+		var seen map[portKey]bool
 		for j := range s.Ports {
 			p := &s.Ports[j]
-			pw := fmt.Sprintf("%s: ports[%d]", where, j)
 			if err := normPort(&p.Name, &p.Protocol); err != nil {
-				return fmt.Errorf("%s: %w", pw, err)
+				return fmt.Errorf("%s: ports[%d]: %w", at("services", i, s.ID), j, err)
 			}
 			if !validPort(p.TargetPort, false) || !validPort(p.PublishedPort, true) {
-				return fmt.Errorf("%s: bad port number", pw)
+				return fmt.Errorf("%s: ports[%d]: bad port number", at("services", i, s.ID), j)
 			}
 			if p.Name != "" {
-				if seen[p.Name+"/"+p.Protocol] {
-					return fmt.Errorf("%s: duplicate port %q/%s", pw, p.Name, p.Protocol)
+				if seen == nil {
+					seen = map[portKey]bool{}
 				}
-				seen[p.Name+"/"+p.Protocol] = true
+				if seen[portKey{p.Name, p.Protocol}] {
+					return fmt.Errorf("%s: ports[%d]: duplicate port %q/%s", at("services", i, s.ID), j, p.Name, p.Protocol)
+				}
+				seen[portKey{p.Name, p.Protocol}] = true
 			}
 		}
 	}
@@ -210,43 +210,46 @@ func (st *State) Validate() error {
 	taskIDs := make(map[string]bool, len(st.Tasks))
 	for i := range st.Tasks {
 		t := &st.Tasks[i]
-		where := fmt.Sprintf("state: tasks[%d] (id %q)", i, t.ID)
 		if t.ID == "" {
-			return fmt.Errorf("%s: empty id", where)
+			return fmt.Errorf("%s: empty id", at("tasks", i, t.ID))
 		}
 		if taskIDs[t.ID] {
-			return fmt.Errorf("%s: duplicate task id", where)
+			return fmt.Errorf("%s: duplicate task id", at("tasks", i, t.ID))
 		}
 		taskIDs[t.ID] = true
 		if !svcIDs[t.ServiceID] {
-			return fmt.Errorf("%s: unknown service_id %q", where, t.ServiceID)
+			return fmt.Errorf("%s: unknown service_id %q", at("tasks", i, t.ID), t.ServiceID)
 		}
 		if t.NodeID != "" && !nodeIDs[t.NodeID] {
-			return fmt.Errorf("%s: unknown node_id %q", where, t.NodeID)
+			return fmt.Errorf("%s: unknown node_id %q", at("tasks", i, t.ID), t.NodeID)
 		}
 		if !taskStatuses[t.DesiredStatus] {
-			return fmt.Errorf("%s: unknown desired_status %q", where, t.DesiredStatus)
+			return fmt.Errorf("%s: unknown desired_status %q", at("tasks", i, t.ID), t.DesiredStatus)
 		}
 		if !taskStatuses[t.ActualStatus] {
-			return fmt.Errorf("%s: unknown actual_status %q", where, t.ActualStatus)
+			return fmt.Errorf("%s: unknown actual_status %q", at("tasks", i, t.ID), t.ActualStatus)
 		}
 		if t.Address != "" {
 			if _, _, err := ParseAddress(t.Address); err != nil {
-				return fmt.Errorf("%s: bad address %q: %w", where, t.Address, err)
+				return fmt.Errorf("%s: bad address %q: %w", at("tasks", i, t.ID), t.Address, err)
 			}
 		}
 		for j := range t.Ports {
 			p := &t.Ports[j]
-			pw := fmt.Sprintf("%s: ports[%d]", where, j)
 			if err := normPort(&p.Name, &p.Protocol); err != nil {
-				return fmt.Errorf("%s: %w", pw, err)
+				return fmt.Errorf("%s: ports[%d]: %w", at("tasks", i, t.ID), j, err)
 			}
 			if !validPort(p.ContainerPort, false) || !validPort(p.HostPort, true) {
-				return fmt.Errorf("%s: bad port number", pw)
+				return fmt.Errorf("%s: ports[%d]: bad port number", at("tasks", i, t.ID), j)
 			}
 		}
 	}
 	return nil
+}
+
+// at names part i of kind in an error message: `state: tasks[3] (id "t-d")`.
+func at(kind string, i int, id string) string {
+	return fmt.Sprintf("state: %s[%d] (id %q)", kind, i, id)
 }
 
 func normPort(name, proto *string) error {

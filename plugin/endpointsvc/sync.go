@@ -61,7 +61,10 @@ func (s *syncer) swap(st *State, resolved map[string][]netip.Addr) {
 		s.serial = now
 	}
 	t := buildTable(st, s.zones, s.includeUnhealthy, resolved, s.serial)
-	s.state = st
+	s.state = nil
+	if len(resolved) > 0 {
+		s.state = st // kept only to rebuild when a hostname's addresses change
+	}
 	s.tbl.Store(t)
 	s.ready.Store(true)
 	servicesGauge.WithLabelValues(s.zone).Set(float64(t.nServices))
