@@ -5,15 +5,15 @@
 # binary logs), the heap the table keeps, the server's heap and RSS after
 # load, and dnsperf QPS for A queries against endpointsvc and against the
 # stock hosts plugin serving the same names with the same 10 addresses each,
-# in the same run (alternating, 2 rounds), as a ratio. Server pinned with
+# in the same run (alternating, 3 rounds), as a ratio. Server pinned with
 # taskset -c 0, dnsperf on core 1 (../shared/bench/dnsload).
-# Env: BENCH_SECS (per dnsperf run, default 8), BENCH_ROUNDS (default 2).
+# Env: BENCH_SECS (per dnsperf run, default 6), BENCH_ROUNDS (default 3).
 set -euo pipefail
 [ -n "${BENCH_DEBUG:-}" ] && set -x
 repo=$(cd "$(dirname "$0")/.." && pwd)
 shared="$repo/../shared/bench"
 bin="$repo/bin/meshdns"
-secs=${BENCH_SECS:-8} rounds=${BENCH_ROUNDS:-2}
+secs=${BENCH_SECS:-6} rounds=${BENCH_ROUNDS:-3}
 [ -x "$bin" ] || "$repo/build/build.sh" "$bin"
 for t in dnsperf taskset python3 dig curl; do command -v $t >/dev/null || { echo "bench-endpointsvc: $t missing (build/install-deps.sh)" >&2; exit 1; }; done
 tmp=$(mktemp -d)
@@ -48,11 +48,12 @@ freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0
 
 # start NAME BLOCK: run meshdns pinned to core 0 with a svc.orch. block, wait for svc-9999
 start() {
-  port=$(freeport) mport=$(freeport)
+  port=$(freeport) mport=$(freeport) pport=$(freeport)
   cat > "$tmp/Corefile.$1" <<EOC
 svc.orch.:$port {
     bind 127.0.0.1
     prometheus 127.0.0.1:$mport
+    pprof 127.0.0.1:$pport
 $2
 }
 EOC
@@ -70,6 +71,8 @@ EOC
   echo "bench-endpointsvc: $1 did not answer" >&2; cat "$tmp/log.$1" >&2; exit 1
 }
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
+# heap: live heap after a forced GC (pprof's heap profile with gc=1 runs one)
+heap() { curl -s -o /dev/null "http://127.0.0.1:$pport/debug/pprof/heap?gc=1"; metric go_memstats_heap_alloc_bytes; }
 metric() { curl -s "http://127.0.0.1:$mport/metrics" | awk -v m="$1" '$1 == m { printf "%.1f", $2 / 1048576 }'; }
 rss() { awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status"; }
 qps() { "$shared/dnsload" 127.0.0.1 "$port" "$tmp/queries-a.txt" "$secs" 2>/dev/null | tail -1 | sed 's/.*qps=\([0-9]*\).*/\1/'; }
@@ -88,11 +91,11 @@ hosts_block='    hosts hosts svc.orch {
 declare -a q_esvc q_hosts
 for r in $(seq 1 "$rounds"); do
   start hosts "$hosts_block"
-  [ "$r" = 1 ] && echo "hosts:       first answer after ${loadtime}s, heap $(metric go_memstats_heap_alloc_bytes) MiB, RSS $(rss) MiB"
+  [ "$r" = 1 ] && echo "hosts:       first answer after ${loadtime}s, heap after GC $(heap) MiB, RSS $(rss) MiB"
   q_hosts+=("$(qps)"); stop
   start esvc "$esvc_block"
   if [ "$r" = 1 ]; then
-    echo "endpointsvc: first answer after ${loadtime}s, heap $(metric go_memstats_heap_alloc_bytes) MiB, RSS $(rss) MiB; $(grep -o 'Synced.*' "$tmp/log.esvc" | head -1)"
+    echo "endpointsvc: first answer after ${loadtime}s, heap after GC $(heap) MiB, RSS $(rss) MiB; $(grep -o 'Synced.*' "$tmp/log.esvc" | head -1)"
   fi
   q_esvc+=("$(qps)"); stop
   echo "round $r: A QPS hosts ${q_hosts[-1]}, endpointsvc ${q_esvc[-1]}"
