@@ -1,11 +1,14 @@
 package test
 
 import (
+	"encoding/pem"
+	"fmt"
 	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -249,5 +252,64 @@ func TestEndpointsvcOrchSource(t *testing.T) {
 	}
 	if !strings.Contains(s.Log(), "Source orch recovered") {
 		t.Errorf("no recovery in the log:\n%s", s.Log())
+	}
+}
+
+// The orch source over TLS, the server's certificate checked against a CA
+// file given with `tls CA`; a reload (SIGUSR1) keeps answering and leaves no
+// goroutine behind.
+func TestEndpointsvcOrchTLSAndReload(t *testing.T) {
+	state := esvcState([]string{"atlas"}, esvcNodes, []esvcTask{{"t-1", "atlas", "node-1", "running", "healthy", 31081}})
+	orch := &fakeOrch{state: state, version: 1, hits: map[string]int{}}
+	ts := httptest.NewTLSServer(orch)
+	defer ts.Close()
+	ca := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}))
+	apiPort := ts.Listener.Addr().(*net.TCPAddr).Port
+	s := Start(t, esvcCorefile("source orch "+ts.URL+"/state 200ms\ntls ca.pem"),
+		Options{Files: map[string]string{"ca.pem": ca}, Ports: map[int]int{apiPort: apiPort}})
+	addr := s.DNS()
+	expectAnswers(t, addr, "atlas.svc.orch.", dns.TypeA, "192.0.2.10")
+
+	goroutines := func() float64 { return s.Metric("go_goroutines") }
+	before := goroutines()
+	// query all along the reloads: the new instance must not answer SERVFAIL
+	stop := make(chan struct{})
+	bad := make(chan string, 1)
+	go func() {
+		defer close(bad)
+		for n := 0; n < 2000; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r, err := TryQuery(addr, "atlas.svc.orch.", dns.TypeA, "udp")
+			if err == nil && (r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1) {
+				bad <- r.String()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		s.Signal(syscall.SIGUSR1)
+		time.Sleep(700 * time.Millisecond)
+		expectAnswers(t, addr, "atlas.svc.orch.", dns.TypeA, "192.0.2.10")
+	}
+	close(stop)
+	if msg, ok := <-bad; ok {
+		t.Errorf("a reply during a reload was not the answer:\n%s", msg)
+	}
+	Eventually(t, 5*time.Second, func() string {
+		if after := goroutines(); after > before+2 {
+			return fmt.Sprintf("goroutines grew over 3 reloads: %v → %v", before, after)
+		}
+		return ""
+	})
+	if s.Exited() {
+		t.Fatal("meshdns exited on reload")
+	}
+	if n := strings.Count(s.Log(), "Reloading complete"); n != 3 {
+		t.Errorf("%d reloads completed, want 3", n)
 	}
 }

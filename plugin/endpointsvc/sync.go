@@ -32,7 +32,14 @@ type syncer struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	first  chan struct{} // closed on the source's first result
+	once   sync.Once
 }
+
+// firstSyncWait bounds how long start-up (and so a reload, while the old
+// instance still serves) waits for the source's first result, so that a new
+// instance does not answer SERVFAIL right after a reload.
+const firstSyncWait = 3 * time.Second
 
 // apply builds a table from st, swaps it in, and persists st when it came
 // from a source (not from the snapshot itself).
@@ -116,6 +123,8 @@ func (s *syncer) start(src Source) {
 	s.loadSnapshot()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	s.first = make(chan struct{})
+	s.once = sync.Once{}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -127,7 +136,18 @@ func (s *syncer) start(src Source) {
 			s.refreshHosts(ctx)
 		}
 	}()
+	if s.tbl.Load() == nil {
+		t := time.NewTimer(firstSyncWait)
+		defer t.Stop()
+		select {
+		case <-s.first:
+		case <-t.C:
+		}
+	}
 }
+
+// firstResult notes that the source reported for the first time.
+func (s *syncer) firstResult() { s.once.Do(func() { close(s.first) }) }
 
 // stop ends the goroutines started by start and waits for them.
 func (s *syncer) stop() {
@@ -150,12 +170,14 @@ func (k *sink) Update(st *State) {
 	lastSync.WithLabelValues(k.s.zone, k.source).SetToCurrentTime()
 	k.recovered()
 	k.s.apply(k.source, st, true)
+	k.s.firstResult()
 }
 
 func (k *sink) Unchanged() {
 	syncCount.WithLabelValues(k.s.zone, k.source, "unchanged").Inc()
 	lastSync.WithLabelValues(k.s.zone, k.source).SetToCurrentTime()
 	k.recovered()
+	k.s.firstResult()
 }
 
 func (k *sink) Failed(err error) {
@@ -168,6 +190,7 @@ func (k *sink) Failed(err error) {
 			log.Errorf("Source %s failing, no state to serve yet: %v", k.source, err)
 		}
 	}
+	k.s.firstResult()
 }
 
 func (k *sink) recovered() {
