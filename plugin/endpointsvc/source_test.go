@@ -231,21 +231,3 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
-
-func FuzzDecodeState(f *testing.F) {
-	good, _ := os.ReadFile("testdata/state.json")
-	f.Add(good)
-	f.Add([]byte(`{"services":[],"tasks":[],"nodes":[]}`))
-	f.Add([]byte(`{"nodes":[{"id":"n","name":"a","address":"[::1]:1","status":"ready"}]}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := DecodeState(b)
-		if err != nil {
-			return
-		}
-		// a valid state builds a table, and its snapshot form decodes again
-		buildTable(st, []string{"svc.orch."}, true, nil, 1)
-		if _, err := DecodeState(mustJSON(t, st)); err != nil {
-			t.Fatalf("snapshot of a valid state is invalid: %v", err)
-		}
-	})
-}
