@@ -15,7 +15,7 @@ shared="$repo/../shared/bench"
 bin="$repo/bin/meshdns"
 secs=${BENCH_SECS:-6} rounds=${BENCH_ROUNDS:-3}
 [ -x "$bin" ] || "$repo/build/build.sh" "$bin"
-for t in dnsperf taskset python3 dig curl; do command -v $t >/dev/null || { echo "bench-endpointsvc: $t missing (build/install-deps.sh)" >&2; exit 1; }; done
+for t in dnsperf taskset dig; do command -v $t >/dev/null || { echo "bench-endpointsvc: $t missing (build/install-deps.sh)" >&2; exit 1; }; done
 tmp=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$tmp"; }
@@ -44,7 +44,21 @@ BEGIN {
 sed 's/\.virtual\.default\.ns\.default\.ap\.dc1\.dc\.consul /.svc.orch /' "$tmp/gen/queries.txt" > "$tmp/queries-a.txt"
 echo "state: $S services x $T tasks on $N nodes, $(du -h "$tmp/state.json" | cut -f1) JSON; hosts: $(wc -l < "$tmp/hosts") lines"
 
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# freeport: a loopback port nobody listens on (TCP probe; bash only)
+freeport() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 40000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+# get PORT PATH: an HTTP GET on loopback with bash's /dev/tcp (no curl needed)
+get() {
+  exec 3<>"/dev/tcp/127.0.0.1/$1"
+  printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" >&3
+  cat <&3
+  exec 3<&-
+}
 
 # start NAME BLOCK: run meshdns pinned to core 0 with a svc.orch. block, wait for svc-9999
 start() {
@@ -72,8 +86,8 @@ EOC
 }
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
 # heap: live heap after a forced GC (pprof's heap profile with gc=1 runs one)
-heap() { curl -s -o /dev/null "http://127.0.0.1:$pport/debug/pprof/heap?gc=1"; metric go_memstats_heap_alloc_bytes; }
-metric() { curl -s "http://127.0.0.1:$mport/metrics" | awk -v m="$1" '$1 == m { printf "%.1f", $2 / 1048576 }'; }
+heap() { get "$pport" "/debug/pprof/heap?gc=1" >/dev/null; metric go_memstats_heap_alloc_bytes; }
+metric() { get "$mport" /metrics | awk -v m="$1" '$1 == m { printf "%.1f", $2 / 1048576 }'; }
 rss() { awk '/VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status"; }
 qps() { "$shared/dnsload" 127.0.0.1 "$port" "$tmp/queries-a.txt" "$secs" 2>/dev/null | tail -1 | sed 's/.*qps=\([0-9]*\).*/\1/'; }
 
