@@ -92,7 +92,7 @@ func BenchmarkLoad(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		t := buildTable(st, []string{"svc.orch."}, false, nil, 1)
+		t := buildTable(st, []string{"svc.orch."}, false, false, nil, 1)
 		decode, build = decode+t1.Sub(t0), build+time.Since(t1)
 		st = nil
 		runtime.GC()

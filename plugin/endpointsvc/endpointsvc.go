@@ -15,6 +15,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/coredns/coredns/plugin/pkg/upstream"
 	"github.com/coredns/coredns/request"
 
 	"github.com/miekg/dns"
@@ -30,6 +31,7 @@ type Endpointsvc struct {
 	namespace string // namespace of short names
 	ttl       uint32
 	source    Source
+	upstream  *upstream.Upstream // chases CNAME targets through the server
 
 	soas []soaNames // per zone, precomputed SOA names
 
@@ -77,6 +79,10 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 	case kindService:
 		if se := t.services[svcKey{n.namespace, n.service}]; se != nil {
 			exists = true
+			if se.cname != "" {
+				answer = e.cname(ctx, state, owner, se.cname, qtype)
+				break
+			}
 			switch qtype {
 			case dns.TypeA:
 				answer = e.a(owner, se.v4)
@@ -219,4 +225,34 @@ func (e *Endpointsvc) soa(zi int, owner string, serial uint32) dns.RR {
 		Expire:  86400,
 		Minttl:  e.ttl,
 	}
+}
+
+// chaseKey marks a context that is chasing a CNAME target; its value is the
+// number of CNAMEs followed so far.
+type chaseKey struct{}
+
+// maxChase bounds how many CNAMEs one reply follows (a loop of Services
+// pointing at each other ends there).
+const maxChase = 8
+
+// cname answers a service that has an FQDN endpoint: one CNAME to target,
+// and for any other type than CNAME the target's records of that type,
+// looked up through the whole server (as the kubernetes plugin does for
+// ExternalName Services), so the client gets the final A/AAAA in the same
+// reply.
+func (e *Endpointsvc) cname(ctx context.Context, state request.Request, owner, target string, qtype uint16) []dns.RR {
+	rr := &dns.CNAME{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: e.ttl}, Target: target}
+	answer := []dns.RR{rr}
+	if qtype == dns.TypeCNAME || e.upstream == nil {
+		return answer
+	}
+	depth, _ := ctx.Value(chaseKey{}).(int)
+	if depth >= maxChase {
+		return answer
+	}
+	m, err := e.upstream.Lookup(context.WithValue(ctx, chaseKey{}, depth+1), state, target, qtype)
+	if err != nil || m == nil {
+		return answer
+	}
+	return append(answer, m.Answer...)
 }

@@ -2,6 +2,7 @@ package endpointsvc
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"testing"
 
@@ -10,6 +11,8 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
 // FuzzServeDNS feeds arbitrary packets to the handler: whatever unpacks
@@ -63,9 +66,33 @@ func FuzzDecodeState(f *testing.F) {
 			return
 		}
 		// a valid state builds a table, and its snapshot form decodes again
-		buildTable(st, []string{"svc.orch."}, true, nil, 1)
+		buildTable(st, []string{"svc.orch."}, true, true, nil, 1)
 		if _, err := DecodeState(mustJSON(t, st)); err != nil {
 			t.Fatalf("snapshot of a valid state is invalid: %v", err)
 		}
+	})
+}
+
+// FuzzKubeState feeds API objects (JSON) through the transforms and the
+// mapping: whatever the API server sends, the state must validate.
+func FuzzKubeState(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"name":"web","namespace":"default"},"spec":{"type":"NodePort","ports":[{"name":"http","protocol":"TCP","port":80,"nodePort":30080}]}}`),
+		[]byte(`{"metadata":{"name":"web-1","namespace":"default","labels":{"kubernetes.io/service-name":"web"}},"addressType":"FQDN","endpoints":[{"addresses":["a.example.test"],"conditions":{"ready":true}}],"ports":[{"name":"http","port":8080}]}`),
+		[]byte(`{"metadata":{"name":"n1"},"status":{"addresses":[{"type":"InternalIP","address":"10.0.0.1"}],"conditions":[{"type":"Ready","status":"False"}]}}`))
+	f.Fuzz(func(t *testing.T, svcJSON, sliceJSON, nodeJSON []byte) {
+		var svc corev1.Service
+		var sl discoveryv1.EndpointSlice
+		var n corev1.Node
+		if json.Unmarshal(svcJSON, &svc) != nil || json.Unmarshal(sliceJSON, &sl) != nil || json.Unmarshal(nodeJSON, &n) != nil {
+			return
+		}
+		ks, _ := transformService(nil)(&svc)
+		kl, _ := transformSlice(nil)(&sl)
+		kn, _ := transformNode(&n)
+		st := kubeState([]*kService{ks.(*kService)}, []*kSlice{kl.(*kSlice)}, []*kNode{kn.(*kNode)}, nil)
+		if err := st.Validate(); err != nil {
+			t.Fatalf("mapped state does not validate: %v", err)
+		}
+		buildTable(st, []string{"cluster.local."}, false, true, nil, 1)
 	})
 }

@@ -80,3 +80,14 @@ func newRequestCounters(server, zone string) *requestCounters {
 	}
 	return rc
 }
+
+// cnameConflicts is the number of services (in endpoint mode) with more
+// than one CNAME candidate: several distinct FQDN endpoints, or FQDN
+// endpoints beside IP endpoints. Such a name gets one CNAME (the
+// lexicographically first FQDN) or, beside IPs, only the IPs.
+var cnameConflicts = promauto.NewGaugeVec(prometheus.GaugeOpts{
+	Namespace: plugin.Namespace,
+	Subsystem: pluginName,
+	Name:      "cname_conflicts",
+	Help:      "Number of services with more than one CNAME candidate (FQDN endpoints).",
+}, []string{"zone"})

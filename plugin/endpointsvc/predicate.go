@@ -7,12 +7,21 @@ package endpointsvc
 //
 // A task is an endpoint when its service is active, its desired status is
 // running, its actual status is running or healthy (unhealthy too with
-// includeUnhealthy), and its node exists and is not down.
+// includeUnhealthy), and its node exists and is not down. A task that runs
+// on no node (node_id empty) but carries its own address - an external
+// endpoint, such as an FQDN EndpointSlice endpoint - has no node to check.
 func IsEndpoint(svc *Service, t *Task, n *Node, includeUnhealthy bool) bool {
-	if svc == nil || t == nil || n == nil {
+	if svc == nil || t == nil {
 		return false
 	}
-	if svc.Status != "active" || t.DesiredStatus != StatusRunning || n.Status == "down" {
+	if n == nil {
+		if t.NodeID != "" || t.Address == "" {
+			return false
+		}
+	} else if n.Status == "down" {
+		return false
+	}
+	if svc.Status != "active" || t.DesiredStatus != StatusRunning {
 		return false
 	}
 	switch t.ActualStatus {

@@ -15,6 +15,9 @@ import (
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	pkgtls "github.com/coredns/coredns/plugin/pkg/tls"
+	"github.com/coredns/coredns/plugin/pkg/upstream"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 const pluginName = "endpointsvc"
@@ -69,6 +72,10 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 	blocks := 0
 	var file *fileSource
 	var orch *orchSource
+	var kube *kubeSource
+	var kubeOpts []string // kubernetes-only options seen, for the error message
+	var nodeAddress, namespaces []string
+	selector := ""
 	var orchOpts []string // orch-only options seen, for the error message
 	var tlsArgs []string
 	tlsServerName := ""
@@ -92,10 +99,23 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 		for c.NextBlock() {
 			switch v := c.Val(); v {
 			case "source":
-				if file != nil || orch != nil {
+				if file != nil || orch != nil || kube != nil {
 					return nil, c.Err("only one source per endpointsvc block")
 				}
 				a := c.RemainingArgs()
+				if len(a) >= 1 && a[0] == "kubernetes" {
+					if len(a) > 3 {
+						return nil, c.ArgErr()
+					}
+					kube = &kubeSource{}
+					if len(a) >= 2 {
+						kube.kubeconfig = path(a[1])
+					}
+					if len(a) == 3 {
+						kube.context = a[2]
+					}
+					continue
+				}
 				if len(a) < 2 || len(a) > 3 {
 					return nil, c.ArgErr()
 				}
@@ -123,7 +143,7 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 					}
 					orch = &orchSource{url: a[1], interval: interval}
 				default:
-					return nil, c.Errf("unknown source %q: want file or orch", a[0])
+					return nil, c.Errf("unknown source %q: want file, orch or kubernetes", a[0])
 				}
 			case "namespace":
 				a := c.RemainingArgs()
@@ -135,6 +155,54 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 					return nil, c.Errf("bad namespace %q", a[0])
 				}
 				e.namespace = ns
+			case "addresses":
+				a := c.RemainingArgs()
+				if len(a) != 1 {
+					return nil, c.ArgErr()
+				}
+				switch a[0] {
+				case "node":
+					e.endpointMode = false
+				case "endpoint":
+					e.endpointMode = true
+				default:
+					return nil, c.Errf("bad addresses %q: want node or endpoint", a[0])
+				}
+			case "node_address":
+				a := c.RemainingArgs()
+				if len(a) == 0 {
+					return nil, c.ArgErr()
+				}
+				nodeAddress = nodeAddress[:0]
+				for _, t := range a {
+					if !nodeAddressTypes[strings.ToLower(t)] {
+						return nil, c.Errf("bad node_address %q: want InternalIP, ExternalIP, Hostname, InternalDNS or ExternalDNS", t)
+					}
+					nodeAddress = append(nodeAddress, strings.ToLower(t))
+				}
+				kubeOpts = append(kubeOpts, v)
+			case "labels":
+				a := c.RemainingArgs()
+				if len(a) == 0 {
+					return nil, c.ArgErr()
+				}
+				selector = strings.Join(a, " ")
+				if _, err := labels.Parse(selector); err != nil {
+					return nil, c.Errf("bad labels %q: %v", selector, err)
+				}
+				kubeOpts = append(kubeOpts, v)
+			case "namespaces":
+				a := c.RemainingArgs()
+				if len(a) == 0 {
+					return nil, c.ArgErr()
+				}
+				for _, ns := range a {
+					if !validLabel(strings.ToLower(ns)) {
+						return nil, c.Errf("bad namespace %q", ns)
+					}
+					namespaces = append(namespaces, strings.ToLower(ns))
+				}
+				kubeOpts = append(kubeOpts, v)
 			case "include_unhealthy":
 				if c.NextArg() {
 					return nil, c.ArgErr()
@@ -215,7 +283,16 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 			}
 		}
 	}
+	if kube == nil && len(kubeOpts) > 0 {
+		return nil, c.Errf("%s needs 'source kubernetes'", kubeOpts[0])
+	}
 	switch {
+	case kube != nil:
+		if len(orchOpts) > 0 {
+			return nil, c.Errf("%s needs 'source orch URL'", orchOpts[0])
+		}
+		kube.nodeAddress, kube.labels, kube.namespaces = nodeAddress, selector, namespaces
+		e.source = kube
 	case file != nil:
 		if len(orchOpts) > 0 {
 			return nil, c.Errf("%s needs 'source orch URL'", orchOpts[0])
@@ -262,6 +339,7 @@ func (e *Endpointsvc) finish(lookup lookupFunc) {
 		e.refresh = time.Second
 	}
 	e.resolver = newHostResolver(lookup)
+	e.upstream = upstream.New()
 }
 
 // parseTTL accepts a duration ("30s", "2m") or plain seconds ("30").

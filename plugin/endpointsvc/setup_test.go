@@ -1,6 +1,7 @@
 package endpointsvc
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,32 @@ func TestParse(t *testing.T) {
 				t.Errorf("ttl %d", e.ttl)
 			}
 		}},
+		{in: "endpointsvc cluster.local {\nsource kubernetes\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			k := e.source.(*kubeSource)
+			if k.kubeconfig != "" || k.context != "" || k.labels != "" || k.namespaces != nil || k.nodeAddress != nil || e.endpointMode {
+				t.Errorf("kubernetes defaults: %+v", k)
+			}
+		}},
+		{in: "endpointsvc {\nsource kubernetes /etc/kube.conf prod\nnode_address ExternalIP InternalIP\naddresses endpoint\nlabels app in (a, b)\nnamespaces Knative default\nfallthrough\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			k := e.source.(*kubeSource)
+			if k.kubeconfig != "/etc/kube.conf" || k.context != "prod" || k.labels != "app in (a, b)" || fmt.Sprint(k.namespaces) != "[knative default]" ||
+				fmt.Sprint(k.nodeAddress) != "[externalip internalip]" || !e.endpointMode || e.upstream == nil {
+				t.Errorf("kubernetes options: %+v", k)
+			}
+		}},
+		{in: "endpointsvc {\nsource file a.json\naddresses endpoint\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if !e.endpointMode {
+				t.Error("addresses endpoint with a file source")
+			}
+		}},
+		{in: "endpointsvc {\nsource kubernetes a b c\n}", err: "Wrong argument count"},
+		{in: "endpointsvc {\nsource kubernetes\naddresses pod\n}", err: `bad addresses "pod": want node or endpoint`},
+		{in: "endpointsvc {\nsource kubernetes\nnode_address InternalIP LoopbackIP\n}", err: `bad node_address "LoopbackIP"`},
+		{in: "endpointsvc {\nsource kubernetes\nlabels a=b=c\n}", err: `bad labels "a=b=c"`},
+		{in: "endpointsvc {\nsource kubernetes\nnamespaces a_b\n}", err: `bad namespace "a_b"`},
+		{in: "endpointsvc {\nsource kubernetes\nnamespaces\n}", err: "Wrong argument count"},
+		{in: "endpointsvc {\nsource file a.json\nlabels app=x\n}", err: "labels needs 'source kubernetes'"},
+		{in: "endpointsvc {\nsource kubernetes\ntoken_file t\n}", err: "token_file needs 'source orch URL'"},
 		{in: "endpointsvc", err: "no source"},
 		{in: "endpointsvc {\nsource file a.json\nsource file b.json\n}", err: "only one source"},
 		{in: "endpointsvc {\nsource file\n}", err: "Wrong argument count"},

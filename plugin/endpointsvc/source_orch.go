@@ -137,4 +137,4 @@ func (o *orchSource) poll(ctx context.Context, s Sink) error {
 	return nil
 }
 
-var errNoSource = errors.New("no source: want 'source file PATH' or 'source orch URL'")
+var errNoSource = errors.New("no source: want 'source file PATH', 'source orch URL' or 'source kubernetes'")

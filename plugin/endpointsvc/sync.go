@@ -22,6 +22,7 @@ type syncer struct {
 	zones            []string // the plugin's zones (SRV target names are built per zone)
 	zone             string   // metrics label: the first zone
 	includeUnhealthy bool
+	endpointMode     bool // addresses endpoint: answer the tasks' own addresses
 	snapshotPath     string
 	refresh          time.Duration // hostname re-resolution period (the TTL)
 
@@ -67,7 +68,7 @@ func (s *syncer) swap(st *State, resolved map[string][]netip.Addr) {
 	if now := uint32(time.Now().Unix()); now > s.serial {
 		s.serial = now
 	}
-	t := buildTable(st, s.zones, s.includeUnhealthy, resolved, s.serial)
+	t := buildTable(st, s.zones, s.includeUnhealthy, s.endpointMode, resolved, s.serial)
 	s.state = nil
 	if len(resolved) > 0 {
 		s.state = st // kept only to rebuild when a hostname's addresses change
@@ -75,6 +76,7 @@ func (s *syncer) swap(st *State, resolved map[string][]netip.Addr) {
 	s.tbl.Store(t)
 	s.ready.Store(true)
 	servicesGauge.WithLabelValues(s.zone).Set(float64(t.nServices))
+	cnameConflicts.WithLabelValues(s.zone).Set(float64(t.nConflicts))
 	endpointsGauge.WithLabelValues(s.zone).Set(float64(t.nEndpts))
 }
 

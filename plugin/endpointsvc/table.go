@@ -10,11 +10,12 @@ import (
 // It is built from one State by buildTable and never changed afterwards.
 // Keys are lowercased: namespace and service names, node names.
 type table struct {
-	services  map[svcKey]*svcEntry
-	nodes     map[string]*nodeEntry
-	serial    uint32 // SOA serial
-	nServices int
-	nEndpts   int
+	services   map[svcKey]*svcEntry
+	nodes      map[string]*nodeEntry
+	serial     uint32 // SOA serial
+	nServices  int
+	nEndpts    int
+	nConflicts int // services with more than one CNAME candidate
 }
 
 type svcKey struct{ namespace, name string }
@@ -30,7 +31,8 @@ type addrs struct {
 func (a addrs) empty() bool { return len(a.v4) == 0 && len(a.v6) == 0 }
 
 type svcEntry struct {
-	addrs                         // the advertise addresses of the endpoints' nodes
+	addrs                         // node mode: the endpoints' nodes' advertise addresses; endpoint mode: the endpoints' own
+	cname string                  // endpoint mode, FQDN endpoints only: the lexicographically first FQDN
 	srv   []srvTarget             // one per endpoint and port, every port
 	ports map[portKey][]srvTarget // named ports; a key exists for every named service port
 }
@@ -46,10 +48,13 @@ type nodeEntry struct {
 	addrs
 }
 
-// buildTable turns a validated state into a table for zones. resolved holds
+// buildTable turns a validated state into a table for zones. In endpoint
+// mode a service's addresses are its endpoints' own: IPs, or, when it has
+// only FQDN endpoints, one CNAME to the lexicographically first FQDN (more
+// than one candidate, or FQDNs beside IPs, counts as a conflict). resolved holds
 // the addresses of hostname advertise addresses (fully qualified,
 // lowercased); a hostname missing from it contributes no address.
-func buildTable(st *State, zones []string, includeUnhealthy bool, resolved map[string][]netip.Addr, serial uint32) *table {
+func buildTable(st *State, zones []string, includeUnhealthy, endpointMode bool, resolved map[string][]netip.Addr, serial uint32) *table {
 	t := &table{
 		services: make(map[svcKey]*svcEntry, len(st.Services)),
 		nodes:    make(map[string]*nodeEntry, len(st.Nodes)),
@@ -69,9 +74,22 @@ func buildTable(st *State, zones []string, includeUnhealthy bool, resolved map[s
 		svc := se.Service
 		e := &svcEntry{}
 		var ips []netip.Addr
+		var fqdns []string
 		for _, ep := range se.Endpoints {
+			if endpointMode {
+				if ip, host, err := ParseAddress(ep.Task.Address); err == nil && host != "" {
+					fqdns = append(fqdns, host)
+				} else if err == nil {
+					ips = append(ips, ip)
+				}
+			}
+			if ep.Node == nil {
+				continue // an external endpoint: no node address, no SRV
+			}
 			ne := byID[ep.Node.ID]
-			ips = appendAddrs(ips, ne.addrs)
+			if !endpointMode {
+				ips = appendAddrs(ips, ne.addrs)
+			}
 			for _, sp := range svc.Ports {
 				port := hostPort(sp, ep.Task)
 				if port == 0 {
@@ -100,6 +118,15 @@ func buildTable(st *State, zones []string, includeUnhealthy bool, resolved map[s
 		}
 		e.srv = sortTargets(e.srv)
 		e.addrs = toAddrs(ips)
+		if len(fqdns) > 0 {
+			sort.Strings(fqdns)
+			if len(ips) == 0 {
+				e.cname = fqdns[0]
+			}
+			if len(ips) > 0 || fqdns[len(fqdns)-1] != fqdns[0] {
+				t.nConflicts++
+			}
+		}
 		t.services[svcKey{svc.Namespace, svc.Name}] = e
 		t.nServices++
 		t.nEndpts += len(se.Endpoints)

@@ -1,0 +1,186 @@
+package endpointsvc
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// The slim objects below are what the informers store instead of the API
+// objects: the transforms keep only the fields the mapping reads (as the
+// kubernetes plugin's object package does, coredns#2095). Each embeds an
+// ObjectMeta holding only name, namespace and resourceVersion, so the
+// informer's key function and the resourceVersion check on updates work.
+
+// kService is the slim form of a v1.Service.
+type kService struct {
+	metav1.ObjectMeta
+	externalName bool // type ExternalName: left to the kubernetes plugin
+	skip         bool // outside the configured namespaces
+	ports        []kServicePort
+}
+
+type kServicePort struct {
+	name, protocol string // lowercased
+	port, nodePort int32
+}
+
+// kSlice is the slim form of a discovery/v1 EndpointSlice.
+type kSlice struct {
+	metav1.ObjectMeta
+	service     string // "namespace/name" from the kubernetes.io/service-name label, lowercased
+	addressType string // IPv4, IPv6, FQDN
+	ports       []kSlicePort
+	endpoints   []kEndpoint
+}
+
+type kSlicePort struct {
+	name, protocol string // lowercased
+	port           int32
+}
+
+// kEndpoint keeps the first address (the API declares an endpoint's
+// addresses fungible) and the conditions, resolved: ready nil means true,
+// serving nil means the same as ready, terminating nil means false.
+type kEndpoint struct {
+	address                     string
+	nodeName                    string
+	ready, serving, terminating bool
+}
+
+// kNode is the slim form of a v1.Node.
+type kNode struct {
+	metav1.ObjectMeta
+	readyFalse bool              // the Ready condition is False
+	addresses  map[string]string // address type (lowercased) → first address of that type
+}
+
+func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion}
+}
+
+// transformService converts a *v1.Service into a *kService; anything else
+// (already slim, a tombstone) passes unchanged. skip reports namespaces
+// outside the configured ones (nil: all).
+func transformService(namespaces map[string]bool) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		s, ok := obj.(*corev1.Service)
+		if !ok {
+			return obj, nil
+		}
+		k := &kService{ObjectMeta: slimMeta(&s.ObjectMeta)}
+		if namespaces != nil && !namespaces[strings.ToLower(s.Namespace)] {
+			k.skip = true
+			return k, nil
+		}
+		k.externalName = s.Spec.Type == corev1.ServiceTypeExternalName
+		if len(s.Spec.Ports) > 0 {
+			k.ports = make([]kServicePort, len(s.Spec.Ports))
+			for i, p := range s.Spec.Ports {
+				k.ports[i] = kServicePort{name: strings.ToLower(p.Name), protocol: strings.ToLower(string(p.Protocol)), port: p.Port, nodePort: p.NodePort}
+			}
+		}
+		return k, nil
+	}
+}
+
+// transformSlice converts a *discoveryv1.EndpointSlice into a *kSlice.
+func transformSlice(namespaces map[string]bool) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		s, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return obj, nil
+		}
+		k := &kSlice{ObjectMeta: slimMeta(&s.ObjectMeta)}
+		svc := s.Labels[discoveryv1.LabelServiceName]
+		if svc == "" || (namespaces != nil && !namespaces[strings.ToLower(s.Namespace)]) {
+			return k, nil // belongs to no Service we serve
+		}
+		k.service = strings.ToLower(s.Namespace + "/" + svc)
+		k.addressType = string(s.AddressType)
+		if len(s.Ports) > 0 {
+			k.ports = make([]kSlicePort, 0, len(s.Ports))
+			for _, p := range s.Ports {
+				if p.Port == nil {
+					continue // "all ports": nothing to publish
+				}
+				sp := kSlicePort{port: *p.Port, protocol: "tcp"}
+				if p.Name != nil {
+					sp.name = strings.ToLower(*p.Name)
+				}
+				if p.Protocol != nil {
+					sp.protocol = strings.ToLower(string(*p.Protocol))
+				}
+				k.ports = append(k.ports, sp)
+			}
+		}
+		k.endpoints = make([]kEndpoint, 0, len(s.Endpoints))
+		for _, ep := range s.Endpoints {
+			if len(ep.Addresses) == 0 {
+				continue
+			}
+			e := kEndpoint{address: ep.Addresses[0], ready: true}
+			if ep.NodeName != nil {
+				e.nodeName = strings.ToLower(*ep.NodeName)
+			}
+			c := ep.Conditions
+			if c.Ready != nil {
+				e.ready = *c.Ready
+			}
+			e.serving = e.ready
+			if c.Serving != nil {
+				e.serving = *c.Serving
+			}
+			if c.Terminating != nil {
+				e.terminating = *c.Terminating
+			}
+			k.endpoints = append(k.endpoints, e)
+		}
+		return k, nil
+	}
+}
+
+// transformNode converts a *v1.Node into a *kNode.
+func transformNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	k := &kNode{ObjectMeta: slimMeta(&n.ObjectMeta)}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse {
+			k.readyFalse = true
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		t := strings.ToLower(string(a.Type))
+		if _, ok := k.addresses[t]; ok || a.Address == "" {
+			continue
+		}
+		if k.addresses == nil {
+			k.addresses = make(map[string]string, 2)
+		}
+		k.addresses[t] = a.Address
+	}
+	return k, nil
+}
+
+// runtime.Object for the informer's store.
+
+func (k *kService) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (k *kSlice) GetObjectKind() schema.ObjectKind   { return schema.EmptyObjectKind }
+func (k *kNode) GetObjectKind() schema.ObjectKind    { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies k; the slices inside are never modified after the
+// transform, so they are shared.
+func (k *kService) DeepCopyObject() runtime.Object { c := *k; return &c }
+
+// DeepCopyObject copies k (shared, never modified, inner slices).
+func (k *kSlice) DeepCopyObject() runtime.Object { c := *k; return &c }
+
+// DeepCopyObject copies k (shared, never modified, address map).
+func (k *kNode) DeepCopyObject() runtime.Object { c := *k; return &c }

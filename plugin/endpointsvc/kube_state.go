@@ -1,0 +1,160 @@
+package endpointsvc
+
+import (
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Node address types, in the default preference order of node_address.
+var defaultNodeAddress = []string{"internalip", "externalip", "hostname"}
+
+// nodeAddressTypes are the address types a node can report.
+var nodeAddressTypes = set("internalip", "externalip", "hostname", "internaldns", "externaldns")
+
+// kubeState maps slim Kubernetes objects onto the model, so that the one
+// predicate (IsEndpoint) and the one table builder serve them:
+//
+//   - a Service is a service (id "namespace/name", status active) whose ports
+//     carry their nodePort as the published port; ExternalName Services and
+//     Services outside the namespaces are left out (the kubernetes plugin
+//     answers those);
+//   - an EndpointSlice endpoint is a task of its Service: terminating means
+//     desired stopped (else running); ready is healthy, serving without
+//     ready is running, otherwise unhealthy; nodeName is its node; its first
+//     address is the task's address (IPv4, IPv6, or FQDN for addressType
+//     FQDN); the slice's ports are the task's container ports;
+//   - a Node is a node whose advertise address is its first address of the
+//     preferred types (nodeAddress), status down when its Ready condition is
+//     False, else ready. A node with no usable address is left out, and
+//     endpoints on a node that is not known run on no node.
+//
+// Output is sorted (services by id, slices by name, nodes by name) so that
+// the same objects give the same state. Objects that cannot be mapped (a
+// name that is not a DNS label, an address of the wrong family) are skipped.
+func kubeState(services []*kService, slices []*kSlice, nodes []*kNode, nodeAddress []string) *State {
+	if len(nodeAddress) == 0 {
+		nodeAddress = defaultNodeAddress
+	}
+	st := &State{
+		Services: make([]Service, 0, len(services)),
+		Nodes:    make([]Node, 0, len(nodes)),
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	known := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		name := strings.ToLower(n.Name)
+		if !validName(name) || known[name] {
+			continue
+		}
+		addr := ""
+		for _, t := range nodeAddress {
+			if a := n.addresses[t]; a != "" {
+				if _, _, err := ParseAddress(a); err == nil {
+					addr = a
+					break
+				}
+			}
+		}
+		if addr == "" {
+			continue
+		}
+		status := "ready"
+		if n.readyFalse {
+			status = "down"
+		}
+		known[name] = true
+		st.Nodes = append(st.Nodes, Node{ID: name, Name: name, Address: addr, Status: status})
+	}
+
+	svcs := make(map[string]bool, len(services))
+	for _, s := range services {
+		name, ns := strings.ToLower(s.Name), strings.ToLower(s.Namespace)
+		if s.skip || s.externalName || !validLabel(name) || !validLabel(ns) || ns == nodeNamespace {
+			continue
+		}
+		svc := Service{ID: ns + "/" + name, Name: name, Namespace: ns, Status: "active"}
+		seen := map[portKey]bool{}
+		for _, p := range s.ports {
+			if !protocols[p.protocol] || !validPort(int(p.port), false) || !validPort(int(p.nodePort), true) ||
+				(p.name != "" && !validLabel(p.name)) || seen[portKey{p.name, p.protocol}] {
+				continue
+			}
+			seen[portKey{p.name, p.protocol}] = true
+			svc.Ports = append(svc.Ports, ServicePort{Name: p.name, Protocol: p.protocol, TargetPort: int(p.port), PublishedPort: int(p.nodePort)})
+		}
+		svcs[svc.ID] = true
+		st.Services = append(st.Services, svc)
+	}
+	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].ID < st.Services[j].ID })
+
+	sort.Slice(slices, func(i, j int) bool {
+		if slices[i].Namespace != slices[j].Namespace {
+			return slices[i].Namespace < slices[j].Namespace
+		}
+		return slices[i].Name < slices[j].Name
+	})
+	n := 0
+	for _, sl := range slices {
+		if svcs[sl.service] {
+			n += len(sl.endpoints)
+		}
+	}
+	st.Tasks = make([]Task, 0, n)
+	for _, sl := range slices {
+		if !svcs[sl.service] {
+			continue
+		}
+		var ports []TaskPort
+		for _, p := range sl.ports {
+			if protocols[p.protocol] && validPort(int(p.port), false) && (p.name == "" || validLabel(p.name)) {
+				ports = append(ports, TaskPort{Name: p.name, Protocol: p.protocol, ContainerPort: int(p.port)})
+			}
+		}
+		prefix := strings.ToLower(sl.Namespace) + "/" + sl.Name + "/"
+		for i, ep := range sl.endpoints {
+			if !validEndpointAddress(sl.addressType, ep.address) {
+				continue
+			}
+			t := Task{
+				ID:            prefix + strconv.Itoa(i),
+				ServiceID:     sl.service,
+				DesiredStatus: StatusRunning,
+				ActualStatus:  StatusUnhealthy,
+				Ports:         ports,
+				Address:       ep.address,
+			}
+			if known[ep.nodeName] {
+				t.NodeID = ep.nodeName
+			}
+			if ep.terminating {
+				t.DesiredStatus = StatusStopped
+			}
+			switch {
+			case ep.ready:
+				t.ActualStatus = StatusHealthy
+			case ep.serving:
+				t.ActualStatus = StatusRunning
+			}
+			st.Tasks = append(st.Tasks, t)
+		}
+	}
+	return st
+}
+
+// validEndpointAddress reports whether address fits the slice's addressType.
+func validEndpointAddress(addressType, address string) bool {
+	switch addressType {
+	case "IPv4", "IPv6":
+		ip, err := netip.ParseAddr(address)
+		if err != nil || ip.Zone() != "" {
+			return false
+		}
+		return (addressType == "IPv4") == ip.Unmap().Is4()
+	case "FQDN":
+		_, host, err := ParseAddress(address)
+		return err == nil && host != "" && !strings.Contains(address, ":")
+	}
+	return false
+}

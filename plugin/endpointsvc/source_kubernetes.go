@@ -1,0 +1,274 @@
+package endpointsvc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	corev1informers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// kubeSource watches Services, EndpointSlices and Nodes through one shared
+// informer factory, stores them as slim objects (kube_objects.go), and maps
+// them onto a State (kubeState) after the informers synced and again,
+// debounced, after every change. API errors and watch restarts keep the last
+// state; a failure is reported once when it starts, and the recovery once.
+type kubeSource struct {
+	kubeconfig  string // "": in-cluster configuration
+	context     string
+	labels      string   // label selector of the Services ("": all)
+	namespaces  []string // only these namespaces (nil: all)
+	nodeAddress []string // node address types, in preference order (lowercased)
+
+	// newClient builds the client; tests replace it with a fake clientset.
+	newClient func() (kubernetes.Interface, error)
+	debounce  time.Duration
+
+	hash contentHash // of the last state delivered (only Run's goroutine)
+	have bool
+}
+
+// Settings of the kubernetes source.
+const (
+	defaultKubeDebounce = 50 * time.Millisecond
+	kubeProbeInterval   = 2 * time.Second
+	kubeRetryConfig     = 5 * time.Second
+	sliceServiceIndex   = "service"
+)
+
+func (k *kubeSource) Name() string { return "kubernetes" }
+
+// client returns the configured client: from the kubeconfig file (and
+// context) or the in-cluster configuration, speaking protobuf.
+func (k *kubeSource) client() (kubernetes.Interface, error) {
+	if k.newClient != nil {
+		return k.newClient()
+	}
+	var cfg *rest.Config
+	var err error
+	if k.kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: k.kubeconfig},
+			&clientcmd.ConfigOverrides{CurrentContext: k.context}).ClientConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	cfg.UserAgent = "meshdns-endpointsvc"
+	return kubernetes.NewForConfig(cfg)
+}
+
+func (k *kubeSource) Run(ctx context.Context, s Sink) {
+	client, err := k.client()
+	for err != nil {
+		s.Failed(err)
+		if !sleep(ctx, kubeRetryConfig) {
+			return
+		}
+		client, err = k.client()
+	}
+	debounce := k.debounce
+	if debounce == 0 {
+		debounce = defaultKubeDebounce
+	}
+	var nsSet map[string]bool
+	opts := []informers.SharedInformerOption{}
+	namespace := metav1.NamespaceAll
+	if len(k.namespaces) > 0 {
+		nsSet = set(k.namespaces...)
+		if len(k.namespaces) == 1 {
+			namespace = k.namespaces[0]
+			opts = append(opts, informers.WithNamespace(namespace))
+		}
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, opts...)
+	svcInf := factory.InformerFor(&corev1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return corev1informers.NewFilteredServiceInformer(c, namespace, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
+			o.LabelSelector = k.labels
+		})
+	})
+	sliceInf := factory.Discovery().V1().EndpointSlices().Informer()
+	nodeInf := factory.Core().V1().Nodes().Informer()
+
+	dirty := make(chan struct{}, 1)
+	errs := make(chan error, 1)
+	mark := func() {
+		select {
+		case dirty <- struct{}{}:
+		default:
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { mark() },
+		UpdateFunc: func(old, cur any) {
+			// A relist after a watch restart replays every object: skip
+			// those whose resourceVersion did not move.
+			if o, ok := old.(metav1.Object); ok {
+				if c, ok := cur.(metav1.Object); ok && o.GetResourceVersion() == c.GetResourceVersion() {
+					return
+				}
+			}
+			mark()
+		},
+		DeleteFunc: func(any) { mark() },
+	}
+	onError := func(_ context.Context, r *cache.Reflector, err error) {
+		if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			return // a watch restart, not a failure: the reflector relists
+		}
+		select {
+		case errs <- fmt.Errorf("%s: %w", r.TypeDescription(), err):
+		default:
+		}
+	}
+	for _, x := range []struct {
+		inf cache.SharedIndexInformer
+		fn  cache.TransformFunc
+	}{{svcInf, transformService(nsSet)}, {sliceInf, transformSlice(nsSet)}, {nodeInf, transformNode}} {
+		// Setting these fails only on a started informer; ours are new.
+		_ = x.inf.SetTransform(x.fn)
+		_ = x.inf.SetWatchErrorHandlerWithContext(onError)
+		_, _ = x.inf.AddEventHandler(handler)
+	}
+	_ = sliceInf.AddIndexers(cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
+		if sl, ok := obj.(*kSlice); ok && sl.service != "" {
+			return []string{sl.service}, nil
+		}
+		return nil, nil
+	}})
+
+	fctx, cancel := context.WithCancel(ctx)
+	factory.Start(fctx.Done())
+	defer func() {
+		cancel()
+		factory.Shutdown() // waits for the informers' goroutines
+	}()
+
+	synced, failing := false, false
+	var lastProbe time.Time
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-errs:
+			if !failing {
+				failing = true
+				s.Failed(err)
+			}
+		case <-dirty:
+			if !synced {
+				continue
+			}
+			if !sleep(ctx, debounce) {
+				return
+			}
+			select { // changes that came during the debounce are in this build
+			case <-dirty:
+			default:
+			}
+			failing = false
+			k.build(s, svcInf, sliceInf, nodeInf)
+		case <-tick.C:
+			if !synced {
+				if svcInf.HasSynced() && sliceInf.HasSynced() && nodeInf.HasSynced() {
+					synced, failing = true, false
+					k.build(s, svcInf, sliceInf, nodeInf)
+					debug.FreeOSMemory() // return the initial list's garbage
+				}
+				continue
+			}
+			if failing && time.Since(lastProbe) >= kubeProbeInterval {
+				lastProbe = time.Now()
+				if probe(ctx, client) == nil {
+					failing = false
+					select {
+					case <-errs:
+					default:
+					}
+					s.Unchanged()
+				}
+			}
+		}
+	}
+}
+
+// probe asks the API server for one node (served from its watch cache): the
+// cheapest request our permissions allow, to notice a recovery while no
+// object changes.
+func probe(ctx context.Context, client kubernetes.Interface) error {
+	c, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := client.CoreV1().Nodes().List(c, metav1.ListOptions{Limit: 1, ResourceVersion: "0"})
+	return err
+}
+
+// build maps the informers' stores onto a state and hands it to s, or
+// reports it unchanged.
+func (k *kubeSource) build(s Sink, svcInf, sliceInf, nodeInf cache.SharedIndexInformer) {
+	st := k.state(svcInf.GetStore(), sliceInf.GetIndexer(), nodeInf.GetStore())
+	if err := st.Validate(); err != nil {
+		s.Failed(err)
+		return
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		s.Failed(err)
+		return
+	}
+	if h := hashOf(b); k.have && h == k.hash {
+		s.Unchanged()
+		return
+	} else {
+		k.hash, k.have = h, true
+	}
+	s.Update(st)
+}
+
+// state reads the slim objects out of the stores: every selected Service,
+// the slices of those Services (through the service index) and every node.
+func (k *kubeSource) state(svcs cache.Store, slices cache.Indexer, nodes cache.Store) *State {
+	var ks []*kService
+	var kl []*kSlice
+	keys := svcs.ListKeys()
+	sort.Strings(keys)
+	for _, key := range keys {
+		obj, ok, _ := svcs.GetByKey(key)
+		s, _ := obj.(*kService)
+		if !ok || s == nil || s.skip || s.externalName {
+			continue
+		}
+		ks = append(ks, s)
+		objs, _ := slices.ByIndex(sliceServiceIndex, key)
+		for _, o := range objs {
+			if sl, ok := o.(*kSlice); ok {
+				kl = append(kl, sl)
+			}
+		}
+	}
+	var kn []*kNode
+	for _, o := range nodes.List() {
+		if n, ok := o.(*kNode); ok {
+			kn = append(kn, n)
+		}
+	}
+	return kubeState(ks, kl, kn, k.nodeAddress)
+}
