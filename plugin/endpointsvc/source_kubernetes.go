@@ -43,10 +43,11 @@ type kubeSource struct {
 
 // Settings of the kubernetes source.
 const (
-	defaultKubeDebounce = 50 * time.Millisecond
-	kubeProbeInterval   = 2 * time.Second
-	kubeRetryConfig     = 5 * time.Second
-	sliceServiceIndex   = "service"
+	defaultKubeDebounce      = 50 * time.Millisecond
+	kubeProbeInterval        = 2 * time.Second  // while failing or not synced
+	kubeHealthyProbeInterval = 10 * time.Second // while healthy
+	kubeRetryConfig          = 5 * time.Second
+	sliceServiceIndex        = "service"
 )
 
 func (k *kubeSource) Name() string { return "kubernetes" }
@@ -165,15 +166,18 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 	var lastProbe time.Time
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	fail := func(err error) {
+		if !failing {
+			failing = true
+			s.Failed(err)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case err := <-errs:
-			if !failing {
-				failing = true
-				s.Failed(err)
-			}
+			fail(err)
 		case <-dirty:
 			if !synced {
 				continue
@@ -188,22 +192,35 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			failing = false
 			k.build(s, svcInf, sliceInf, nodeInf)
 		case <-tick.C:
-			if !synced {
-				if svcInf.HasSynced() && sliceInf.HasSynced() && nodeInf.HasSynced() {
-					synced, failing = true, false
-					k.build(s, svcInf, sliceInf, nodeInf)
-					debug.FreeOSMemory() // return the initial list's garbage
-				}
+			if !synced && svcInf.HasSynced() && sliceInf.HasSynced() && nodeInf.HasSynced() {
+				synced, failing = true, false
+				k.build(s, svcInf, sliceInf, nodeInf)
+				debug.FreeOSMemory() // return the initial list's garbage
 				continue
 			}
-			if failing && time.Since(lastProbe) >= kubeProbeInterval {
-				lastProbe = time.Now()
-				if probe(ctx, client) == nil {
-					failing = false
-					select {
-					case <-errs:
-					default:
-					}
+			// The informers retry a failing list or watch on their own,
+			// mostly without telling (watch-list backs off silently), so a
+			// cheap probe notices an unreachable API server and its
+			// recovery: often while failing or not synced, rarely otherwise.
+			every := kubeProbeInterval
+			if synced && !failing {
+				every = kubeHealthyProbeInterval
+			}
+			if time.Since(lastProbe) < every {
+				continue
+			}
+			lastProbe = time.Now()
+			if err := probe(ctx, client); err != nil {
+				if ctx.Err() == nil {
+					fail(fmt.Errorf("kubernetes API: %w", err))
+				}
+			} else if failing {
+				failing = false
+				select {
+				case <-errs:
+				default:
+				}
+				if synced {
 					s.Unchanged()
 				}
 			}
