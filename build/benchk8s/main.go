@@ -1,0 +1,398 @@
+// Command benchk8s compares meshdns's endpointsvc (source kubernetes,
+// addresses endpoint) with the stock kubernetes plugin on the same real
+// kube-apiserver and the same objects: RSS after sync, time to sync (start
+// until /ready answers 200), and dnsperf QPS on A queries. It is run by
+// build/bench-endpointsk8s.sh, which passes the binaries.
+//
+// The Services are headless, so both plugins answer the same ten endpoint
+// addresses per name. Everything runs on loopback; every process it starts
+// is stopped by PID.
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+var (
+	meshdns   = flag.String("meshdns", "bin/meshdns", "the meshdns binary")
+	apiserver = flag.String("apiserver", "", "the kube-apiserver binary (build/peer-tools.sh kube-apiserver)")
+	etcdBin   = flag.String("etcd", "etcd", "the etcd binary")
+	dnsload   = flag.String("dnsload", "../shared/bench/dnsload", "the dnsload wrapper of dnsperf")
+	services  = flag.Int("services", 5000, "Services")
+	perSvc    = flag.Int("endpoints", 10, "endpoints per Service")
+	nodes     = flag.Int("nodes", 500, "Nodes")
+	secs      = flag.Int("secs", 6, "seconds per dnsperf run")
+	rounds    = flag.Int("rounds", 2, "rounds (each runs both plugins)")
+)
+
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  bytes.Buffer
+}
+
+var (
+	procsMu sync.Mutex
+	procs   []*proc
+)
+
+func start(dir, name string, args ...string) *proc {
+	p := &proc{cmd: exec.Command(name, args...), done: make(chan struct{})}
+	p.cmd.Dir = dir
+	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		fail("starting %s: %v", name, err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	procsMu.Lock()
+	procs = append(procs, p)
+	procsMu.Unlock()
+	return p
+}
+
+func (p *proc) stop() {
+	if p == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func stopAll() {
+	procsMu.Lock()
+	defer procsMu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop()
+	}
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "benchk8s: "+format+"\n", args...)
+	stopAll()
+	os.Exit(1)
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fail("%v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func main() {
+	flag.Parse()
+	if *apiserver == "" {
+		fail("-apiserver is required")
+	}
+	dir, err := os.MkdirTemp("", "benchk8s-")
+	if err != nil {
+		fail("%v", err)
+	}
+	defer os.RemoveAll(dir)
+	defer stopAll()
+
+	kubeconfig, client := startAPI(dir)
+	t0 := time.Now()
+	populate(client)
+	fmt.Printf("objects: %d headless Services, %d EndpointSlices x %d endpoints, %d Nodes; created in %v\n",
+		*services, *services, *perSvc, *nodes, time.Since(t0).Round(time.Millisecond))
+
+	// queries: every Service once, in a fixed shuffled order
+	var q strings.Builder
+	for i := 0; i < *services; i++ {
+		fmt.Fprintf(&q, "svc-%d.bench.svc.cluster.local A\n", (i*7919)%*services)
+	}
+	queries := filepath.Join(dir, "queries.txt")
+	if err := os.WriteFile(queries, []byte(q.String()), 0o644); err != nil {
+		fail("%v", err)
+	}
+
+	variants := []struct{ name, block string }{
+		{"kubernetes", "    kubernetes cluster.local {\n        kubeconfig " + kubeconfig + "\n    }\n"},
+		{"endpointsvc", "    endpointsvc svc.cluster.local {\n        source kubernetes " + kubeconfig + "\n        addresses endpoint\n    }\n"},
+	}
+	type result struct {
+		rss, heap float64
+		sync      time.Duration
+		qps       []int
+	}
+	res := map[string]*result{}
+	for r := 1; r <= *rounds; r++ {
+		for _, v := range variants {
+			port, ready, prom := freePort(), freePort(), freePort()
+			corefile := fmt.Sprintf("cluster.local:%d {\n    bind 127.0.0.1\n    ready 127.0.0.1:%d\n    prometheus 127.0.0.1:%d\n%s}\n", port, ready, prom, v.block)
+			cf := filepath.Join(dir, "Corefile."+v.name)
+			if err := os.WriteFile(cf, []byte(corefile), 0o644); err != nil {
+				fail("%v", err)
+			}
+			start0 := time.Now()
+			p := start(dir, "taskset", "-c", "0", *meshdns, "-conf", cf)
+			waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/ready", ready), p, 120*time.Second)
+			// and until the DNS port answers the last Service in full
+			name := fmt.Sprintf("svc-%d.bench.svc.cluster.local.", *services-1)
+			for n := 0; n != *perSvc; n = answerCount(port, name) {
+				if time.Since(start0) > 120*time.Second {
+					fail("%s: %s has %d A records, want %d\n%s", v.name, name, n, *perSvc, p.log.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			syncTime := time.Since(start0)
+			time.Sleep(3 * time.Second) // settle: what a replica holds after sync
+			x := res[v.name]
+			if x == nil {
+				x = &result{}
+				res[v.name] = x
+			}
+			rss, heap := rssMiB(p.cmd.Process.Pid), heapMiB(prom)
+			if r == 1 {
+				x.rss, x.heap, x.sync = rss, heap, syncTime
+				fmt.Printf("%-12s synced in %v, RSS after sync %.1f MiB, Go heap in use %.1f MiB\n", v.name, syncTime.Round(time.Millisecond), rss, heap)
+			}
+			x.qps = append(x.qps, qps(port, queries))
+			p.stop()
+			fmt.Printf("round %d: %-12s A QPS %d\n", r, v.name, x.qps[len(x.qps)-1])
+		}
+	}
+	k, e := res["kubernetes"], res["endpointsvc"]
+	avg := func(q []int) float64 {
+		s := 0
+		for _, x := range q {
+			s += x
+		}
+		return float64(s) / float64(len(q))
+	}
+	fmt.Printf("RSS after sync: kubernetes %.1f MiB, endpointsvc %.1f MiB, ratio %.2f (goal <= 0.5)\n", k.rss, e.rss, e.rss/k.rss)
+	fmt.Printf("time to sync: kubernetes %v, endpointsvc %v\n", k.sync.Round(time.Millisecond), e.sync.Round(time.Millisecond))
+	fmt.Printf("A QPS (%d A records per answer): kubernetes %.0f, endpointsvc %.0f, ratio %.3f (goal >= 1.0)\n", *perSvc, avg(k.qps), avg(e.qps), avg(e.qps)/avg(k.qps))
+}
+
+// startAPI runs etcd and kube-apiserver on loopback and returns a kubeconfig
+// path and a client.
+func startAPI(dir string) (string, kubernetes.Interface) {
+	etcdPort, peerPort, apiPort := freePort(), freePort(), freePort()
+	etcdURL, peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort), fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	start(dir, *etcdBin, "--name", "bench", "--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "bench="+peerURL, "--log-level", "error", "--quota-backend-bytes", "4294967296")
+	key, pub := filepath.Join(dir, "sa.key"), filepath.Join(dir, "sa.pub")
+	for _, args := range [][]string{{"genrsa", "-out", key, "2048"}, {"rsa", "-in", key, "-pubout", "-out", pub}} {
+		if out, err := exec.Command("openssl", args...).CombinedOutput(); err != nil {
+			fail("openssl: %v\n%s", err, out)
+		}
+	}
+	const token = "bench-token"
+	tokens := filepath.Join(dir, "tokens.csv")
+	_ = os.WriteFile(tokens, []byte(token+",admin,admin,system:masters\n"), 0o600)
+	api := start(dir, *apiserver, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
+		"--etcd-servers="+etcdURL, "--service-cluster-ip-range=10.96.0.0/16",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+pub, "--service-account-signing-key-file="+key,
+		"--token-auth-file="+tokens, "--authorization-mode=AlwaysAllow",
+		"--endpoint-reconciler-type=none", "--cert-dir="+filepath.Join(dir, "certs"),
+		"--enable-priority-and-fairness=false", "--profiling=false", "--v=0")
+	waitHTTP(fmt.Sprintf("https://127.0.0.1:%d/readyz", apiPort), api, 60*time.Second, "Authorization", "Bearer "+token)
+	kc := filepath.Join(dir, "kubeconfig")
+	_ = os.WriteFile(kc, []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: b\n  cluster:\n    server: https://127.0.0.1:%d\n    insecure-skip-tls-verify: true\nusers:\n- name: a\n  user:\n    token: %s\ncontexts:\n- name: b\n  context: {cluster: b, user: a}\ncurrent-context: b\n", apiPort, token)), 0o600)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		fail("%v", err)
+	}
+	cfg.QPS, cfg.Burst = 5000, 5000
+	cfg.WarningHandler = rest.NoWarnings{}
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fail("%v", err)
+	}
+	return kc, c
+}
+
+func waitHTTP(url string, p *proc, timeout time.Duration, header ...string) {
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			fail("%s exited:\n%s", p.cmd.Path, tail(p.log.String()))
+		default:
+		}
+		req, _ := http.NewRequest("GET", url, nil)
+		if len(header) == 2 {
+			req.Header.Set(header[0], header[1])
+		}
+		if resp, err := hc.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fail("%s not ready after %v:\n%s", url, timeout, tail(p.log.String()))
+}
+
+func tail(s string) string {
+	if len(s) > 4000 {
+		return s[len(s)-4000:]
+	}
+	return s
+}
+
+// populate creates the nodes, the headless Services and one EndpointSlice
+// of perSvc ready endpoints per Service, spread over the nodes.
+func populate(c kubernetes.Interface) {
+	ctx := context.Background()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+		fail("%v", err)
+	}
+	work := make(chan func() error, 256)
+	var wg sync.WaitGroup
+	var errMu sync.Mutex
+	var firstErr error
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f := range work {
+				if err := f(); err != nil {
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					errMu.Unlock()
+				}
+			}
+		}()
+	}
+	ip := func(n int) string { return fmt.Sprintf("10.%d.%d.%d", 100+n/65536, n/256%256, n%256) }
+	for n := 0; n < *nodes; n++ {
+		work <- func() error {
+			node, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", n)}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.%d.%d", n/256, n%256)}}
+			node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+			_, err = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+			return err
+		}
+	}
+	tr, port, pname, proto := true, int32(8080), "http", corev1.ProtocolTCP
+	for i := 0; i < *services; i++ {
+		work <- func() error {
+			name := fmt.Sprintf("svc-%d", i)
+			_, err := c.CoreV1().Services("bench").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+				Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Protocol: proto, Port: 80}}}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			sl := &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Name: name + "-abcde", Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "benchk8s"}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Ports:       []discoveryv1.EndpointPort{{Name: &pname, Protocol: &proto, Port: &port}},
+			}
+			for j := 0; j < *perSvc; j++ {
+				node := fmt.Sprintf("node-%d", (i**perSvc+j)%*nodes)
+				podName := fmt.Sprintf("%s-pod-%d", name, j)
+				sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{
+					Addresses:  []string{ip(i**perSvc + j)},
+					Conditions: discoveryv1.EndpointConditions{Ready: &tr, Serving: &tr},
+					NodeName:   &node,
+					TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "bench", Name: podName, UID: "00000000-0000-0000-0000-000000000000"},
+				})
+			}
+			_, err = c.DiscoveryV1().EndpointSlices("bench").Create(ctx, sl, metav1.CreateOptions{})
+			return err
+		}
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		fail("creating objects: %v", firstErr)
+	}
+}
+
+func answerCount(port int, name string) int {
+	out, err := exec.Command("dig", "@127.0.0.1", "-p", strconv.Itoa(port), "+time=2", "+tries=1", "+short", name, "A").Output()
+	if err != nil {
+		return -1
+	}
+	return len(strings.Fields(string(out)))
+}
+
+func rssMiB(pid int) float64 {
+	// taskset execs meshdns, so the PID is meshdns's
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func heapMiB(prom int) float64 {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", prom))
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "go_memstats_heap_inuse_bytes" {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v / (1 << 20)
+		}
+	}
+	return 0
+}
+
+func qps(port int, queries string) int {
+	out, err := exec.Command(*dnsload, "127.0.0.1", strconv.Itoa(port), queries, strconv.Itoa(*secs)).Output()
+	if err != nil {
+		fail("dnsload: %v\n%s", err, out)
+	}
+	ls := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for _, f := range strings.Fields(ls[len(ls)-1]) {
+		if v, ok := strings.CutPrefix(f, "qps="); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}
