@@ -4,7 +4,8 @@
 # loopback, same objects: 5,000 headless Services with one EndpointSlice of
 # 10 ready endpoints each (50,000 endpoints) on 500 Nodes.
 #
-# Prints, per plugin: time to sync (start until /ready answers), RSS and Go
+# Prints, per plugin: time to sync (start until /ready answers and the last
+# Service answers in full), RSS (total, anonymous, file-backed) and live Go
 # heap after sync, dnsperf QPS on A queries (10 A records per answer);
 # then the ratios (goals: RSS <= 0.5x, QPS >= 1.0x). meshdns pinned with
 # taskset -c 0, dnsperf on core 1 (../shared/bench/dnsload).

@@ -44,6 +44,7 @@ var (
 	nodes     = flag.Int("nodes", 500, "Nodes")
 	secs      = flag.Int("secs", 6, "seconds per dnsperf run")
 	rounds    = flag.Int("rounds", 2, "rounds (each runs both plugins)")
+	profile   = flag.String("profile", "", "directory to save a heap profile (after GC) of each plugin into")
 )
 
 type proc struct {
@@ -113,6 +114,11 @@ func main() {
 	if *apiserver == "" {
 		fail("-apiserver is required")
 	}
+	for _, p := range []*string{meshdns, dnsload, apiserver} {
+		if abs, err := filepath.Abs(*p); err == nil {
+			*p = abs
+		}
+	}
 	dir, err := os.MkdirTemp("", "benchk8s-")
 	if err != nil {
 		fail("%v", err)
@@ -137,19 +143,21 @@ func main() {
 	}
 
 	variants := []struct{ name, block string }{
+		{"idle", "    whoami\n"},
 		{"kubernetes", "    kubernetes cluster.local {\n        kubeconfig " + kubeconfig + "\n    }\n"},
 		{"endpointsvc", "    endpointsvc svc.cluster.local {\n        source kubernetes " + kubeconfig + "\n        addresses endpoint\n    }\n"},
 	}
 	type result struct {
-		rss, heap float64
-		sync      time.Duration
-		qps       []int
+		rss, anon, heap float64
+		sync            time.Duration
+		qps             []int
 	}
 	res := map[string]*result{}
 	for r := 1; r <= *rounds; r++ {
 		for _, v := range variants {
 			port, ready, prom := freePort(), freePort(), freePort()
-			corefile := fmt.Sprintf("cluster.local:%d {\n    bind 127.0.0.1\n    ready 127.0.0.1:%d\n    prometheus 127.0.0.1:%d\n%s}\n", port, ready, prom, v.block)
+			pp := freePort()
+			corefile := fmt.Sprintf("cluster.local:%d {\n    bind 127.0.0.1\n    ready 127.0.0.1:%d\n    prometheus 127.0.0.1:%d\n    pprof 127.0.0.1:%d\n%s}\n", port, ready, prom, pp, v.block)
 			cf := filepath.Join(dir, "Corefile."+v.name)
 			if err := os.WriteFile(cf, []byte(corefile), 0o644); err != nil {
 				fail("%v", err)
@@ -157,6 +165,16 @@ func main() {
 			start0 := time.Now()
 			p := start(dir, "taskset", "-c", "0", *meshdns, "-conf", cf)
 			waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/ready", ready), p, 120*time.Second)
+			if v.name == "idle" {
+				if r == 1 {
+					time.Sleep(3 * time.Second)
+					gc(pp)
+					fmt.Printf("%-12s (no plugin holding data) RSS %.1f MiB (anonymous %.1f, file-backed %.1f), live Go heap %.1f MiB\n", v.name,
+						rssMiB(p.cmd.Process.Pid), statusMiB(p.cmd.Process.Pid, "RssAnon:"), statusMiB(p.cmd.Process.Pid, "RssFile:"), heapMiB(prom))
+				}
+				p.stop()
+				continue
+			}
 			// and until the DNS port answers the last Service in full
 			name := fmt.Sprintf("svc-%d.bench.svc.cluster.local.", *services-1)
 			for n := 0; n != *perSvc; n = answerCount(port, name) {
@@ -172,10 +190,16 @@ func main() {
 				x = &result{}
 				res[v.name] = x
 			}
+			gc(pp) // a forced GC, so the heap figure is the live heap
 			rss, heap := rssMiB(p.cmd.Process.Pid), heapMiB(prom)
+			anon := statusMiB(p.cmd.Process.Pid, "RssAnon:")
+			if *profile != "" && r == 1 {
+				saveProfile(pp, filepath.Join(*profile, v.name+".heap"))
+			}
 			if r == 1 {
-				x.rss, x.heap, x.sync = rss, heap, syncTime
-				fmt.Printf("%-12s synced in %v, RSS after sync %.1f MiB, Go heap in use %.1f MiB\n", v.name, syncTime.Round(time.Millisecond), rss, heap)
+				x.rss, x.anon, x.heap, x.sync = rss, anon, heap, syncTime
+				fmt.Printf("%-12s synced in %v; after sync: RSS %.1f MiB (anonymous %.1f, file-backed %.1f), live Go heap %.1f MiB\n",
+					v.name, syncTime.Round(time.Millisecond), rss, anon, statusMiB(p.cmd.Process.Pid, "RssFile:"), heap)
 			}
 			x.qps = append(x.qps, qps(port, queries))
 			p.stop()
@@ -191,6 +215,8 @@ func main() {
 		return float64(s) / float64(len(q))
 	}
 	fmt.Printf("RSS after sync: kubernetes %.1f MiB, endpointsvc %.1f MiB, ratio %.2f (goal <= 0.5)\n", k.rss, e.rss, e.rss/k.rss)
+	fmt.Printf("anonymous RSS after sync (without the binary's file-backed pages): kubernetes %.1f MiB, endpointsvc %.1f MiB, ratio %.2f\n", k.anon, e.anon, e.anon/k.anon)
+	fmt.Printf("live Go heap after sync: kubernetes %.1f MiB, endpointsvc %.1f MiB, ratio %.2f\n", k.heap, e.heap, e.heap/k.heap)
 	fmt.Printf("time to sync: kubernetes %v, endpointsvc %v\n", k.sync.Round(time.Millisecond), e.sync.Round(time.Millisecond))
 	fmt.Printf("A QPS (%d A records per answer): kubernetes %.0f, endpointsvc %.0f, ratio %.3f (goal >= 1.0)\n", *perSvc, avg(k.qps), avg(e.qps), avg(e.qps)/avg(k.qps))
 }
@@ -350,14 +376,17 @@ func answerCount(port int, name string) int {
 	return len(strings.Fields(string(out)))
 }
 
-func rssMiB(pid int) float64 {
-	// taskset execs meshdns, so the PID is meshdns's
+func rssMiB(pid int) float64 { return statusMiB(pid, "VmRSS:") }
+
+// statusMiB reads a kB field of /proc/PID/status (taskset execs meshdns, so
+// the PID is meshdns's).
+func statusMiB(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.ParseFloat(f[1], 64)
 			return kb / 1024
 		}
@@ -374,12 +403,32 @@ func heapMiB(prom int) float64 {
 	var buf bytes.Buffer
 	_, _ = buf.ReadFrom(resp.Body)
 	for _, l := range strings.Split(buf.String(), "\n") {
-		if f := strings.Fields(l); len(f) == 2 && f[0] == "go_memstats_heap_inuse_bytes" {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "go_memstats_heap_alloc_bytes" {
 			v, _ := strconv.ParseFloat(f[1], 64)
 			return v / (1 << 20)
 		}
 	}
 	return 0
+}
+
+// gc forces a garbage collection through pprof's heap endpoint.
+func gc(port int) {
+	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", port)); err == nil {
+		resp.Body.Close()
+	}
+}
+
+func saveProfile(port int, path string) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", port))
+	if err != nil {
+		fail("%v", err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		fail("%v", err)
+	}
 }
 
 func qps(port int, queries string) int {

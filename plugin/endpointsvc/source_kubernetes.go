@@ -139,6 +139,10 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 		default:
 		}
 	}
+	// The handlers' registrations are synced once the stores are and every
+	// initial add has been delivered, so the first build sees them all and
+	// no late add triggers a second one.
+	var regs []cache.ResourceEventHandlerRegistration
 	for _, x := range []struct {
 		inf cache.SharedIndexInformer
 		fn  cache.TransformFunc
@@ -146,7 +150,9 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 		// Setting these fails only on a started informer; ours are new.
 		_ = x.inf.SetTransform(x.fn)
 		_ = x.inf.SetWatchErrorHandlerWithContext(onError)
-		_, _ = x.inf.AddEventHandler(handler)
+		if reg, err := x.inf.AddEventHandler(handler); err == nil {
+			regs = append(regs, reg)
+		}
 	}
 	_ = sliceInf.AddIndexers(cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
 		if sl, ok := obj.(*kSlice); ok && sl.service != "" {
@@ -192,10 +198,17 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			failing = false
 			k.build(s, svcInf, sliceInf, nodeInf)
 		case <-tick.C:
-			if !synced && svcInf.HasSynced() && sliceInf.HasSynced() && nodeInf.HasSynced() {
+			if !synced && svcInf.HasSynced() && sliceInf.HasSynced() && nodeInf.HasSynced() && allSynced(regs) {
 				synced, failing = true, false
+				select { // the initial adds are all in this build
+				case <-dirty:
+				default:
+				}
 				k.build(s, svcInf, sliceInf, nodeInf)
-				debug.FreeOSMemory() // return the initial list's garbage
+				// Return the initial list's garbage (the full objects the
+				// transforms slimmed, the first state) to the OS now, rather
+				// than keeping the peak as RSS until the scavenger gets to it.
+				debug.FreeOSMemory()
 				continue
 			}
 			// The informers retry a failing list or watch on their own,
@@ -226,6 +239,15 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			}
 		}
 	}
+}
+
+func allSynced(regs []cache.ResourceEventHandlerRegistration) bool {
+	for _, r := range regs {
+		if !r.HasSynced() {
+			return false
+		}
+	}
+	return len(regs) == 3
 }
 
 // probe asks the API server for one node (served from its watch cache): the
