@@ -113,6 +113,13 @@ func TestEndpointsvcKubernetes(t *testing.T) {
 		})
 		createSlice(t, k, "demo", "hello-ingress", "hello", discoveryv1.AddressTypeFQDN,
 			endpoint("kourier.kourier-system.svc.cluster.local", "", true, false))
+		// a Route-labelled Service with IPv4 and IPv6 slices: endpoint addresses as A and AAAA
+		createService(t, k, "demo", "dual", corev1.ServiceTypeClusterIP, func(s *corev1.Service) {
+			s.Spec.ClusterIP = corev1.ClusterIPNone
+			s.Labels = map[string]string{"serving.knative.dev/route": "dual"}
+		})
+		createSlice(t, k, "demo", "dual-v4", "dual", discoveryv1.AddressTypeIPv4, endpoint("10.244.3.1", "", true, false), endpoint("10.244.3.2", "", false, false))
+		createSlice(t, k, "demo", "dual-v6", "dual", discoveryv1.AddressTypeIPv6, endpoint("fd00:10:244::3", "", true, false))
 		kn := Start(t, `cluster.local:1053 {
     bind 127.0.0.1
     ready 127.0.0.1:8181
@@ -137,6 +144,11 @@ func TestEndpointsvcKubernetes(t *testing.T) {
 		}
 		if got := DigShort(t, kaddr, route, "A"); len(got) != 2 {
 			t.Errorf("dig +short %s: %q", route, got)
+		}
+		within(t, time.Second, kaddr, "dual.demo.svc.cluster.local", dns.TypeA, "10.244.3.1")
+		within(t, time.Second, kaddr, "dual.demo.svc.cluster.local", dns.TypeAAAA, "fd00:10:244::3")
+		if got := KdigShort(t, kaddr, "+tcp", "dual.demo.svc.cluster.local", "AAAA"); strings.Join(got, " ") != "fd00:10:244::3" {
+			t.Errorf("kdig +tcp AAAA: %q", got)
 		}
 		// names endpointsvc does not own go on to the kubernetes plugin
 		within(t, time.Second, kaddr, "kourier.kourier-system.svc.cluster.local", dns.TypeA, kourier.Spec.ClusterIP)
