@@ -258,8 +258,10 @@ func TestEndpointsvcKubernetes(t *testing.T) {
 			}
 			return ""
 		})
+		// (the informers re-list after their own back-off, which grew during
+		// the outage: up to ~30 s, so this wait is longer than a second)
 		updateSlice(t, k, "e2e", "api-1", endpoint("10.244.2.9", "n2", true, false))
-		within(t, 5*time.Second, addr, "api.e2e.svc.cluster.local", dns.TypeA, "192.0.2.2")
+		within(t, 40*time.Second, addr, "api.e2e.svc.cluster.local", dns.TypeA, "192.0.2.2")
 	})
 }
 
