@@ -94,7 +94,7 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 		}
 	case kindSRV:
 		if se := t.services[svcKey{n.namespace, n.service}]; se != nil {
-			if targets, ok := se.ports[portKey{n.port, n.proto}]; ok {
+			if targets, ok := se.port(portKey{n.port, n.proto}); ok {
 				exists = true
 				if qtype == dns.TypeSRV {
 					answer, extra = e.srv(owner, zi, targets)

@@ -8,17 +8,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The slim objects below are what the informers store instead of the API
 // objects: the transforms keep only the fields the mapping reads (as the
-// kubernetes plugin's object package does, coredns#2095). Each embeds an
-// ObjectMeta holding only name, namespace and resourceVersion, so the
-// informer's key function and the resourceVersion check on updates work.
+// kubernetes plugin's object package does, coredns#2095). Each embeds a
+// kMeta holding only name, namespace and resourceVersion (a full ObjectMeta
+// is 232 bytes even when empty), enough for the informer's key function,
+// its namespace index and the resourceVersion check on updates.
 
 // kService is the slim form of a v1.Service.
 type kService struct {
-	metav1.ObjectMeta
+	kMeta
 	externalName bool // type ExternalName: left to the kubernetes plugin
 	skip         bool // outside the configured namespaces
 	ports        []kServicePort
@@ -31,7 +33,7 @@ type kServicePort struct {
 
 // kSlice is the slim form of a discovery/v1 EndpointSlice.
 type kSlice struct {
-	metav1.ObjectMeta
+	kMeta
 	service     string // "namespace/name" from the kubernetes.io/service-name label, lowercased
 	addressType string // IPv4, IPv6, FQDN
 	ports       []kSlicePort
@@ -54,13 +56,13 @@ type kEndpoint struct {
 
 // kNode is the slim form of a v1.Node.
 type kNode struct {
-	metav1.ObjectMeta
+	kMeta
 	readyFalse bool              // the Ready condition is False
 	addresses  map[string]string // address type (lowercased) → first address of that type
 }
 
-func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion}
+func slimMeta(m *metav1.ObjectMeta) kMeta {
+	return kMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion}
 }
 
 // transformService converts a *v1.Service into a *kService; anything else
@@ -72,7 +74,7 @@ func transformService(namespaces map[string]bool) func(any) (any, error) {
 		if !ok {
 			return obj, nil
 		}
-		k := &kService{ObjectMeta: slimMeta(&s.ObjectMeta)}
+		k := &kService{kMeta: slimMeta(&s.ObjectMeta)}
 		if namespaces != nil && !namespaces[strings.ToLower(s.Namespace)] {
 			k.skip = true
 			return k, nil
@@ -95,7 +97,7 @@ func transformSlice(namespaces map[string]bool) func(any) (any, error) {
 		if !ok {
 			return obj, nil
 		}
-		k := &kSlice{ObjectMeta: slimMeta(&s.ObjectMeta)}
+		k := &kSlice{kMeta: slimMeta(&s.ObjectMeta)}
 		svc := s.Labels[discoveryv1.LabelServiceName]
 		if svc == "" || (namespaces != nil && !namespaces[strings.ToLower(s.Namespace)]) {
 			return k, nil // belongs to no Service we serve
@@ -150,7 +152,7 @@ func transformNode(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	k := &kNode{ObjectMeta: slimMeta(&n.ObjectMeta)}
+	k := &kNode{kMeta: slimMeta(&n.ObjectMeta)}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse {
 			k.readyFalse = true
@@ -184,3 +186,47 @@ func (k *kSlice) DeepCopyObject() runtime.Object { c := *k; return &c }
 
 // DeepCopyObject copies k (shared, never modified, address map).
 func (k *kNode) DeepCopyObject() runtime.Object { c := *k; return &c }
+
+// kMeta is the part of an object's metadata the informers need. It
+// implements metav1.Object: the three fields it keeps read and write, every
+// other getter returns the zero value and every other setter does nothing.
+type kMeta struct {
+	Name, Namespace, ResourceVersion string
+}
+
+var _ metav1.Object = (*kMeta)(nil)
+
+func (m *kMeta) GetNamespace() string                  { return m.Namespace }
+func (m *kMeta) SetNamespace(ns string)                { m.Namespace = ns }
+func (m *kMeta) GetName() string                       { return m.Name }
+func (m *kMeta) SetName(name string)                   { m.Name = name }
+func (m *kMeta) GetResourceVersion() string            { return m.ResourceVersion }
+func (m *kMeta) SetResourceVersion(v string)           { m.ResourceVersion = v }
+func (m *kMeta) GetGenerateName() string               { return "" }
+func (m *kMeta) SetGenerateName(string)                {}
+func (m *kMeta) GetUID() types.UID                     { return "" }
+func (m *kMeta) SetUID(types.UID)                      {}
+func (m *kMeta) GetGeneration() int64                  { return 0 }
+func (m *kMeta) SetGeneration(int64)                   {}
+func (m *kMeta) GetSelfLink() string                   { return "" }
+func (m *kMeta) SetSelfLink(string)                    {}
+func (m *kMeta) GetCreationTimestamp() metav1.Time     { return metav1.Time{} }
+func (m *kMeta) SetCreationTimestamp(metav1.Time)      {}
+func (m *kMeta) GetDeletionTimestamp() *metav1.Time    { return nil }
+func (m *kMeta) SetDeletionTimestamp(*metav1.Time)     {}
+func (m *kMeta) GetDeletionGracePeriodSeconds() *int64 { return nil }
+func (m *kMeta) SetDeletionGracePeriodSeconds(*int64)  {}
+func (m *kMeta) GetLabels() map[string]string          { return nil }
+func (m *kMeta) SetLabels(map[string]string)           {}
+func (m *kMeta) GetAnnotations() map[string]string     { return nil }
+func (m *kMeta) SetAnnotations(map[string]string)      {}
+func (m *kMeta) GetFinalizers() []string               { return nil }
+func (m *kMeta) SetFinalizers([]string)                {}
+func (m *kMeta) GetOwnerReferences() []metav1.OwnerReference {
+	return nil
+}
+func (m *kMeta) SetOwnerReferences([]metav1.OwnerReference) {}
+func (m *kMeta) GetManagedFields() []metav1.ManagedFieldsEntry {
+	return nil
+}
+func (m *kMeta) SetManagedFields([]metav1.ManagedFieldsEntry) {}

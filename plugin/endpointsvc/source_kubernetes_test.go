@@ -376,7 +376,7 @@ func TestKubeTransformsAreSlim(t *testing.T) {
 	svc := kubeService("default", "web", corev1.ServiceTypeNodePort, corev1.ServicePort{Name: "HTTP", Protocol: corev1.ProtocolUDP, Port: 53, NodePort: 30053})
 	x, _ := transformService(nil)(svc)
 	k := x.(*kService)
-	if k.Labels != nil || k.Annotations != nil || k.Name != "web" || k.ResourceVersion != "1" ||
+	if k.GetLabels() != nil || k.GetAnnotations() != nil || k.Name != "web" || k.ResourceVersion != "1" ||
 		len(k.ports) != 1 || k.ports[0] != (kServicePort{"http", "udp", 53, 30053}) {
 		t.Errorf("slim service: %+v", k)
 	}
@@ -390,7 +390,7 @@ func TestKubeTransformsAreSlim(t *testing.T) {
 	sl := kubeSlice("default", "web-1", "Web", discoveryv1.AddressTypeIPv4, discoveryv1.Endpoint{}, ep("10.0.0.1", "N1"))
 	y, _ := transformSlice(nil)(sl)
 	ks := y.(*kSlice)
-	if ks.service != "default/web" || len(ks.endpoints) != 1 || ks.endpoints[0].nodeName != "n1" || ks.Labels != nil {
+	if ks.service != "default/web" || len(ks.endpoints) != 1 || ks.endpoints[0].nodeName != "n1" || ks.GetLabels() != nil {
 		t.Errorf("slim slice: %+v", ks)
 	}
 	// invalid addresses are skipped by the mapping, not by the transform

@@ -31,10 +31,26 @@ type addrs struct {
 func (a addrs) empty() bool { return len(a.v4) == 0 && len(a.v6) == 0 }
 
 type svcEntry struct {
-	addrs                         // node mode: the endpoints' nodes' advertise addresses; endpoint mode: the endpoints' own
-	cname string                  // endpoint mode, FQDN endpoints only: the lexicographically first FQDN
-	srv   []srvTarget             // one per endpoint and port, every port
-	ports map[portKey][]srvTarget // named ports; a key exists for every named service port
+	addrs             // node mode: the endpoints' nodes' advertise addresses; endpoint mode: the endpoints' own
+	cname string      // endpoint mode, FQDN endpoints only: the lexicographically first FQDN
+	srv   []srvTarget // one per endpoint and port, every port
+	ports []namedPort // one per named service port, in the service's order (few: a linear scan beats a map)
+}
+
+// namedPort is a named service port and its SRV targets.
+type namedPort struct {
+	key     portKey
+	targets []srvTarget
+}
+
+// port returns the targets of named port k and whether the port exists.
+func (e *svcEntry) port(k portKey) ([]srvTarget, bool) {
+	for i := range e.ports {
+		if e.ports[i].key == k {
+			return e.ports[i].targets, true
+		}
+	}
+	return nil, false
 }
 
 type srvTarget struct {
@@ -75,6 +91,11 @@ func buildTable(st *State, zones []string, includeUnhealthy, endpointMode bool, 
 		e := &svcEntry{}
 		var ips []netip.Addr
 		var fqdns []string
+		for _, sp := range svc.Ports {
+			if sp.Name != "" {
+				e.ports = append(e.ports, namedPort{key: portKey{sp.Name, sp.Protocol}})
+			}
+		}
 		for _, ep := range se.Endpoints {
 			if endpointMode {
 				if ip, host, err := ParseAddress(ep.Task.Address); err == nil && host != "" {
@@ -90,7 +111,11 @@ func buildTable(st *State, zones []string, includeUnhealthy, endpointMode bool, 
 			if !endpointMode {
 				ips = appendAddrs(ips, ne.addrs)
 			}
+			named := 0
 			for _, sp := range svc.Ports {
+				if sp.Name != "" {
+					named++
+				}
 				port := hostPort(sp, ep.Task)
 				if port == 0 {
 					continue
@@ -98,23 +123,12 @@ func buildTable(st *State, zones []string, includeUnhealthy, endpointMode bool, 
 				st := srvTarget{node: ne, port: port}
 				e.srv = append(e.srv, st)
 				if sp.Name != "" {
-					if e.ports == nil {
-						e.ports = make(map[portKey][]srvTarget)
-					}
-					k := portKey{sp.Name, sp.Protocol}
-					e.ports[k] = append(e.ports[k], st)
+					e.ports[named-1].targets = append(e.ports[named-1].targets, st)
 				}
 			}
 		}
-		for _, sp := range svc.Ports {
-			if sp.Name == "" {
-				continue
-			}
-			if e.ports == nil {
-				e.ports = make(map[portKey][]srvTarget)
-			}
-			k := portKey{sp.Name, sp.Protocol}
-			e.ports[k] = sortTargets(e.ports[k])
+		for i := range e.ports {
+			e.ports[i].targets = sortTargets(e.ports[i].targets)
 		}
 		e.srv = sortTargets(e.srv)
 		e.addrs = toAddrs(ips)
