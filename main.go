@@ -8,11 +8,13 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/meshdns/meshdns/plugin/virtualconsul"
 )
 
 // ourDirectives are meshdns's own plugins, in the order they run. Each is
 // appended here by the issue that makes it work, together with its import.
-var ourDirectives = []string{}
+var ourDirectives = []string{"virtualconsul"}
 
 // anchorDirective is the stock directive ours follow: everything before it
 // (cache, rewrite, acl, …) runs before our plugins, everything after it

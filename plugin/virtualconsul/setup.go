@@ -1,0 +1,274 @@
+package virtualconsul
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+)
+
+const pluginName = "virtualconsul"
+
+var log = clog.NewWithPlugin(pluginName)
+
+func init() { plugin.Register(pluginName, setup) }
+
+func setup(c *caddy.Controller) error {
+	v, err := parse(c)
+	if err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	c.OnStartup(v.start)
+	c.OnShutdown(v.stop)
+	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+		v.Next = next
+		return v
+	})
+	return nil
+}
+
+// Defaults of the Corefile options.
+const (
+	defaultNamespace  = "default"
+	defaultPartition  = "default"
+	defaultDatacenter = "dc1"
+	defaultTTL        = 5 * time.Second
+)
+
+// parse reads the virtualconsul directive into a plugin with no side
+// effects: nothing is read and no goroutine starts until OnStartup.
+func parse(c *caddy.Controller) (*VirtualConsul, error) {
+	root := dnsserver.GetConfig(c).Root
+	abs := func(p string) string {
+		if !filepath.IsAbs(p) && root != "" {
+			return filepath.Join(root, p)
+		}
+		return p
+	}
+	v := &VirtualConsul{
+		ns: defaultNamespace, ap: defaultPartition, dc: defaultDatacenter,
+		ttl: uint32(defaultTTL / time.Second),
+	}
+	for i := 0; c.Next(); i++ {
+		if i > 0 {
+			return nil, plugin.ErrOnce
+		}
+		v.zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), []string{"consul."})
+		seen := map[string]bool{}
+		for c.NextBlock() {
+			opt := c.Val()
+			if seen[opt] {
+				return nil, c.Errf("%s given twice", opt)
+			}
+			seen[opt] = true
+			args := c.RemainingArgs()
+			switch opt {
+			case "source":
+				if len(args) == 0 {
+					return nil, c.ArgErr()
+				}
+				switch args[0] {
+				case "file":
+					if len(args) < 2 || len(args) > 3 {
+						return nil, c.Errf("source file needs PATH [INTERVAL]")
+					}
+					f := &fileSource{path: abs(args[1]), interval: defaultInterval}
+					if len(args) == 3 {
+						d, err := time.ParseDuration(args[2])
+						if err != nil || d <= 0 {
+							return nil, c.Errf("source file: invalid interval %q", args[2])
+						}
+						f.interval = d
+					}
+					v.src = f
+				default:
+					return nil, c.Errf("unknown source type %q", args[0])
+				}
+			case "snapshot":
+				if len(args) != 1 {
+					return nil, c.ArgErr()
+				}
+				v.snapshot = abs(args[0])
+				if st, err := os.Stat(filepath.Dir(v.snapshot)); err != nil || !st.IsDir() {
+					return nil, c.Errf("snapshot directory %q does not exist", filepath.Dir(v.snapshot))
+				}
+			case "namespace", "partition", "datacenter":
+				if len(args) != 1 {
+					return nil, c.ArgErr()
+				}
+				if !validIdentity(args[0]) {
+					return nil, c.Errf("%s: invalid name %q (want 1-63 of a-z 0-9 - _)", opt, args[0])
+				}
+				switch opt {
+				case "namespace":
+					v.ns = args[0]
+				case "partition":
+					v.ap = args[0]
+				default:
+					v.dc = args[0]
+				}
+			case "ttl":
+				if len(args) != 1 {
+					return nil, c.ArgErr()
+				}
+				ttl, err := parseTTL(args[0])
+				if err != nil {
+					return nil, c.Errf("ttl: %v", err)
+				}
+				v.ttl = ttl
+			case "authoritative":
+				if len(args) != 0 {
+					return nil, c.ArgErr()
+				}
+				v.authoritative = true
+			default:
+				return nil, c.Errf("unknown property %q", opt)
+			}
+		}
+		if v.src == nil && v.snapshot == "" {
+			return nil, c.Err("virtualconsul needs a source or a snapshot")
+		}
+	}
+	v.metricZone = v.zones[0]
+	sort.SliceStable(v.zones, func(i, j int) bool { return len(v.zones[i]) > len(v.zones[j]) })
+	return v, nil
+}
+
+// parseTTL reads a TTL as a Go duration ("5s", "1m") or whole seconds ("5").
+func parseTTL(s string) (uint32, error) {
+	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
+		return uint32(n), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errInvalidTTL(s)
+	}
+	if d < 0 || d%time.Second != 0 || d/time.Second > 1<<31-1 {
+		return 0, errInvalidTTL(s)
+	}
+	return uint32(d / time.Second), nil
+}
+
+type errInvalidTTL string
+
+func (e errInvalidTTL) Error() string {
+	return "invalid duration " + strconv.Quote(string(e)) + " (want whole seconds, e.g. 5s)"
+}
+
+// lifecycle holds the running source between OnStartup and OnShutdown.
+type lifecycle struct {
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// start loads the snapshot at once, then starts the source.
+func (v *VirtualConsul) start() error {
+	if v.snapshot != "" {
+		v.loadSnapshot()
+	}
+	if v.src == nil {
+		return nil
+	}
+	v.life.mu.Lock()
+	defer v.life.mu.Unlock()
+	if v.life.cancel != nil {
+		return nil // already running
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	v.life.cancel, v.life.done = cancel, done
+	report := v.reporter(v.src.Name())
+	go func() {
+		defer close(done)
+		v.src.Run(ctx, report)
+	}()
+	return nil
+}
+
+// stop stops the source and waits for its goroutine to end.
+func (v *VirtualConsul) stop() error {
+	v.life.mu.Lock()
+	cancel, done := v.life.cancel, v.life.done
+	v.life.cancel, v.life.done = nil, nil
+	v.life.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return nil
+}
+
+// swap makes t the serving table.
+func (v *VirtualConsul) swap(t *Table) {
+	v.table.Store(t)
+	tableEntries.WithLabelValues(v.metricZone).Set(float64(t.Len()))
+}
+
+// loadSnapshot serves the persisted table, if there is a valid one; a
+// corrupt snapshot is logged and ignored.
+func (v *VirtualConsul) loadSnapshot() {
+	t, err := readSnapshot(v.snapshot)
+	switch {
+	case err != nil:
+		syncCount.WithLabelValues(v.metricZone, "snapshot", SyncRejected).Inc()
+		log.Errorf("Ignoring the snapshot: %v", err)
+	case t != nil:
+		syncCount.WithLabelValues(v.metricZone, "snapshot", SyncOK).Inc()
+		v.swap(t)
+		log.Infof("Loaded %d entries from snapshot %q", t.Len(), v.snapshot)
+	}
+}
+
+// reporter returns the function a source reports its sync attempts to. It
+// swaps good tables in, writes the snapshot, counts every attempt and logs
+// state changes only.
+func (v *VirtualConsul) reporter(src string) func(Sync) {
+	var lastErr, lastSnapErr string // touched by the source's goroutine only
+	return func(s Sync) {
+		syncCount.WithLabelValues(v.metricZone, src, s.Result).Inc()
+		switch s.Result {
+		case SyncOK:
+			v.swap(s.Table)
+			lastSync.WithLabelValues(v.metricZone, src).SetToCurrentTime()
+			if lastErr != "" {
+				log.Infof("Source %s recovered", src)
+				lastErr = ""
+			}
+			log.Infof("Synced %d entries from source %s", s.Table.Len(), src)
+			if v.snapshot == "" {
+				return
+			}
+			msg := ""
+			if err := writeSnapshot(v.snapshot, s.Table); err != nil {
+				msg = err.Error()
+			}
+			if msg != lastSnapErr {
+				if msg != "" {
+					log.Errorf("Writing the snapshot: %s", msg)
+				} else {
+					log.Infof("Snapshot %q written again", v.snapshot)
+				}
+				lastSnapErr = msg
+			}
+		case SyncUnchanged:
+		default:
+			if msg := s.Err.Error(); msg != lastErr {
+				if s.Result == SyncRejected {
+					log.Errorf("Rejected a table, the previous one keeps serving: %s", msg)
+				} else {
+					log.Errorf("Source %s failing, the previous table keeps serving: %s", src, msg)
+				}
+				lastErr = msg
+			}
+		}
+	}
+}

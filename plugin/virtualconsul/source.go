@@ -1,0 +1,34 @@
+package virtualconsul
+
+import "context"
+
+// A source keeps one plugin's table in step with one control plane: a table
+// file here; the Consul catalog, an xDS stream and the like later, one file
+// each. A source builds every table with a Builder (so every table passes
+// the same checks) and reports each attempt; the plugin swaps tables in,
+// counts, logs and writes the snapshot.
+type source interface {
+	// Name labels the source in metrics and logs ("file").
+	Name() string
+	// Run syncs until ctx is done, calling report after every attempt, from
+	// Run's goroutine only. It returns promptly once ctx is done.
+	Run(ctx context.Context, report func(Sync))
+}
+
+// Sync is the outcome of one sync attempt of a source.
+type Sync struct {
+	// Result is one of the Sync… constants.
+	Result string
+	// Table is the new table when Result is SyncOK, else nil.
+	Table *Table
+	// Err says why, for SyncRejected and SyncError.
+	Err error
+}
+
+// Results of a sync attempt (the result label of the syncs metric).
+const (
+	SyncOK        = "ok"        // a new table was built
+	SyncUnchanged = "unchanged" // same content as the last table: nothing rebuilt
+	SyncRejected  = "rejected"  // the payload was invalid: the old table keeps serving
+	SyncError     = "error"     // the source could not be read
+)
