@@ -49,7 +49,10 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 	root := dnsserver.GetConfig(c).Root
 	abs := func(p string) string {
 		if !filepath.IsAbs(p) && root != "" {
-			return filepath.Join(root, p)
+			p = filepath.Join(root, p)
+		}
+		if a, err := filepath.Abs(p); err == nil {
+			return a // logs and errors then name the file unambiguously
 		}
 		return p
 	}
