@@ -87,7 +87,7 @@ func TestSnapshotCorrupt(t *testing.T) {
 		t.Fatalf("corrupt snapshot error = %v", err)
 	}
 	// The plugin logs it, ignores it and is not ready.
-	v := &VirtualConsul{snapshot: snap, zones: []string{"consul."}, metricZone: "consul."}
+	v := &VirtualConsul{snapshot: snap, zones: []zone{newZone("consul.")}, metricZone: "consul."}
 	if err := v.start(); err != nil {
 		t.Fatal(err)
 	}

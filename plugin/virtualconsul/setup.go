@@ -60,11 +60,12 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 		ns: defaultNamespace, ap: defaultPartition, dc: defaultDatacenter,
 		ttl: uint32(defaultTTL / time.Second),
 	}
+	var zones []string
 	for i := 0; c.Next(); i++ {
 		if i > 0 {
 			return nil, plugin.ErrOnce
 		}
-		v.zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), []string{"consul."})
+		zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), []string{"consul."})
 		seen := map[string]bool{}
 		for c.NextBlock() {
 			opt := c.Val()
@@ -140,8 +141,11 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 			return nil, c.Err("virtualconsul needs a source or a snapshot")
 		}
 	}
-	v.metricZone = v.zones[0]
-	sort.SliceStable(v.zones, func(i, j int) bool { return len(v.zones[i]) > len(v.zones[j]) })
+	v.metricZone = zones[0]
+	for _, z := range zones {
+		v.zones = append(v.zones, newZone(z))
+	}
+	sort.SliceStable(v.zones, func(i, j int) bool { return len(v.zones[i].name) > len(v.zones[j].name) })
 	return v, nil
 }
 

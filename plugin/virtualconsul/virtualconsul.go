@@ -22,8 +22,8 @@ import (
 type VirtualConsul struct {
 	Next plugin.Handler
 
-	zones         []string // lowercased FQDNs, longest first
-	ns, ap, dc    string   // this workload's identity, expands short names
+	zones         []zone // longest first
+	ns, ap, dc    string // this workload's identity, expands short names
 	ttl           uint32
 	authoritative bool
 	src           source // nil when only a snapshot is configured
@@ -80,69 +80,106 @@ func (v *VirtualConsul) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *d
 		return v.negative(w, r, zone, t, dns.RcodeNameError)
 	}
 	vp := &t.vips[i]
-	var rr dns.RR
 	switch {
 	case vp.fam == famAmbiguous:
 		c.ambiguous.Inc()
 		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
 	case vp.fam == fam4 && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY):
-		rr = &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: v.ttl}, A: vp.ip[:4:4]}
+		rp := newReply[dns.A](r, dns.RcodeSuccess)
+		rp.rec = dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: v.ttl}, A: vp.ip[:4:4]}
+		rp.m.Answer = rp.rr[:]
+		c.hit.Inc()
+		w.WriteMsg(&rp.m)
+		return dns.RcodeSuccess, nil
 	case vp.fam == fam6 && (q.Qtype == dns.TypeAAAA || q.Qtype == dns.TypeANY):
-		rr = &dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: v.ttl}, AAAA: vp.ip[:]}
-	default:
-		c.nodata.Inc()
-		return v.negative(w, r, zone, t, dns.RcodeSuccess)
+		rp := newReply[dns.AAAA](r, dns.RcodeSuccess)
+		rp.rec = dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: v.ttl}, AAAA: vp.ip[:]}
+		rp.m.Answer = rp.rr[:]
+		c.hit.Inc()
+		w.WriteMsg(&rp.m)
+		return dns.RcodeSuccess, nil
 	}
-	c.hit.Inc()
-	m := new(dns.Msg)
-	m.SetReply(r)
-	m.Authoritative = true
-	m.Answer = []dns.RR{rr}
-	w.WriteMsg(m)
-	return dns.RcodeSuccess, nil
+	c.nodata.Inc()
+	return v.negative(w, r, zone, t, dns.RcodeSuccess)
 }
 
-// negative writes NODATA (rcode NOERROR) or NXDOMAIN with the zone's SOA.
-func (v *VirtualConsul) negative(w dns.ResponseWriter, r *dns.Msg, zone string, t *Table, rcode int) (int, error) {
-	m := new(dns.Msg)
-	m.SetRcode(r, rcode)
-	m.Authoritative = true
-	m.Ns = []dns.RR{v.soa(zone, t.serial)}
-	w.WriteMsg(m)
-	return rcode, nil
+// reply is a whole answer in one allocation: the message, its question and
+// its one record (rr[0] points at rec).
+type reply[T any] struct {
+	m   dns.Msg
+	q   [1]dns.Question
+	rr  [1]dns.RR
+	rec T
 }
 
-// soa is the zone's SOA for negative answers; its minimum (the negative
-// caching TTL) is the answer TTL.
-func (v *VirtualConsul) soa(zone string, serial uint32) dns.RR {
-	host := "ns.dns." + zone
-	if zone == "." {
-		host = "ns.dns."
+// newReply starts the reply to r as dns.Msg.SetRcode does, without separate
+// allocations for the question and the record.
+func newReply[T any, PT interface {
+	*T
+	dns.RR
+}](r *dns.Msg, rcode int) *reply[T] {
+	rp := new(reply[T])
+	rp.rr[0] = PT(&rp.rec)
+	m := &rp.m
+	m.Id = r.Id
+	m.Response = true
+	m.Opcode = r.Opcode
+	if m.Opcode == dns.OpcodeQuery {
+		m.RecursionDesired = r.RecursionDesired
+		m.CheckingDisabled = r.CheckingDisabled
 	}
-	return &dns.SOA{
-		Hdr:     dns.RR_Header{Name: zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: v.ttl},
-		Ns:      host,
-		Mbox:    "hostmaster." + host,
-		Serial:  serial,
+	m.Authoritative = true
+	m.Rcode = rcode
+	rp.q[0] = r.Question[0]
+	m.Question = rp.q[:]
+	return rp
+}
+
+// negative writes NODATA (rcode NOERROR) or NXDOMAIN with the zone's SOA,
+// whose minimum (the negative caching TTL) is the answer TTL.
+func (v *VirtualConsul) negative(w dns.ResponseWriter, r *dns.Msg, z *zone, t *Table, rcode int) (int, error) {
+	rp := newReply[dns.SOA](r, rcode)
+	rp.rec = dns.SOA{
+		Hdr:     dns.RR_Header{Name: z.name, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: v.ttl},
+		Ns:      z.ns,
+		Mbox:    z.mbox,
+		Serial:  t.serial,
 		Refresh: 7200,
 		Retry:   1800,
 		Expire:  86400,
 		Minttl:  v.ttl,
 	}
+	rp.m.Ns = rp.rr[:]
+	w.WriteMsg(&rp.m)
+	return rcode, nil
+}
+
+// zone is one of the plugin's zones with its SOA names, made once.
+type zone struct {
+	name, ns, mbox string // name is a lowercased FQDN
+}
+
+func newZone(name string) zone {
+	host := "ns.dns." + name
+	if name == "." {
+		host = "ns.dns."
+	}
+	return zone{name: name, ns: host, mbox: "hostmaster." + host}
 }
 
 // match returns the longest of the plugin's zones that contains lname (a
 // lowercased FQDN) and the labels in front of it, without the joining dot.
-func (v *VirtualConsul) match(lname []byte) (zone string, rel []byte, ok bool) {
-	for _, z := range v.zones { // longest first
-		if z == "." {
+func (v *VirtualConsul) match(lname []byte) (z *zone, rel []byte, ok bool) {
+	for i := range v.zones { // longest first
+		z = &v.zones[i]
+		if z.name == "." {
 			if len(lname) > 1 {
 				return z, lname[:len(lname)-1], true
 			}
 			return z, nil, true
 		}
-		n := len(lname) - len(z)
-		if n >= 0 && string(lname[n:]) == z {
+		n := len(lname) - len(z.name)
+		if n >= 0 && string(lname[n:]) == z.name {
 			if n == 0 {
 				return z, nil, true // the apex: in the zone, never a virtual name
 			}
@@ -151,7 +188,7 @@ func (v *VirtualConsul) match(lname []byte) (zone string, rel []byte, ok bool) {
 			}
 		}
 	}
-	return "", nil, false
+	return nil, nil, false
 }
 
 // counters returns the request counters for the server in ctx, resolving
