@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -236,4 +237,32 @@ func TestVirtualConsulNoTable(t *testing.T) {
 		return ""
 	})
 	wantShort(t, addr, "web.virtual.consul", "A", "240.0.0.1")
+}
+
+// TestVirtualConsulSIGUSR1 reloads the server in place (CoreDNS restarts
+// every plugin): it keeps answering, and the new instance's file source
+// picks up later changes.
+func TestVirtualConsulSIGUSR1(t *testing.T) {
+	consul := startConsulStandIn(t)
+	s := startVirtualConsul(t, consul, map[string]string{"table.json": vcTable(demoVC)}, false)
+	addr := s.DNS()
+	wantShort(t, addr, "web.virtual.consul", "A", "240.0.0.1")
+	s.Signal(syscall.SIGUSR1)
+	Eventually(t, 10*time.Second, func() string {
+		if !strings.Contains(s.Log(), "Reload") && !strings.Contains(s.Log(), "reload") {
+			return "no reload in the log"
+		}
+		return ""
+	})
+	wantShort(t, addr, "web.virtual.consul", "A", "240.0.0.1")
+	writeAtomic(t, filepath.Join(s.Dir, "table.json"), vcTable(map[string][]string{vcFull("web"): {"240.0.0.41"}}))
+	Eventually(t, 5*time.Second, func() string {
+		if got := DigShort(t, addr, "web.virtual.consul", "A"); strings.Join(got, " ") != "240.0.0.41" {
+			return "changed table not served after the reload: " + strings.Join(got, " ")
+		}
+		return ""
+	})
+	if s.Exited() {
+		t.Fatal("meshdns exited after SIGUSR1")
+	}
 }

@@ -44,42 +44,26 @@ func (v *VirtualConsul) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *d
 		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
 	}
 	q := r.Question[0]
-	var nameBuf [256]byte
-	lname, ok := lowerName(nameBuf[:0], q.Name)
-	if !ok {
-		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
-	}
-	zone, rel, ok := v.match(lname)
-	if !ok {
+	l := v.lookup(q)
+	if l.outcome == notOurs {
 		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
 	}
 	c := v.counters(ctx)
-	p, ok := parseVirtual(rel)
-	if !ok || q.Qclass != dns.ClassINET {
+	switch l.outcome {
+	case passThrough:
 		c.passthrough.Inc()
 		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
-	}
-	t := v.table.Load()
-	if t == nil {
+	case notReady:
 		c.notReady.Inc()
 		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
-	}
-	var keyBuf [512]byte
-	i, found := t.index[string(appendKey(keyBuf[:0], p, v.ns, v.ap, v.dc))]
-	if !found {
-		if p.port != nil || !v.authoritative {
-			// A named port without its own entry is never ours to deny.
-			if p.port != nil {
-				c.passthrough.Inc()
-			} else {
-				c.miss.Inc()
-			}
+	case missing:
+		c.miss.Inc()
+		if !v.authoritative {
 			return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
 		}
-		c.miss.Inc()
-		return v.negative(w, r, zone, t, dns.RcodeNameError)
+		return v.negative(w, r, l.zone, l.table, dns.RcodeNameError)
 	}
-	vp := &t.vips[i]
+	vp := l.vip
 	switch {
 	case vp.fam == famAmbiguous:
 		c.ambiguous.Inc()
@@ -100,7 +84,63 @@ func (v *VirtualConsul) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *d
 		return dns.RcodeSuccess, nil
 	}
 	c.nodata.Inc()
-	return v.negative(w, r, zone, t, dns.RcodeSuccess)
+	return v.negative(w, r, l.zone, l.table, dns.RcodeSuccess)
+}
+
+// Outcomes of lookup.
+const (
+	notOurs     = iota // not in the plugin's zones: not counted
+	passThrough        // in a zone, not a name we answer (incl. a named port without its entry)
+	notReady           // no table yet
+	missing            // a virtual name not in the table
+	found              // in the table: vip says what
+)
+
+// looked is what lookup found for a question.
+type looked struct {
+	outcome int
+	zone    *zone
+	table   *Table
+	vip     *vip
+}
+
+// lookup parses and looks q up. It is kept out of line so that its name
+// buffers are off the stack before the reply is packed and written: a
+// frame that big at the bottom of the writing path made every query's
+// goroutine grow its stack.
+//
+//go:noinline
+func (v *VirtualConsul) lookup(q dns.Question) (l looked) {
+	var nameBuf [256]byte
+	lname, ok := lowerName(nameBuf[:0], q.Name)
+	if !ok {
+		return l
+	}
+	z, rel, ok := v.match(lname)
+	if !ok {
+		return l
+	}
+	l.zone = z
+	p, ok := parseVirtual(rel)
+	if !ok || q.Qclass != dns.ClassINET {
+		l.outcome = passThrough
+		return l
+	}
+	if l.table = v.table.Load(); l.table == nil {
+		l.outcome = notReady
+		return l
+	}
+	var keyBuf [512]byte
+	i, ok := l.table.index[string(appendKey(keyBuf[:0], p, v.ns, v.ap, v.dc))]
+	switch {
+	case ok:
+		l.outcome, l.vip = found, &l.table.vips[i]
+	case p.port != nil:
+		l.outcome = passThrough // a named port without its own entry is never ours to deny
+	default:
+		l.outcome = missing
+	}
+	return l
 }
 
 // reply is a whole answer in one allocation: the message, its question and
