@@ -11,7 +11,8 @@
 #
 # Env: VC_BENCH_SECS (seconds per dnsperf run, default 6), VC_BENCH_ROUNDS
 # (alternating rounds per size, default 3), VC_BENCH_INTERVAL (the file
-# source's check interval, default 1s), MESHDNS_BIN (default bin/meshdns).
+# source's check interval, default 1s), VC_BENCH_PARTS (any of "qps rss
+# reload", default all three), MESHDNS_BIN (default bin/meshdns).
 # Generated tables live in a temporary directory removed on exit.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +21,7 @@ bin=${MESHDNS_BIN:-$repo/bin/meshdns}
 secs=${VC_BENCH_SECS:-6}
 rounds=${VC_BENCH_ROUNDS:-3}
 interval=${VC_BENCH_INTERVAL:-1s}
+parts=" ${VC_BENCH_PARTS:-qps rss reload} "
 [ -x "$bin" ] || "$repo/build/build.sh" "$bin"
 for tool in dnsperf dig taskset; do
   command -v "$tool" >/dev/null || { echo "bench-virtualconsul: $tool missing: run build/install-deps.sh" >&2; exit 1; }
@@ -82,7 +84,7 @@ echo "meshdns: $("$bin" -version | head -1); ${secs}s runs, $rounds rounds, cpu:
 summary=()
 
 # 1. throughput at 1k and 100k names
-for n in 1000 100000; do
+[[ $parts == *" qps "* ]] && for n in 1000 100000; do
   dir="$work/t$n"
   "$bench/gen-table" "$n" "$dir" 100000 >/dev/null
   declare -A q=() l=()
@@ -106,7 +108,7 @@ done
 
 # 2. RSS at 1,000,000 names
 dir="$work/t1m"
-"$bench/gen-table" 1000000 "$dir" 1000 >/dev/null
+[[ $parts == *" rss "* ]] && "$bench/gen-table" 1000000 "$dir" 1000 >/dev/null &&
 for kind in virtualconsul hosts; do
   t0=$(date +%s%N)
   start "$kind" "$dir"
@@ -120,6 +122,7 @@ done
 rm -rf "$dir"
 
 # 3. reload of a 100,000-name table under load
+if [[ $parts == *" reload "* ]]; then
 dir="$work/reload"
 "$bench/gen-table" 100000 "$dir" 100000 >/dev/null
 sed 's/"240\./"241./' "$dir/table.json" >"$dir/table2.json"
@@ -138,6 +141,7 @@ codes=$(grep -A3 'Response codes:' "$dir/dnsperf.out" | head -1 | sed 's/^ *//')
 res="reload names=100000 interval=$interval $line change_to_answer_ms=$(cat "$dir/reload_ms") ($codes)"
 echo "$res"
 summary+=("$res")
+fi
 
 echo "== virtualconsul summary"
 printf '%s\n' "${summary[@]}"

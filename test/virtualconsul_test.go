@@ -161,6 +161,22 @@ func TestVirtualConsulReloadAndReject(t *testing.T) {
 	})
 	wantShort(t, addr, "web.virtual.consul", "A", "240.0.0.21")
 	wantShort(t, addr, "pay.virtual.consul", "A") // gone from the table, and the servers have no pay
+
+	// Touched but the same content: counted as unchanged, nothing rebuilt.
+	oks := s.Metric("coredns_virtualconsul_syncs_total", `source="file"`, `result="ok"`)
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(table, later, later); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 5*time.Second, func() string {
+		if s.Metric("coredns_virtualconsul_syncs_total", `source="file"`, `result="unchanged"`) < 1 {
+			return "touching the file was not counted as unchanged"
+		}
+		return ""
+	})
+	if got := s.Metric("coredns_virtualconsul_syncs_total", `source="file"`, `result="ok"`); got != oks {
+		t.Errorf("same content rebuilt the table: ok syncs %v -> %v", oks, got)
+	}
 	writeAtomic(t, table, vcTable(map[string][]string{
 		vcFull("web"):  {"240.0.0.31"},
 		vcFull("oops"): {"240.0.0.999"},

@@ -233,3 +233,30 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecode measures a table file of 100,000 entries (as gen-table
+// writes it) from JSON to a Table: the build part of a reload.
+func BenchmarkDecode(b *testing.B) {
+	var buf bytes.Buffer
+	buf.WriteString("[")
+	for i := 0; i < 100_000; i++ {
+		if i > 0 {
+			buf.WriteString(",\n")
+		}
+		v := i + 1
+		fmt.Fprintf(&buf, `{"name":"svc-%d.virtual.default.ns.default.ap.dc1.dc.consul","endpoint":{"address_list":{"address":["%d.%d.%d.%d"]}}}`, i, 240+v>>24, v>>16&255, v>>8&255, v&255)
+	}
+	buf.WriteString("\n]\n")
+	data := buf.Bytes()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		nb := NewBuilder(0)
+		if err := Decode(bytes.NewReader(data), nb); err != nil {
+			b.Fatal(err)
+		}
+		if nb.Table().Len() != 100_000 {
+			b.Fatal("short table")
+		}
+	}
+}
