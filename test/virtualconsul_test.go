@@ -282,3 +282,34 @@ func TestVirtualConsulSIGUSR1(t *testing.T) {
 		t.Fatal("meshdns exited after SIGUSR1")
 	}
 }
+
+// TestVirtualConsulTableShapes serves the two other shapes an operator
+// already has: the inline_dns_table object and a whole Envoy config_dump.
+func TestVirtualConsulTableShapes(t *testing.T) {
+	consul := startConsulStandIn(t)
+	inline := `{"virtual_domains": [{"name": "web.virtual.default.ns.default.ap.dc1.dc.consul", "endpoint": {"address_list": {"address": ["240.0.0.51"]}}}]}`
+	s := startVirtualConsul(t, consul, map[string]string{"table.json": inline}, false)
+	addr := s.DNS()
+	wantShort(t, addr, "web.virtual.consul", "A", "240.0.0.51")
+
+	dump := `{"configs": [
+  {"@type": "type.googleapis.com/envoy.admin.v3.ListenersConfigDump",
+   "dynamic_listeners": [
+    {"name": "public_listener:10.0.0.5:20000", "active_state": {"listener": {"name": "public_listener:10.0.0.5:20000"}}},
+    {"name": "virtual_dns:127.0.0.1:8653", "active_state": {"listener": {
+      "name": "virtual_dns:127.0.0.1:8653",
+      "listener_filters": [{"name": "envoy.filters.udp.dns_filter", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.udp.dns_filter.v3.DnsFilterConfig",
+        "server_config": {"inline_dns_table": {"virtual_domains": [
+          {"name": "web.virtual.default.ns.default.ap.dc1.dc.consul", "endpoint": {"address_list": {"address": ["240.0.0.52"]}}},
+          {"name": "api.virtual.team.ns.default.ap.dc1.dc.consul", "endpoint": {"address_list": {"address": ["240.0.0.53"]}}}
+        ]}}}}]}}}]}]}`
+	writeAtomic(t, filepath.Join(s.Dir, "table.json"), dump)
+	Eventually(t, 5*time.Second, func() string {
+		if got := DigShort(t, addr, "web.virtual.consul", "A"); strings.Join(got, " ") != "240.0.0.52" {
+			return "config_dump not served: " + strings.Join(got, " ")
+		}
+		return ""
+	})
+	wantShort(t, addr, "api.virtual.team.ns.consul", "A", "240.0.0.53")
+}

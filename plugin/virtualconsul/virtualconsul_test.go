@@ -220,3 +220,30 @@ func BenchmarkServeDNSHosts(b *testing.B) {
 		_, _ = h.ServeDNS(ctx, w, m)
 	}
 }
+
+// FuzzServeDNS sends arbitrary questions through the handler: it must never
+// panic, and whatever it answers itself is authoritative and echoes the
+// question.
+func FuzzServeDNS(f *testing.F) {
+	for _, s := range []string{"web.virtual.consul.", "WeB.virtual.team.ns.consul.", "http.pay.virtual.consul.", "consul.", ".", `a\.b.virtual.consul.`, "x.service.virtual.corp.example."} {
+		f.Add(s, uint16(dns.TypeA))
+	}
+	v := handler(f, true)
+	f.Fuzz(func(t *testing.T, name string, qtype uint16) {
+		m := new(dns.Msg)
+		m.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: dns.ClassINET}}
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		_, _ = v.ServeDNS(context.Background(), rec, m)
+		if rec.Msg == nil {
+			return
+		}
+		if !rec.Msg.Authoritative || len(rec.Msg.Question) != 1 || rec.Msg.Question[0] != m.Question[0] {
+			t.Fatalf("reply to %q/%d: %v", name, qtype, rec.Msg)
+		}
+		for _, rr := range rec.Msg.Answer {
+			if rr.Header().Name != name {
+				t.Fatalf("answer %v not under the asked name %q", rr, name)
+			}
+		}
+	})
+}
