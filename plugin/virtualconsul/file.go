@@ -3,6 +3,7 @@ package virtualconsul
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -13,6 +14,24 @@ import (
 
 // defaultInterval is how often the file source checks its file.
 const defaultInterval = 5 * time.Second
+
+func init() { sourceTypes["file"] = newFileSource }
+
+// newFileSource reads "source file PATH [INTERVAL]".
+func newFileSource(args []string, abs func(string) string) (source, error) {
+	if len(args) < 1 || len(args) > 2 {
+		return nil, errors.New("want PATH [INTERVAL]")
+	}
+	f := &fileSource{path: abs(args[0]), interval: defaultInterval}
+	if len(args) == 2 {
+		d, err := time.ParseDuration(args[1])
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("invalid interval %q", args[1])
+		}
+		f.interval = d
+	}
+	return f, nil
+}
 
 // fileSource reads a JSON table file (see Decode) and re-reads it when it
 // changes: every interval it stats the file, and only a changed stat

@@ -79,23 +79,15 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				if len(args) == 0 {
 					return nil, c.ArgErr()
 				}
-				switch args[0] {
-				case "file":
-					if len(args) < 2 || len(args) > 3 {
-						return nil, c.Errf("source file needs PATH [INTERVAL]")
-					}
-					f := &fileSource{path: abs(args[1]), interval: defaultInterval}
-					if len(args) == 3 {
-						d, err := time.ParseDuration(args[2])
-						if err != nil || d <= 0 {
-							return nil, c.Errf("source file: invalid interval %q", args[2])
-						}
-						f.interval = d
-					}
-					v.src = f
-				default:
+				newSource, ok := sourceTypes[args[0]]
+				if !ok {
 					return nil, c.Errf("unknown source type %q", args[0])
 				}
+				src, err := newSource(args[1:], abs)
+				if err != nil {
+					return nil, c.Errf("source %s: %v", args[0], err)
+				}
+				v.src = src
 			case "snapshot":
 				if len(args) != 1 {
 					return nil, c.ArgErr()

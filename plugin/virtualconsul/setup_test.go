@@ -74,10 +74,10 @@ func TestParse(t *testing.T) {
 		{`virtualconsul`, "Testfile:1 - Error during parsing: virtualconsul needs a source or a snapshot", nil},
 		{`virtualconsul {
 			source file
-		}`, "Testfile:2 - Error during parsing: source file needs PATH [INTERVAL]", nil},
+		}`, "Testfile:2 - Error during parsing: source file: want PATH [INTERVAL]", nil},
 		{`virtualconsul {
 			source file a b c
-		}`, "Testfile:2 - Error during parsing: source file needs PATH [INTERVAL]", nil},
+		}`, "Testfile:2 - Error during parsing: source file: want PATH [INTERVAL]", nil},
 		{`virtualconsul {
 			source file a.json never
 		}`, `Testfile:2 - Error during parsing: source file: invalid interval "never"`, nil},

@@ -2,6 +2,15 @@ package virtualconsul
 
 import "context"
 
+// sourceTypes maps the first argument of the source option to the
+// constructor of that source; each source's file adds itself here.
+var sourceTypes = map[string]newSourceFunc{}
+
+// newSourceFunc makes a source from the rest of its Corefile line. abs makes
+// a path given there absolute (relative to the server's root). The error is
+// reported with the Corefile's file and line.
+type newSourceFunc func(args []string, abs func(string) string) (source, error)
+
 // A source keeps one plugin's table in step with one control plane: a table
 // file here; the Consul catalog, an xDS stream and the like later, one file
 // each. A source builds every table with a Builder (so every table passes
