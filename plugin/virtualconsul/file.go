@@ -10,6 +10,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/coredns/caddy"
 )
 
 // defaultInterval is how often the file source checks its file.
@@ -18,7 +20,7 @@ const defaultInterval = 5 * time.Second
 func init() { sourceTypes["file"] = newFileSource }
 
 // newFileSource reads "source file PATH [INTERVAL]".
-func newFileSource(args []string, abs func(string) string) (source, error) {
+func newFileSource(_ *caddy.Controller, args []string, abs func(string) string) (source, error) {
 	if len(args) < 1 || len(args) > 2 {
 		return nil, errors.New("want PATH [INTERVAL]")
 	}

@@ -83,7 +83,7 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				if !ok {
 					return nil, c.Errf("unknown source type %q", args[0])
 				}
-				src, err := newSource(args[1:], abs)
+				src, err := newSource(c, args[1:], abs)
 				if err != nil {
 					return nil, c.Errf("source %s: %v", args[0], err)
 				}

@@ -1,15 +1,20 @@
 package virtualconsul
 
-import "context"
+import (
+	"context"
+
+	"github.com/coredns/caddy"
+)
 
 // sourceTypes maps the first argument of the source option to the
 // constructor of that source; each source's file adds itself here.
 var sourceTypes = map[string]newSourceFunc{}
 
-// newSourceFunc makes a source from the rest of its Corefile line. abs makes
-// a path given there absolute (relative to the server's root). The error is
-// reported with the Corefile's file and line.
-type newSourceFunc func(args []string, abs func(string) string) (source, error)
+// newSourceFunc makes a source from the rest of its Corefile line (args);
+// c is positioned on that line, for a source that wants more (c.Errf for
+// its own errors). abs makes a path absolute (relative to the server's
+// root). A plain error is reported with the Corefile's file and line.
+type newSourceFunc func(c *caddy.Controller, args []string, abs func(string) string) (source, error)
 
 // A source keeps one plugin's table in step with one control plane: a table
 // file here; the Consul catalog, an xDS stream and the like later, one file
