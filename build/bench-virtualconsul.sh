@@ -98,8 +98,18 @@ summary=()
       l[$kind]="${l[$kind]:-} $(sed -E 's/.*avg_ms=([0-9.]+).*/\1/' <<<"$line")"
     done
   done
-  res=$(awk -v vq="${q[virtualconsul]}" -v hq="${q[hosts]}" -v vl="${l[virtualconsul]}" -v hl="${l[hosts]}" 'function mean(s,  a, n, i, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) t += a[i]; return t / n }
-    BEGIN { printf "names=%d virtualconsul_qps=%.0f hosts_qps=%.0f ratio=%.2f virtualconsul_avg_ms=%.3f hosts_avg_ms=%.3f", '"$n"', mean(vq), mean(hq), mean(vq) / mean(hq), mean(vl), mean(hl) }')
+  # ratio of the means, and the median of the per-round ratios (a round is a
+  # virtualconsul run and the hosts run right after it: robust to bursts of
+  # other load on a shared machine).
+  res=$(awk -v n="$n" -v vq="${q[virtualconsul]}" -v hq="${q[hosts]}" -v vl="${l[virtualconsul]}" -v hl="${l[hosts]}" '
+    function mean(s,  a, k, i, t) { k = split(s, a, " "); for (i = 1; i <= k; i++) t += a[i]; return t / k }
+    BEGIN {
+      k = split(vq, v, " "); split(hq, h, " ")
+      for (i = 1; i <= k; i++) r[i] = v[i] / h[i]
+      for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (r[j] < r[i]) { x = r[i]; r[i] = r[j]; r[j] = x }
+      med = (k % 2) ? r[(k + 1) / 2] : (r[k / 2] + r[k / 2 + 1]) / 2
+      printf "names=%d virtualconsul_qps=%.0f hosts_qps=%.0f ratio=%.2f median_round_ratio=%.2f virtualconsul_avg_ms=%.3f hosts_avg_ms=%.3f",
+        n, mean(vq), mean(hq), mean(vq) / mean(hq), med, mean(vl), mean(hl) }')
   echo "$res"
   summary+=("$res")
   unset q l
