@@ -9,12 +9,14 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/coremain"
 
+	_ "github.com/meshdns/meshdns/plugin/endpointsvc"
+	_ "github.com/meshdns/meshdns/plugin/mdnsfallback"
 	_ "github.com/meshdns/meshdns/plugin/virtualconsul"
 )
 
 // ourDirectives are meshdns's own plugins, in the order they run. Each is
 // appended here by the issue that makes it work, together with its import.
-var ourDirectives = []string{"virtualconsul"}
+var ourDirectives = []string{"virtualconsul", "endpointsvc", "mdnsfallback"}
 
 // anchorDirective is the stock directive ours follow: everything before it
 // (cache, rewrite, acl, …) runs before our plugins, everything after it

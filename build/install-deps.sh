@@ -6,8 +6,9 @@
 #   dnsperf        load for the benchmarks (../shared/bench/dnsload)
 #   iproute2       ip netns / veth for the multi-host tests
 #   avahi-daemon avahi-utils libnss-mdns dbus   the mDNS peer
+#   curl util-linux  the record API inside namespaces; unshare -m for Avahi
 set -euo pipefail
-packages=(dnsutils knot-dnsutils dnsperf iproute2 avahi-daemon avahi-utils libnss-mdns dbus)
+packages=(dnsutils knot-dnsutils dnsperf iproute2 avahi-daemon avahi-utils libnss-mdns dbus curl util-linux)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

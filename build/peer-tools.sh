@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# peer-tools.sh TOOL... — make sure the real peers that are built from Go
+# modules exist in the reused cache directory, building them only once per
+# machine, and print "TOOL=PATH" for each.
+#   consul          Consul v1.16.3 (MPL-2.0; later lines are BSL — never use them)
+#   kube-apiserver  kube-apiserver v1.34.4
+# Cache: $MESHDNS_TOOLS_CACHE (default ~/.cache/meshdns-tools). A cold build
+# takes ~5-10 min on 2 cores; a cached one costs nothing.
+set -euo pipefail
+cd "$(dirname "$0")/tools"
+cache=${MESHDNS_TOOLS_CACHE:-$HOME/.cache/meshdns-tools}
+for tool in "$@"; do
+  case $tool in
+    consul)
+      out=$cache/consul-v1.16.3/consul
+      if [ ! -x "$out" ]; then
+        echo "peer-tools: building consul v1.16.3 into $out (once per machine)" >&2
+        (cd consul && GONOSUMDB=github.com/hashicorp/hcp-sdk-go,github.com/hashicorp/consul/envoyextensions \
+          go build -o "$out.tmp" github.com/hashicorp/consul && mv "$out.tmp" "$out")
+      fi ;;
+    kube-apiserver)
+      out=$cache/kube-v1.34.4/kube-apiserver
+      if [ ! -x "$out" ]; then
+        echo "peer-tools: building kube-apiserver v1.34.4 into $out (once per machine)" >&2
+        (cd kube && go build -ldflags "-X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
+          -o "$out.tmp" k8s.io/kubernetes/cmd/kube-apiserver && mv "$out.tmp" "$out")
+      fi ;;
+    *) echo "peer-tools: unknown tool $tool" >&2; exit 2 ;;
+  esac
+  echo "$tool=$out"
+done

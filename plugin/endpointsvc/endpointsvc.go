@@ -1,0 +1,222 @@
+// Package endpointsvc is a CoreDNS plugin that answers service names of an
+// orchestrator (<service>[.<namespace>].svc.orch, SRV
+// _<port>._<proto>.<service>…, <node>.node.svc.orch) from one endpoint set:
+// the tasks that IsEndpoint admits. Sources (a state file, an orchestrator's
+// HTTP API) build a State off the hot path; the plugin turns it into an
+// immutable table and swaps it in through an atomic pointer. ServeDNS only
+// reads that table.
+package endpointsvc
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/metrics"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/coredns/coredns/request"
+
+	"github.com/miekg/dns"
+)
+
+// Endpointsvc is the plugin handler. The fields set by parse are read-only
+// after setup; tbl is swapped by the sync loop and read by ServeDNS.
+type Endpointsvc struct {
+	Next plugin.Handler
+
+	Zones     []string // lowercased FQDNs
+	Fall      fall.F
+	namespace string // namespace of short names
+	ttl       uint32
+	source    Source
+
+	soas []soaNames // per zone, precomputed SOA names
+
+	// counters caches the requests_total counters per zone for the last
+	// server seen (a plugin instance normally serves one server).
+	counters []atomic.Pointer[requestCounters]
+
+	*syncer // includeUnhealthy, snapshotPath and the served table
+}
+
+type soaNames struct{ ns, mbox string }
+
+// ServeDNS implements plugin.Handler.
+func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	state := request.Request{W: w, Req: r}
+	qname := state.Name()
+	zi := -1
+	zlen := 0
+	for i, z := range e.Zones {
+		if len(z) > zlen && dns.IsSubDomain(z, qname) {
+			zi, zlen = i, len(z)
+		}
+	}
+	if zi < 0 {
+		return plugin.NextOrFailure(e.Name(), e.Next, ctx, w, r)
+	}
+	zone := e.Zones[zi]
+	t := e.tbl.Load()
+	if t == nil {
+		e.count(ctx, zi, resultServfail)
+		return dns.RcodeServerFailure, nil
+	}
+
+	owner := state.QName()
+	qtype := state.QType()
+	var answer, extra []dns.RR
+	exists := false
+	n := parseName(qname, zone, e.namespace)
+	switch n.kind {
+	case kindApex:
+		exists = true
+		if qtype == dns.TypeSOA {
+			answer = []dns.RR{e.soa(zi, owner, t.serial)}
+		}
+	case kindService:
+		if se := t.services[svcKey{n.namespace, n.service}]; se != nil {
+			exists = true
+			switch qtype {
+			case dns.TypeA:
+				answer = e.a(owner, se.v4)
+			case dns.TypeAAAA:
+				answer = e.aaaa(owner, se.v6)
+			case dns.TypeSRV:
+				answer, extra = e.srv(owner, zi, se.srv)
+			}
+		}
+	case kindSRV:
+		if se := t.services[svcKey{n.namespace, n.service}]; se != nil {
+			if targets, ok := se.ports[portKey{n.port, n.proto}]; ok {
+				exists = true
+				if qtype == dns.TypeSRV {
+					answer, extra = e.srv(owner, zi, targets)
+				}
+			}
+		}
+	case kindNode:
+		if ne := t.nodes[n.node]; ne != nil {
+			exists = true
+			switch qtype {
+			case dns.TypeA:
+				answer = e.a(owner, ne.v4)
+			case dns.TypeAAAA:
+				answer = e.aaaa(owner, ne.v6)
+			}
+		}
+	}
+
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	result := resultAnswer
+	switch {
+	case !exists:
+		if e.Fall.Through(qname) {
+			e.count(ctx, zi, resultFallthrough)
+			return plugin.NextOrFailure(e.Name(), e.Next, ctx, w, r)
+		}
+		m.Rcode = dns.RcodeNameError
+		m.Ns = []dns.RR{e.soa(zi, zone, t.serial)}
+		result = resultNxdomain
+	case len(answer) == 0:
+		m.Ns = []dns.RR{e.soa(zi, zone, t.serial)}
+		result = resultNodata
+	default:
+		m.Answer, m.Extra = answer, extra
+	}
+	e.count(ctx, zi, result)
+	w.WriteMsg(m)
+	return dns.RcodeSuccess, nil
+}
+
+// count increments requests_total for zone number zi and result.
+func (e *Endpointsvc) count(ctx context.Context, zi, result int) {
+	server := metrics.WithServer(ctx)
+	rc := e.counters[zi].Load()
+	if rc == nil || rc.server != server {
+		rc = newRequestCounters(server, e.Zones[zi])
+		e.counters[zi].Store(rc)
+	}
+	rc.c[result].Inc()
+}
+
+// Name implements plugin.Handler.
+func (e *Endpointsvc) Name() string { return pluginName }
+
+func (e *Endpointsvc) a(owner string, ips []net.IP) []dns.RR {
+	if len(ips) == 0 {
+		return nil
+	}
+	rrs := make([]dns.RR, len(ips))
+	recs := make([]dns.A, len(ips))
+	for i, ip := range ips {
+		recs[i] = dns.A{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: e.ttl}, A: ip}
+		rrs[i] = &recs[i]
+	}
+	return rrs
+}
+
+func (e *Endpointsvc) aaaa(owner string, ips []net.IP) []dns.RR {
+	if len(ips) == 0 {
+		return nil
+	}
+	rrs := make([]dns.RR, len(ips))
+	recs := make([]dns.AAAA, len(ips))
+	for i, ip := range ips {
+		recs[i] = dns.AAAA{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: e.ttl}, AAAA: ip}
+		rrs[i] = &recs[i]
+	}
+	return rrs
+}
+
+// srv returns one SRV record per target (target <node>.node.<zone>, zone
+// number zi) and the targets' A/AAAA records for the additional section,
+// each node once.
+func (e *Endpointsvc) srv(owner string, zi int, targets []srvTarget) (answer, extra []dns.RR) {
+	if len(targets) == 0 {
+		return nil, nil
+	}
+	// targets are sorted by node: count each node's addresses once
+	n4, n6 := 0, 0
+	for i, t := range targets {
+		if i == 0 || t.node != targets[i-1].node {
+			n4, n6 = n4+len(t.node.v4), n6+len(t.node.v6)
+		}
+	}
+	answer = make([]dns.RR, len(targets))
+	extra = make([]dns.RR, 0, n4+n6)
+	recs := make([]dns.SRV, len(targets))
+	as, aaaas := make([]dns.A, n4), make([]dns.AAAA, n6)
+	for i, t := range targets {
+		target := t.node.targets[zi]
+		if i == 0 || t.node != targets[i-1].node {
+			for _, ip := range t.node.v4 {
+				as[0] = dns.A{Hdr: dns.RR_Header{Name: target, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: e.ttl}, A: ip}
+				extra, as = append(extra, &as[0]), as[1:]
+			}
+			for _, ip := range t.node.v6 {
+				aaaas[0] = dns.AAAA{Hdr: dns.RR_Header{Name: target, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: e.ttl}, AAAA: ip}
+				extra, aaaas = append(extra, &aaaas[0]), aaaas[1:]
+			}
+		}
+		recs[i] = dns.SRV{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeSRV, Class: dns.ClassINET, Ttl: e.ttl},
+			Priority: 0, Weight: 10, Port: t.port, Target: target}
+		answer[i] = &recs[i]
+	}
+	return answer, extra
+}
+
+func (e *Endpointsvc) soa(zi int, owner string, serial uint32) dns.RR {
+	return &dns.SOA{
+		Hdr:     dns.RR_Header{Name: owner, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: e.ttl},
+		Ns:      e.soas[zi].ns,
+		Mbox:    e.soas[zi].mbox,
+		Serial:  serial,
+		Refresh: 7200,
+		Retry:   1800,
+		Expire:  86400,
+		Minttl:  e.ttl,
+	}
+}

@@ -1,0 +1,82 @@
+package endpointsvc
+
+import (
+	"github.com/coredns/coredns/plugin"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	// requestCount counts queries answered in the zone, by result: answer,
+	// nodata, nxdomain, fallthrough, servfail (no state yet).
+	requestCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "requests_total",
+		Help:      "Counter of queries in the endpointsvc zones, by result.",
+	}, []string{"server", "zone", "result"})
+
+	// servicesGauge is the number of services in the served state.
+	servicesGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "services",
+		Help:      "Number of services in the served state.",
+	}, []string{"zone"})
+
+	// endpointsGauge is the number of tasks the predicate admitted.
+	endpointsGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "endpoints",
+		Help:      "Number of endpoints (tasks that count) in the served state.",
+	}, []string{"zone"})
+
+	// syncCount counts sync attempts by source and result: updated,
+	// unchanged, error.
+	syncCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "syncs_total",
+		Help:      "Counter of state syncs, by source and result.",
+	}, []string{"zone", "source", "result"})
+
+	// lastSync is the time of the last successful sync (updated or
+	// unchanged), by source.
+	lastSync = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "last_sync_timestamp_seconds",
+		Help:      "Unix time of the last successful state sync, by source.",
+	}, []string{"zone", "source"})
+)
+
+// Results of a query, the values of requests_total's result label.
+const (
+	resultAnswer = iota
+	resultNodata
+	resultNxdomain
+	resultFallthrough
+	resultServfail
+	nResults
+)
+
+var resultNames = [nResults]string{"answer", "nodata", "nxdomain", "fallthrough", "servfail"}
+
+// requestCounters are the requests_total counters of one server and zone,
+// resolved once so that the hot path does no label lookup (which would take
+// the metric vector's lock).
+type requestCounters struct {
+	server string
+	zone   string
+	c      [nResults]prometheus.Counter
+}
+
+func newRequestCounters(server, zone string) *requestCounters {
+	rc := &requestCounters{server: server, zone: zone}
+	for i, r := range resultNames {
+		rc.c[i] = requestCount.WithLabelValues(server, zone, r)
+	}
+	return rc
+}

@@ -1,0 +1,65 @@
+package endpointsvc
+
+// IsEndpoint is THE predicate: it decides whether task t of service svc,
+// running on node n (nil when unscheduled or unknown), is an endpoint. Every
+// record type (A, AAAA, SRV, node names) and every source uses this one
+// function, so no two surfaces can disagree about which tasks count.
+//
+// A task is an endpoint when its service is active, its desired status is
+// running, its actual status is running or healthy (unhealthy too with
+// includeUnhealthy), and its node exists and is not down.
+func IsEndpoint(svc *Service, t *Task, n *Node, includeUnhealthy bool) bool {
+	if svc == nil || t == nil || n == nil {
+		return false
+	}
+	if svc.Status != "active" || t.DesiredStatus != StatusRunning || n.Status == "down" {
+		return false
+	}
+	switch t.ActualStatus {
+	case StatusRunning, StatusHealthy:
+		return true
+	case StatusUnhealthy:
+		return includeUnhealthy
+	}
+	return false
+}
+
+// Endpoint is one task the predicate admitted, with the node it runs on.
+type Endpoint struct {
+	Task *Task
+	Node *Node
+}
+
+// ServiceEndpoints is a service and its endpoint set.
+type ServiceEndpoints struct {
+	Service   *Service
+	Endpoints []Endpoint
+}
+
+// EndpointSet applies IsEndpoint to every task of a validated state and
+// returns one entry per service, in the state's service order, endpoints in
+// task order. Services without endpoints are present with an empty set.
+func EndpointSet(st *State, includeUnhealthy bool) []ServiceEndpoints {
+	nodes := make(map[string]*Node, len(st.Nodes))
+	for i := range st.Nodes {
+		nodes[st.Nodes[i].ID] = &st.Nodes[i]
+	}
+	out := make([]ServiceEndpoints, len(st.Services))
+	index := make(map[string]int, len(st.Services))
+	for i := range st.Services {
+		out[i].Service = &st.Services[i]
+		index[st.Services[i].ID] = i
+	}
+	for i := range st.Tasks {
+		t := &st.Tasks[i]
+		si, ok := index[t.ServiceID]
+		if !ok {
+			continue
+		}
+		n := nodes[t.NodeID]
+		if IsEndpoint(out[si].Service, t, n, includeUnhealthy) {
+			out[si].Endpoints = append(out[si].Endpoints, Endpoint{Task: t, Node: n})
+		}
+	}
+	return out
+}

@@ -1,0 +1,112 @@
+package endpointsvc
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// lookupFunc resolves a hostname to its addresses.
+type lookupFunc func(ctx context.Context, host string) ([]netip.Addr, error)
+
+// defaultLookup uses the system resolver (/etc/hosts, then DNS). The name
+// goes without its trailing dot: Go's /etc/hosts lookup misses "name.".
+func defaultLookup(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", strings.TrimSuffix(host, "."))
+}
+
+// hostResolver resolves hostname advertise addresses off the hot path and
+// keeps the last good result of each hostname, so a failing lookup does not
+// take addresses away. It is used only under Endpointsvc.mu.
+type hostResolver struct {
+	lookup  lookupFunc
+	timeout time.Duration
+	cache   map[string][]netip.Addr // fqdn → sorted addresses (last good)
+}
+
+func newHostResolver(lookup lookupFunc) *hostResolver {
+	if lookup == nil {
+		lookup = defaultLookup
+	}
+	return &hostResolver{lookup: lookup, timeout: 2 * time.Second, cache: map[string][]netip.Addr{}}
+}
+
+// hostnames returns the distinct hostname advertise addresses of st's nodes.
+func hostnames(st *State) []string {
+	seen := map[string]bool{}
+	var out []string
+	for i := range st.Nodes {
+		if _, h, err := ParseAddress(st.Nodes[i].Address); err == nil && h != "" && !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// resolve returns the addresses of hosts. Hosts already cached are looked up
+// again only when refresh is set. It reports whether any result changed, and
+// forgets hosts that are no longer asked for.
+func (r *hostResolver) resolve(ctx context.Context, hosts []string, refresh bool) (map[string][]netip.Addr, bool) {
+	var todo []string
+	for _, h := range hosts {
+		if _, ok := r.cache[h]; refresh || !ok {
+			todo = append(todo, h)
+		}
+	}
+	results := make([][]netip.Addr, len(todo))
+	oks := make([]bool, len(todo))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, h := range todo {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			c, cancel := context.WithTimeout(ctx, r.timeout)
+			defer cancel()
+			ips, err := r.lookup(c, h)
+			if err != nil || len(ips) == 0 {
+				return
+			}
+			for j := range ips {
+				ips[j] = ips[j].Unmap().WithZone("")
+			}
+			sort.Slice(ips, func(a, b int) bool { return ips[a].Less(ips[b]) })
+			results[i], oks[i] = ips, true
+		}()
+	}
+	wg.Wait()
+	changed := false
+	for i, h := range todo {
+		old, had := r.cache[h]
+		switch {
+		case oks[i]:
+			if !had || !equalAddrs(old, results[i]) {
+				changed = true
+			}
+			r.cache[h] = results[i]
+		case !had:
+			r.cache[h] = nil // unresolved for now: no addresses, retried on refresh
+			changed = true
+		}
+	}
+	want := make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		want[h] = true
+	}
+	out := make(map[string][]netip.Addr, len(hosts))
+	for h, ips := range r.cache {
+		if !want[h] {
+			delete(r.cache, h)
+			continue
+		}
+		out[h] = ips
+	}
+	return out, changed
+}

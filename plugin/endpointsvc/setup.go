@@ -1,0 +1,305 @@
+package endpointsvc
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+	pkgtls "github.com/coredns/coredns/plugin/pkg/tls"
+)
+
+const pluginName = "endpointsvc"
+
+var log = clog.NewWithPlugin(pluginName)
+
+func init() { plugin.Register(pluginName, setup) }
+
+// Defaults.
+const (
+	defaultZone         = "svc.orch."
+	defaultTTL          = 30
+	defaultFileInterval = 5 * time.Second
+	minInterval         = 100 * time.Millisecond
+	maxTTL              = 86400
+)
+
+func setup(c *caddy.Controller) error {
+	e, err := parse(c)
+	if err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	c.OnStartup(func() error {
+		e.start(e.source)
+		return nil
+	})
+	c.OnShutdown(func() error {
+		e.stop()
+		return nil
+	})
+	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+		e.Next = next
+		return e
+	})
+	return nil
+}
+
+// parse reads one endpointsvc block. It has no side effects: the source
+// does nothing until start.
+func parse(c *caddy.Controller) (*Endpointsvc, error) {
+	root := ""
+	if cfg := dnsserver.GetConfig(c); cfg != nil {
+		root = cfg.Root
+	}
+	path := func(p string) string {
+		if !filepath.IsAbs(p) && root != "" {
+			return filepath.Join(root, p)
+		}
+		return p
+	}
+	e := &Endpointsvc{namespace: DefaultNamespace, ttl: defaultTTL, syncer: &syncer{}}
+	blocks := 0
+	var file *fileSource
+	var orch *orchSource
+	var orchOpts []string // orch-only options seen, for the error message
+	var tlsArgs []string
+	tlsServerName := ""
+	timeout, maxBackoff, maxBody := time.Duration(0), time.Duration(0), int64(0)
+	tokenFile := ""
+	for c.Next() {
+		if blocks++; blocks > 1 {
+			return nil, c.Err("endpointsvc can only be used once per server block")
+		}
+		args := c.RemainingArgs()
+		for _, z := range args {
+			n := plugin.Host(z).NormalizeExact()
+			if len(n) == 0 {
+				return nil, c.Errf("bad zone %q", z)
+			}
+			e.Zones = append(e.Zones, n...)
+		}
+		if len(e.Zones) == 0 {
+			e.Zones = []string{defaultZone}
+		}
+		for c.NextBlock() {
+			switch v := c.Val(); v {
+			case "source":
+				if file != nil || orch != nil {
+					return nil, c.Err("only one source per endpointsvc block")
+				}
+				a := c.RemainingArgs()
+				if len(a) < 2 || len(a) > 3 {
+					return nil, c.ArgErr()
+				}
+				var interval time.Duration
+				if len(a) == 3 {
+					d, err := time.ParseDuration(a[2])
+					if err != nil || d < minInterval {
+						return nil, c.Errf("bad interval %q: want a duration of at least %v", a[2], minInterval)
+					}
+					interval = d
+				}
+				switch a[0] {
+				case "file":
+					if interval == 0 {
+						interval = defaultFileInterval
+					}
+					file = &fileSource{path: path(a[1]), interval: interval}
+				case "orch":
+					u, err := url.Parse(a[1])
+					if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+						return nil, c.Errf("bad orch URL %q: want http:// or https://", a[1])
+					}
+					if interval == 0 {
+						interval = defaultOrchInterval
+					}
+					orch = &orchSource{url: a[1], interval: interval}
+				default:
+					return nil, c.Errf("unknown source %q: want file or orch", a[0])
+				}
+			case "namespace":
+				a := c.RemainingArgs()
+				if len(a) != 1 {
+					return nil, c.ArgErr()
+				}
+				ns := strings.ToLower(a[0])
+				if !validLabel(ns) || ns == nodeNamespace {
+					return nil, c.Errf("bad namespace %q", a[0])
+				}
+				e.namespace = ns
+			case "include_unhealthy":
+				if c.NextArg() {
+					return nil, c.ArgErr()
+				}
+				e.includeUnhealthy = true
+			case "ttl":
+				a := c.RemainingArgs()
+				if len(a) != 1 {
+					return nil, c.ArgErr()
+				}
+				ttl, err := parseTTL(a[0])
+				if err != nil {
+					return nil, c.Errf("bad ttl %q: %v", a[0], err)
+				}
+				e.ttl = ttl
+			case "snapshot":
+				a := c.RemainingArgs()
+				if len(a) != 1 {
+					return nil, c.ArgErr()
+				}
+				e.snapshotPath = path(a[0])
+			case "fallthrough":
+				e.Fall.SetZonesFromArgs(c.RemainingArgs())
+			case "token_file":
+				a := c.RemainingArgs()
+				if len(a) != 1 {
+					return nil, c.ArgErr()
+				}
+				tokenFile, orchOpts = path(a[0]), append(orchOpts, v)
+			case "tls":
+				a := c.RemainingArgs()
+				if len(a) > 3 {
+					return nil, c.ArgErr()
+				}
+				for i := range a {
+					a[i] = path(a[i])
+				}
+				if _, err := pkgtls.NewTLSConfigFromArgs(a...); err != nil {
+					return nil, c.Errf("tls: %v", err)
+				}
+				tlsArgs, orchOpts = a, append(orchOpts, v)
+				if len(a) == 0 {
+					tlsArgs = []string{}
+				}
+			case "tls_servername":
+				a := c.RemainingArgs()
+				if len(a) != 1 {
+					return nil, c.ArgErr()
+				}
+				tlsServerName, orchOpts = a[0], append(orchOpts, v)
+			case "timeout", "max_backoff":
+				a := c.RemainingArgs()
+				if len(a) != 1 {
+					return nil, c.ArgErr()
+				}
+				d, err := time.ParseDuration(a[0])
+				if err != nil || d <= 0 {
+					return nil, c.Errf("bad %s %q: want a positive duration", v, a[0])
+				}
+				if v == "timeout" {
+					timeout = d
+				} else {
+					maxBackoff = d
+				}
+				orchOpts = append(orchOpts, v)
+			case "max_body":
+				a := c.RemainingArgs()
+				if len(a) != 1 {
+					return nil, c.ArgErr()
+				}
+				n, err := parseSize(a[0])
+				if err != nil {
+					return nil, c.Errf("bad max_body %q: %v", a[0], err)
+				}
+				maxBody, orchOpts = n, append(orchOpts, v)
+			default:
+				return nil, c.Errf("unknown property %q", v)
+			}
+		}
+	}
+	switch {
+	case file != nil:
+		if len(orchOpts) > 0 {
+			return nil, c.Errf("%s needs 'source orch URL'", orchOpts[0])
+		}
+		e.source = file
+	case orch != nil:
+		orch.timeout, orch.maxBackoff, orch.maxBody, orch.tokenFile = timeout, maxBackoff, maxBody, tokenFile
+		if orch.timeout == 0 {
+			orch.timeout = defaultOrchTimeout
+		}
+		if orch.maxBackoff == 0 {
+			orch.maxBackoff = defaultMaxBackoff
+		}
+		if orch.maxBody == 0 {
+			orch.maxBody = defaultMaxBody
+		}
+		if tlsArgs != nil || tlsServerName != "" {
+			cfg, err := pkgtls.NewTLSConfigFromArgs(tlsArgs...)
+			if err != nil {
+				return nil, c.Errf("tls: %v", err)
+			}
+			cfg.ServerName = tlsServerName
+			orch.tlsConfig = cfg
+		}
+		e.source = orch
+	default:
+		return nil, c.Err(errNoSource.Error())
+	}
+	e.finish(nil)
+	return e, nil
+}
+
+// finish derives what the parsed options imply: SOA names per zone, the
+// metrics zone label, the hostname refresh period, the resolver.
+func (e *Endpointsvc) finish(lookup lookupFunc) {
+	e.soas = e.soas[:0]
+	for _, z := range e.Zones {
+		e.soas = append(e.soas, soaNames{ns: "ns.dns." + z, mbox: "hostmaster." + z})
+	}
+	e.zone, e.zones = e.Zones[0], e.Zones
+	e.counters = make([]atomic.Pointer[requestCounters], len(e.Zones))
+	e.refresh = time.Duration(e.ttl) * time.Second
+	if e.refresh < time.Second {
+		e.refresh = time.Second
+	}
+	e.resolver = newHostResolver(lookup)
+}
+
+// parseTTL accepts a duration ("30s", "2m") or plain seconds ("30").
+func parseTTL(s string) (uint32, error) {
+	var secs int64
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		secs = n
+	} else {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, errors.New("want a duration such as 30s")
+		}
+		if d%time.Second != 0 {
+			return 0, errors.New("want whole seconds")
+		}
+		secs = int64(d / time.Second)
+	}
+	if secs < 0 || secs > maxTTL {
+		return 0, fmt.Errorf("want 0s to %ds", maxTTL)
+	}
+	return uint32(secs), nil
+}
+
+// parseSize accepts bytes with an optional k, m or g suffix (powers of 1024).
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	t := strings.ToLower(s)
+	switch {
+	case strings.HasSuffix(t, "k"):
+		mult, t = 1<<10, t[:len(t)-1]
+	case strings.HasSuffix(t, "m"):
+		mult, t = 1<<20, t[:len(t)-1]
+	case strings.HasSuffix(t, "g"):
+		mult, t = 1<<30, t[:len(t)-1]
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 || n > (1<<40)/mult {
+		return 0, errors.New("want a positive size such as 65536, 512k or 64m")
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,96 @@
+package endpointsvc
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		in  string
+		err string
+		chk func(t *testing.T, e *Endpointsvc)
+	}{
+		{in: `endpointsvc {
+			source file state.json
+		}`, chk: func(t *testing.T, e *Endpointsvc) {
+			f := e.source.(*fileSource)
+			if e.Zones[0] != "svc.orch." || e.ttl != 30 || e.namespace != "default" || f.path != "state.json" || f.interval != 5*time.Second {
+				t.Errorf("defaults: %+v %+v", e, f)
+			}
+		}},
+		{in: `endpointsvc mesh.example. other.example {
+			source orch http://127.0.0.1:8080/v1/state 2s
+			namespace Prod
+			include_unhealthy
+			ttl 10s
+			snapshot /var/lib/meshdns/state.json
+			fallthrough
+			token_file /run/secrets/token
+			timeout 1s
+			max_backoff 30s
+			max_body 8m
+		}`, chk: func(t *testing.T, e *Endpointsvc) {
+			o := e.source.(*orchSource)
+			if len(e.Zones) != 2 || e.Zones[1] != "other.example." || e.namespace != "prod" || !e.includeUnhealthy || e.ttl != 10 ||
+				e.snapshotPath != "/var/lib/meshdns/state.json" || o.interval != 2*time.Second || o.timeout != time.Second ||
+				o.maxBackoff != 30*time.Second || o.maxBody != 8<<20 || o.tokenFile != "/run/secrets/token" || !e.Fall.Through("x.mesh.example.") {
+				t.Errorf("options: %+v %+v", e, o)
+			}
+		}},
+		{in: "endpointsvc {\nsource orch https://orch.example:8443/state\ntls\ntls_servername orch.internal\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			o := e.source.(*orchSource)
+			if o.tlsConfig == nil || o.tlsConfig.ServerName != "orch.internal" || o.timeout != defaultOrchTimeout || o.maxBody != defaultMaxBody {
+				t.Errorf("tls: %+v", o)
+			}
+		}},
+		{in: "endpointsvc {\nttl 45\nsource file s.json 1s\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if e.ttl != 45 || e.source.(*fileSource).interval != time.Second {
+				t.Errorf("ttl %d", e.ttl)
+			}
+		}},
+		{in: "endpointsvc", err: "no source"},
+		{in: "endpointsvc {\nsource file a.json\nsource file b.json\n}", err: "only one source"},
+		{in: "endpointsvc {\nsource file\n}", err: "Wrong argument count"},
+		{in: "endpointsvc {\nsource consul x\n}", err: `unknown source "consul"`},
+		{in: "endpointsvc {\nsource orch ftp://x/\n}", err: `bad orch URL "ftp://x/"`},
+		{in: "endpointsvc {\nsource file a.json 1ms\n}", err: `bad interval "1ms"`},
+		{in: "endpointsvc {\nsource file a.json\nttl 1.5s\n}", err: `bad ttl "1.5s": want whole seconds`},
+		{in: "endpointsvc {\nsource file a.json\nttl forever\n}", err: `bad ttl "forever"`},
+		{in: "endpointsvc {\nsource file a.json\nttl 100000\n}", err: `want 0s to 86400s`},
+		{in: "endpointsvc {\nsource file a.json\nnamespace node\n}", err: `bad namespace "node"`},
+		{in: "endpointsvc {\nsource file a.json\nnamespace a_b\n}", err: `bad namespace "a_b"`},
+		{in: "endpointsvc {\nsource file a.json\ninclude_unhealthy yes\n}", err: "Wrong argument count"},
+		{in: "endpointsvc {\nsource file a.json\ntoken_file t\n}", err: "token_file needs 'source orch URL'"},
+		{in: "endpointsvc {\nsource orch http://x/\nmax_body lots\n}", err: `bad max_body "lots"`},
+		{in: "endpointsvc {\nsource orch http://x/\ntimeout -1s\n}", err: `bad timeout "-1s"`},
+		{in: "endpointsvc {\nsource orch http://x/\ntls /no/such/ca.pem\n}", err: "tls:"},
+		{in: "endpointsvc {\nsource file a.json\ncolour red\n}", err: `unknown property "colour"`},
+		{in: "endpointsvc {\nsource file a.json\n}\nendpointsvc {\nsource file a.json\n}", err: "only be used once"},
+	} {
+		c := caddy.NewTestController("dns", tc.in)
+		e, err := parse(c)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.in, err)
+			continue
+		}
+		tc.chk(t, e)
+	}
+}
+
+func TestParseErrorNamesLine(t *testing.T) {
+	c := caddy.NewTestController("dns", "endpointsvc {\n  source file a.json\n  ttl x\n}")
+	_, err := parse(c)
+	if err == nil || !strings.Contains(err.Error(), "Testfile:3") {
+		t.Fatalf("error %v does not name file and line", err)
+	}
+}

@@ -1,0 +1,49 @@
+package endpointsvc
+
+import (
+	"context"
+	"crypto/sha256"
+	"time"
+)
+
+// Source feeds states into the plugin. Sources know nothing of DNS or of
+// the predicate: they map whatever they read onto a State (the model) and
+// hand it to a Sink. The file and orch sources decode JSON with DecodeState;
+// a Kubernetes source would build a State from Services, EndpointSlices and
+// Nodes the same way.
+type Source interface {
+	// Name labels metrics and logs ("file", "orch").
+	Name() string
+	// Run syncs until ctx is done. It must deliver the first result (update
+	// or failure) promptly and must not keep goroutines after it returns.
+	Run(ctx context.Context, s Sink)
+}
+
+// Sink receives a source's results. Its methods are safe to call from the
+// source's goroutine.
+type Sink interface {
+	// Update offers a new, validated state.
+	Update(st *State)
+	// Unchanged records a successful check that found the same content.
+	Unchanged()
+	// Failed records a failed sync; the last good state keeps serving.
+	Failed(err error)
+}
+
+// contentHash identifies a document's content, so that sources can skip a
+// rebuild when it did not change.
+type contentHash [sha256.Size]byte
+
+func hashOf(b []byte) contentHash { return sha256.Sum256(b) }
+
+// sleep waits d or until ctx is done; it reports false when ctx is done.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

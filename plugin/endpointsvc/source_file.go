@@ -1,0 +1,72 @@
+package endpointsvc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+)
+
+// fileSource reads the state JSON from a file and re-reads it when its
+// modification time or size changes; identical content is not rebuilt.
+type fileSource struct {
+	path     string
+	interval time.Duration
+
+	// last seen file identity and content (only used by Run's goroutine)
+	mtime time.Time
+	size  int64
+	hash  contentHash
+	have  bool
+	bad   error // why the file as last seen was rejected
+}
+
+func (f *fileSource) Name() string { return "file" }
+
+func (f *fileSource) Run(ctx context.Context, s Sink) {
+	for {
+		f.check(s)
+		if !sleep(ctx, f.interval) {
+			return
+		}
+	}
+}
+
+// check reads the file when it changed and reports the result to s.
+func (f *fileSource) check(s Sink) {
+	fi, err := os.Stat(f.path)
+	if err != nil {
+		s.Failed(err)
+		return
+	}
+	if f.have && fi.ModTime().Equal(f.mtime) && fi.Size() == f.size {
+		if f.bad != nil {
+			s.Failed(f.bad)
+		} else {
+			s.Unchanged()
+		}
+		return
+	}
+	b, err := os.ReadFile(f.path)
+	if err != nil {
+		s.Failed(err)
+		return
+	}
+	h := hashOf(b)
+	f.mtime, f.size = fi.ModTime(), fi.Size()
+	if f.have && h == f.hash {
+		f.bad = nil
+		s.Unchanged()
+		return
+	}
+	st, err := DecodeState(b)
+	if err != nil {
+		// Keep the identity so a bad file is not parsed again every tick,
+		// but not the hash: restoring the old good content must apply.
+		f.have, f.hash, f.bad = true, contentHash{}, fmt.Errorf("%s: %w", f.path, err)
+		s.Failed(f.bad)
+		return
+	}
+	f.hash, f.have, f.bad = h, true, nil
+	s.Update(st)
+}

@@ -1,0 +1,90 @@
+package endpointsvc
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/plugin/test"
+
+	"github.com/miekg/dns"
+)
+
+func TestSnapshotAndLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	good, _ := os.ReadFile("testdata/state.json")
+	statePath, snap := filepath.Join(dir, "state.json"), filepath.Join(dir, "snap.json")
+	os.WriteFile(statePath, good, 0o644)
+	newPlugin := func() *Endpointsvc {
+		e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{snapshotPath: snap},
+			source: &fileSource{path: statePath, interval: 20 * time.Millisecond}}
+		e.finish(fakeLookup)
+		return e
+	}
+	before := runtime.NumGoroutine()
+	e := newPlugin()
+	e.start(e.source)
+	deadline := time.Now().Add(3 * time.Second)
+	for !e.Ready() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !e.Ready() {
+		t.Fatal("not ready after the first sync")
+	}
+	e.stop()
+	if _, err := os.Stat(snap); err != nil {
+		t.Fatalf("no snapshot written: %v", err)
+	}
+	// the source is gone now: the snapshot alone serves after a restart
+	os.Remove(statePath)
+	e = newPlugin()
+	e.start(e.source)
+	if !e.Ready() {
+		t.Fatal("snapshot did not make the plugin ready at start")
+	}
+	checkCase(t, e, test.Case{Qname: "atlas.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("atlas.svc.orch. 30 IN A 192.0.2.10")}})
+	time.Sleep(60 * time.Millisecond) // the failing source keeps the snapshot's answers
+	checkCase(t, e, test.Case{Qname: "atlas.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("atlas.svc.orch. 30 IN A 192.0.2.10")}})
+	e.stop()
+	time.Sleep(20 * time.Millisecond)
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("goroutines: %d before start, %d after stop", before, after)
+	}
+}
+
+func TestRefreshHosts(t *testing.T) {
+	var mu sync.Mutex
+	addr := "198.51.100.4"
+	fail := false
+	lookup := func(_ context.Context, host string) ([]netip.Addr, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			return nil, context.DeadlineExceeded
+		}
+		return []netip.Addr{netip.MustParseAddr(addr)}, nil
+	}
+	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
+	e.finish(lookup)
+	e.apply("test", loadState(t, "testdata/state.json"), false)
+	want := func(ip string) {
+		t.Helper()
+		checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("hosty.svc.orch. 30 IN A " + ip)}})
+	}
+	want("198.51.100.4")
+	mu.Lock()
+	addr = "198.51.100.44"
+	mu.Unlock()
+	e.refreshHosts(context.Background())
+	want("198.51.100.44")
+	mu.Lock()
+	fail = true
+	mu.Unlock()
+	e.refreshHosts(context.Background())
+	want("198.51.100.44") // a failed lookup keeps the last good addresses
+}

@@ -1,0 +1,415 @@
+package mdnsfallback
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coredns/caddy"
+)
+
+// maxBody bounds a request body.
+const maxBody = 64 << 10
+
+// apiServer is the record API's HTTP listener.
+type apiServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+func (p *MDNSFallback) startAPI() error {
+	ln, err := net.Listen("tcp", p.cfg.api)
+	if err != nil {
+		return fmt.Errorf("record API listen on %s: %w", p.cfg.api, err)
+	}
+	srv := &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+	}
+	p.api = &apiServer{srv: srv, ln: ln}
+	go func() { _ = srv.Serve(ln) }()
+	return nil
+}
+
+func (p *MDNSFallback) stopAPI() {
+	if p.api == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := p.api.srv.Shutdown(ctx); err != nil {
+		p.api.srv.Close()
+	}
+	p.api = nil
+}
+
+// apiError is the JSON body of every 4xx answer.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+// statusWriter remembers the status code for the metric.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// ServeHTTP implements the record API:
+//
+//	PUT    /name/<id>/<ip>   domain (or fqdn), routing_prefix, ttl as form values or JSON
+//	DELETE /name/<id>/<ip>
+//	DELETE /name/<id>
+//	GET    /name/            every record
+//	GET    /name/<id>
+//	GET    /status
+func (p *MDNSFallback) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	p.route(sw, r)
+	apiRequests.WithLabelValues(strconv.Itoa(sw.code)).Inc()
+}
+
+func (p *MDNSFallback) route(w http.ResponseWriter, r *http.Request) {
+	segs, err := splitPath(r.URL)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	switch {
+	case len(segs) == 1 && segs[0] == "status":
+		if !allow(w, r, http.MethodGet) {
+			return
+		}
+		writeJSON(w, http.StatusOK, p.status())
+	case len(segs) >= 1 && segs[0] == "name" && len(segs) <= 3:
+		p.routeName(w, r, segs[1:])
+	default:
+		writeError(w, http.StatusNotFound, "no such route: "+r.URL.Path)
+	}
+}
+
+func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []string) {
+	switch len(segs) {
+	case 0:
+		if allow(w, r, http.MethodGet) {
+			writeJSON(w, http.StatusOK, p.db.Records(""))
+		}
+		return
+	case 1:
+		if !allow(w, r, http.MethodGet, http.MethodDelete) || !p.authorized(w, r) {
+			return
+		}
+		id := segs[0]
+		if err := validID(id); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if r.Method == http.MethodGet {
+			writeJSON(w, http.StatusOK, p.db.Records(id))
+			return
+		}
+		writeJSON(w, http.StatusOK, deleted{Deleted: nonNil(p.db.DeleteID(id))})
+		return
+	}
+	if !allow(w, r, http.MethodPut, http.MethodDelete) || !p.authorized(w, r) {
+		return
+	}
+	id := segs[0]
+	if err := validID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ip, err := netip.ParseAddr(segs[1])
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%v: %q", ErrBadIP, segs[1]))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", maxBody))
+		} else {
+			writeError(w, http.StatusBadRequest, "reading body: "+err.Error())
+		}
+		return
+	}
+	if r.Method == http.MethodDelete {
+		writeJSON(w, http.StatusOK, deleted{Deleted: nonNil(p.db.DeleteIDIP(id, ip))})
+		return
+	}
+	f, err := parseFields(r, body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	rec, created, err := p.db.Put(Record{ID: id, IP: ip, Domain: f.domain, RoutingPrefix: f.prefix, TTL: f.ttl})
+	switch {
+	case errors.Is(err, ErrFull):
+		writeError(w, http.StatusConflict, err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, putAnswer{Record: rec, Created: created})
+}
+
+type deleted struct {
+	Deleted []Record `json:"deleted"`
+}
+
+type putAnswer struct {
+	Record  Record `json:"record"`
+	Created bool   `json:"created"`
+}
+
+func nonNil(r []Record) []Record {
+	if r == nil {
+		return []Record{}
+	}
+	return r
+}
+
+// splitPath returns the unescaped segments of u's path, without the
+// leading slash and one trailing slash; empty segments in between stay, so
+// "/name//1.2.3.4" names an empty identifier.
+func splitPath(u *url.URL) ([]string, error) {
+	p := strings.TrimPrefix(u.EscapedPath(), "/")
+	p = strings.TrimSuffix(p, "/")
+	if p == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, s := range strings.Split(p, "/") {
+		v, err := url.PathUnescape(s)
+		if err != nil {
+			return nil, fmt.Errorf("bad path segment %q", s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	for _, m := range methods {
+		if r.Method == m {
+			return true
+		}
+	}
+	w.Header().Set("Allow", strings.Join(methods, ", "))
+	writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed here; allowed: %s", r.Method, strings.Join(methods, ", ")))
+	return false
+}
+
+// authorized checks the bearer token on writes when a token is configured.
+func (p *MDNSFallback) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if p.cfg.token == "" || r.Method == http.MethodGet {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(p.cfg.token)) == 1 {
+		return true
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="mdnsfallback"`)
+	writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+	return false
+}
+
+// fields are the PUT body's values.
+type fields struct {
+	domain string
+	prefix int
+	ttl    uint32
+}
+
+// jsonFields is the JSON body of a PUT; fqdn is an alias of domain.
+type jsonFields struct {
+	Domain        *string `json:"domain"`
+	FQDN          *string `json:"fqdn"`
+	RoutingPrefix *int    `json:"routing_prefix"`
+	TTL           *int64  `json:"ttl"`
+}
+
+// parseFields reads the record fields from a JSON body, or else from form
+// values (URL query and url-encoded body).
+func parseFields(r *http.Request, body []byte) (fields, error) {
+	trimmed := bytes.TrimSpace(body)
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") || bytes.HasPrefix(trimmed, []byte("{")) {
+		if len(r.URL.RawQuery) > 0 {
+			return fields{}, errors.New("give the fields either as JSON or as form values, not both")
+		}
+		return parseJSONFields(trimmed)
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return fields{}, fmt.Errorf("malformed form body: %v", err)
+	}
+	for k, v := range r.URL.Query() {
+		form[k] = append(form[k], v...)
+	}
+	return parseFormFields(form)
+}
+
+func parseJSONFields(body []byte) (fields, error) {
+	var j jsonFields
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return fields{}, fmt.Errorf("malformed JSON body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fields{}, errors.New("malformed JSON body: data after the object")
+	}
+	var f fields
+	var err error
+	if f.domain, err = pickDomain(deref(j.Domain), deref(j.FQDN)); err != nil {
+		return f, err
+	}
+	if j.RoutingPrefix != nil {
+		f.prefix = *j.RoutingPrefix
+		if f.prefix < 1 {
+			return f, fmt.Errorf("%w: %d", ErrBadPrefix, f.prefix)
+		}
+	}
+	if j.TTL != nil {
+		if f.ttl, err = checkTTL(*j.TTL); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func parseFormFields(form url.Values) (fields, error) {
+	var f fields
+	for k, v := range form {
+		switch k {
+		case "domain", "fqdn", "routing_prefix", "ttl":
+			if len(v) > 1 {
+				return f, fmt.Errorf("form field %q given %d times", k, len(v))
+			}
+		default:
+			return f, fmt.Errorf("unknown form field %q", k)
+		}
+	}
+	var err error
+	if f.domain, err = pickDomain(form.Get("domain"), form.Get("fqdn")); err != nil {
+		return f, err
+	}
+	if s := form.Get("routing_prefix"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return f, fmt.Errorf("%w: %q", ErrBadPrefix, s)
+		}
+		f.prefix = n
+	}
+	if s := form.Get("ttl"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return f, fmt.Errorf("%w: %q is not a number of seconds", ErrBadTTL, s)
+		}
+		if f.ttl, err = checkTTL(n); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+func pickDomain(domain, fqdn string) (string, error) {
+	switch {
+	case domain == "" && fqdn == "":
+		return "", fmt.Errorf("%w: missing domain (or fqdn)", ErrBadDomain)
+	case domain != "" && fqdn != "" && !strings.EqualFold(strings.TrimSuffix(domain, "."), strings.TrimSuffix(fqdn, ".")):
+		return "", fmt.Errorf("%w: domain %q and fqdn %q disagree", ErrBadDomain, domain, fqdn)
+	case domain != "":
+		return domain, nil
+	}
+	return fqdn, nil
+}
+
+// maxRecordTTL bounds a record's TTL to a week.
+const maxRecordTTL = 7 * 24 * 3600
+
+func checkTTL(n int64) (uint32, error) {
+	if n < 0 || n > maxRecordTTL {
+		return 0, fmt.Errorf("%w: %d is outside 0..%d seconds", ErrBadTTL, n, maxRecordTTL)
+	}
+	return uint32(n), nil
+}
+
+// statusBody is GET /status.
+type statusBody struct {
+	Version      string           `json:"version"`
+	Zones        []string         `json:"zones"`
+	Records      int              `json:"records"`
+	MaxRecords   int              `json:"max_records"`
+	CacheEntries int              `json:"cache_entries"`
+	CacheSize    int              `json:"cache_size"`
+	Interfaces   []string         `json:"interfaces"`
+	Counters     map[string]int64 `json:"counters"`
+}
+
+func (p *MDNSFallback) status() statusBody {
+	ifaces := p.cfg.interfaces
+	if ifaces == nil {
+		ifaces = []string{}
+	}
+	return statusBody{
+		Version:      caddy.AppName + " " + caddy.AppVersion,
+		Zones:        p.cfg.zones,
+		Records:      p.db.Len(),
+		MaxRecords:   p.cfg.maxRecords,
+		CacheEntries: p.cache.Len(),
+		CacheSize:    p.cfg.cacheSize,
+		Interfaces:   ifaces,
+		Counters: map[string]int64{
+			"requests_local":      p.stats.results[resLocal].Load(),
+			"requests_cache":      p.stats.results[resCache].Load(),
+			"requests_mdns":       p.stats.results[resMDNS].Load(),
+			"requests_negative":   p.stats.results[resNegative].Load(),
+			"requests_miss":       p.stats.results[resMiss].Load(),
+			"mdns_queries_sent":   p.stats.queries.Load(),
+			"mdns_answers_cached": p.stats.answers.Load(),
+		},
+	}
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, apiError{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encoding the answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,550 @@
+package mdnsfallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/net/ipv4"
+)
+
+// mDNS constants (RFC 6762).
+const (
+	mdnsPort      = 5353
+	cacheFlushBit = 1 << 15 // in the class of a response record
+	quBit         = 1 << 15 // in the class of a question: unicast response wanted
+	legacyMaxTTL  = 10      // §6.7: TTL cap in replies to legacy (non-5353) queriers
+	mcastInterval = time.Second
+	maxPacket     = 9000
+)
+
+var mdnsGroup = netip.MustParseAddr("224.0.0.251")
+
+// mdnsIface is one configured interface and its on-link networks.
+type mdnsIface struct {
+	ifi       *net.Interface
+	load      func() []netip.Prefix // re-reads the networks
+	mu        sync.Mutex
+	prefixes  []netip.Prefix
+	refreshed time.Time
+}
+
+// onLink reports whether src is inside one of the interface's IPv4
+// networks; it re-reads the interface's addresses at most once a second.
+func (i *mdnsIface) onLink(src netip.Addr, now time.Time) bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	for pass := 0; pass < 2; pass++ {
+		for _, p := range i.prefixes {
+			if p.Contains(src) {
+				return true
+			}
+		}
+		if pass == 1 || now.Sub(i.refreshed) < time.Second {
+			return false
+		}
+		i.refreshed = now
+		i.prefixes = i.load()
+	}
+	return false
+}
+
+func ifacePrefixes(ifi *net.Interface) []netip.Prefix {
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			ip, ok := netip.AddrFromSlice(n.IP)
+			ones, _ := n.Mask.Size()
+			if ok && ip.Unmap().Is4() {
+				out = append(out, netip.PrefixFrom(ip.Unmap(), ones).Masked())
+			}
+		}
+	}
+	return out
+}
+
+// outPacket is a packet the responder wants sent.
+type outPacket struct {
+	ifIndex int
+	to      netip.AddrPort
+	msg     *dns.Msg
+}
+
+// responder answers mDNS questions for local names, caches the answers it
+// hears and sends the queries of the fallback. handle is pure apart from the
+// cache and the in-flight table, so tests and fuzzing drive it directly.
+type responder struct {
+	p      *MDNSFallback
+	ifaces map[int]*mdnsIface
+
+	mu        sync.Mutex
+	lastMcast map[mcastKey]time.Time
+
+	pc   *ipv4.PacketConn
+	conn net.PacketConn
+	done chan struct{}
+
+	sent func(outPacket) // tests: sees every packet sent
+}
+
+type mcastKey struct {
+	name    string
+	ifIndex int
+}
+
+func newResponder(p *MDNSFallback, ifis []*net.Interface) *responder {
+	r := &responder{p: p, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
+	for _, ifi := range ifis {
+		ifi := ifi
+		load := func() []netip.Prefix { return ifacePrefixes(ifi) }
+		r.ifaces[ifi.Index] = &mdnsIface{ifi: ifi, load: load, prefixes: load(), refreshed: time.Now()}
+	}
+	return r
+}
+
+// open binds 0.0.0.0:5353 (shared with other mDNS stacks through
+// SO_REUSEADDR), joins 224.0.0.251 on every interface and starts reading.
+func (r *responder) open() error {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	conn, err := lc.ListenPacket(context.Background(), "udp4", fmt.Sprintf("0.0.0.0:%d", mdnsPort))
+	if err != nil {
+		return fmt.Errorf("mdns listen: %w", err)
+	}
+	pc := ipv4.NewPacketConn(conn)
+	for _, i := range r.ifaces {
+		if err := pc.JoinGroup(i.ifi, &net.UDPAddr{IP: mdnsGroup.AsSlice()}); err != nil {
+			conn.Close()
+			return fmt.Errorf("mdns join %s on %s: %w", mdnsGroup, i.ifi.Name, err)
+		}
+	}
+	if err := pc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst, true); err != nil {
+		conn.Close()
+		return fmt.Errorf("mdns control messages: %w", err)
+	}
+	_ = pc.SetMulticastTTL(255)
+	_ = pc.SetTTL(255)
+	_ = pc.SetMulticastLoopback(true)
+	r.pc, r.conn, r.done = pc, conn, make(chan struct{})
+	go r.readLoop()
+	return nil
+}
+
+// close stops the read loop and waits for it.
+func (r *responder) close() {
+	if r.conn == nil {
+		return
+	}
+	r.conn.Close()
+	<-r.done
+	r.conn = nil
+}
+
+func (r *responder) readLoop() {
+	defer close(r.done)
+	buf := make([]byte, maxPacket)
+	for {
+		n, cm, src, err := r.pc.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		ua, ok := src.(*net.UDPAddr)
+		if !ok {
+			continue
+		}
+		ifIndex := 0
+		if cm != nil {
+			ifIndex = cm.IfIndex
+		}
+		from := ua.AddrPort()
+		for _, out := range r.handle(buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), ifIndex, time.Now()) {
+			r.send(out)
+		}
+	}
+}
+
+func (r *responder) send(o outPacket) {
+	if r.sent != nil {
+		r.sent(o)
+	}
+	b, err := o.msg.Pack()
+	if err != nil || r.pc == nil {
+		return
+	}
+	dst := &net.UDPAddr{IP: o.to.Addr().AsSlice(), Port: int(o.to.Port())}
+	_, _ = r.pc.WriteTo(b, &ipv4.ControlMessage{IfIndex: o.ifIndex}, dst)
+}
+
+// handle processes one packet that arrived on ifIndex from src and returns
+// the replies to send. Malformed, off-link and foreign-interface packets
+// are dropped.
+func (r *responder) handle(b []byte, src netip.AddrPort, ifIndex int, now time.Time) []outPacket {
+	iface := r.ifaces[ifIndex]
+	if iface == nil && len(r.ifaces) == 1 && ifIndex == 0 {
+		for _, i := range r.ifaces {
+			iface = i
+		}
+	}
+	if iface == nil {
+		mdnsDropped.WithLabelValues("interface").Inc()
+		return nil
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(b); err != nil {
+		mdnsDropped.WithLabelValues("malformed").Inc()
+		return nil
+	}
+	if !iface.onLink(src.Addr(), now) {
+		mdnsDropped.WithLabelValues("off_link").Inc()
+		return nil
+	}
+	if m.Opcode != dns.OpcodeQuery || m.Rcode != dns.RcodeSuccess {
+		return nil
+	}
+	if m.Response {
+		r.learn(m, now)
+		return nil
+	}
+	return r.answer(m, src, iface.ifi.Index, now)
+}
+
+// learn caches the A/AAAA records of a response for names inside the zones
+// that are not local, and wakes the queries waiting for them.
+func (r *responder) learn(m *dns.Msg, now time.Time) {
+	p := r.p
+	ix := p.db.ix
+	var woke []string
+	for _, sec := range [][]dns.RR{m.Answer, m.Extra} {
+		for _, rr := range sec {
+			h := rr.Header()
+			if h.Class&^cacheFlushBit != dns.ClassINET {
+				continue
+			}
+			var addr netip.Addr
+			switch v := rr.(type) {
+			case *dns.A:
+				addr, _ = netip.AddrFromSlice(v.A.To4())
+			case *dns.AAAA:
+				addr, _ = netip.AddrFromSlice(v.AAAA.To16())
+			default:
+				continue
+			}
+			if !addr.IsValid() {
+				continue
+			}
+			name := lowerName(h.Name)
+			if p.zoneOf(name) == "" {
+				mdnsDropped.WithLabelValues("out_of_zone").Inc()
+				continue
+			}
+			if ix.lookup(name) != nil {
+				continue // never override a local record
+			}
+			mdnsAnswers.Inc()
+			p.stats.answers.Add(1)
+			p.cache.add(name, addr, h.Ttl, h.Class&cacheFlushBit != 0, now)
+			if h.Ttl > 0 {
+				woke = append(woke, name)
+			}
+		}
+	}
+	cacheEntries.Set(float64(p.cache.Len()))
+	for _, n := range woke {
+		p.inflight.finish(n)
+	}
+}
+
+// answer builds the replies to a query for local names (A, AAAA, ANY).
+func (r *responder) answer(m *dns.Msg, src netip.AddrPort, ifIndex int, now time.Time) []outPacket {
+	legacy := src.Port() != mdnsPort
+	ix := r.p.db.ix
+	var mcast, ucast []dns.RR
+	var mcastNames []string
+	var legacyQ []dns.Question
+	for _, q := range m.Question {
+		if q.Qclass&^quBit != dns.ClassINET && q.Qclass&^quBit != dns.ClassANY {
+			continue
+		}
+		if q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA && q.Qtype != dns.TypeANY {
+			continue
+		}
+		name := lowerName(q.Name)
+		e := ix.lookup(name)
+		if e == nil {
+			continue
+		}
+		rrs := r.p.entryRRs(e, q.Name, q.Qtype, !legacy)
+		rrs = suppressKnown(rrs, m.Answer)
+		if len(rrs) == 0 {
+			continue
+		}
+		switch {
+		case legacy:
+			for _, rr := range rrs {
+				if rr.Header().Ttl > legacyMaxTTL {
+					rr.Header().Ttl = legacyMaxTTL
+				}
+			}
+			legacyQ = append(legacyQ, q)
+			ucast = append(ucast, rrs...)
+		case q.Qclass&quBit != 0:
+			ucast = append(ucast, rrs...)
+		default:
+			if r.mayMulticast(name, ifIndex, now) {
+				mcast = append(mcast, rrs...)
+				mcastNames = append(mcastNames, name)
+			}
+		}
+	}
+	var out []outPacket
+	if len(ucast) > 0 {
+		resp := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: ucast}
+		if legacy {
+			resp.Id = m.Id
+			resp.Question = legacyQ
+		}
+		out = append(out, outPacket{ifIndex: ifIndex, to: src, msg: resp})
+	}
+	if len(mcast) > 0 {
+		r.noteMulticast(mcastNames, ifIndex, now)
+		resp := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: mcast}
+		out = append(out, outPacket{ifIndex: ifIndex, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: resp})
+	}
+	for _, o := range out {
+		mdnsResponses.WithLabelValues(kindOf(o, legacy)).Inc()
+	}
+	return out
+}
+
+func kindOf(o outPacket, legacy bool) string {
+	switch {
+	case o.to.Addr() == mdnsGroup:
+		return "multicast"
+	case legacy:
+		return "legacy"
+	}
+	return "unicast"
+}
+
+// suppressKnown drops the records the querier listed as known answers with
+// at least half our TTL left (RFC 6762 §7.1).
+func suppressKnown(rrs, known []dns.RR) []dns.RR {
+	if len(known) == 0 {
+		return rrs
+	}
+	kept := rrs[:0]
+	for _, rr := range rrs {
+		drop := false
+		for _, k := range known {
+			if k.Header().Rrtype == rr.Header().Rrtype && equalAddr(k, rr) &&
+				lowerName(k.Header().Name) == lowerName(rr.Header().Name) && k.Header().Ttl >= rr.Header().Ttl/2 {
+				drop = true
+				break
+			}
+		}
+		if !drop {
+			kept = append(kept, rr)
+		}
+	}
+	return kept
+}
+
+func equalAddr(a, b dns.RR) bool {
+	switch x := a.(type) {
+	case *dns.A:
+		y, ok := b.(*dns.A)
+		return ok && x.A.Equal(y.A)
+	case *dns.AAAA:
+		y, ok := b.(*dns.AAAA)
+		return ok && x.AAAA.Equal(y.AAAA)
+	}
+	return false
+}
+
+// mayMulticast enforces one multicast per name and interface per second
+// (RFC 6762 §6), which also bounds what a query flood can make us send.
+func (r *responder) mayMulticast(name string, ifIndex int, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.lastMcast[mcastKey{name, ifIndex}]
+	return !ok || now.Sub(last) >= mcastInterval
+}
+
+func (r *responder) noteMulticast(names []string, ifIndex int, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.lastMcast) > 4096 {
+		for k, t := range r.lastMcast {
+			if now.Sub(t) >= mcastInterval {
+				delete(r.lastMcast, k)
+			}
+		}
+	}
+	for _, n := range names {
+		r.lastMcast[mcastKey{n, ifIndex}] = now
+	}
+}
+
+// query multicasts one question pair (A and AAAA) for name on every
+// interface, from the unconnected port-5353 socket: replies, multicast or
+// unicast from the responder's own address, come back through readLoop.
+// The questions ask for unicast replies (QU, RFC 6762 §5.4): each query is
+// a cold-cache one-shot, and a responder may hold back a multicast reply
+// for a record it multicast less than a second ago (Avahi does), which
+// would cost the whole timeout.
+func (r *responder) query(name string) {
+	m := &dns.Msg{Question: []dns.Question{
+		{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET | quBit},
+		{Name: name, Qtype: dns.TypeAAAA, Qclass: dns.ClassINET | quBit},
+	}}
+	for idx := range r.ifaces {
+		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+		mdnsQueries.Inc()
+		r.p.stats.queries.Add(1)
+	}
+}
+
+// announce multicasts the name's records (cache-flush bit set) on every
+// interface, within the once-a-second limit per name and interface.
+func (r *responder) announce(name string, now time.Time) {
+	e := r.p.db.ix.lookup(name)
+	if e == nil {
+		return
+	}
+	rrs := r.p.entryRRs(e, name, dns.TypeANY, true)
+	if len(rrs) == 0 {
+		return
+	}
+	m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs}
+	for idx := range r.ifaces {
+		if !r.mayMulticast(name, idx, now) {
+			continue
+		}
+		r.noteMulticast([]string{name}, idx, now)
+		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+		mdnsResponses.WithLabelValues("announcement").Inc()
+	}
+}
+
+// goodbye multicasts TTL-0 records for recs on every interface. The
+// cache-flush bit stays clear, so peers drop only these addresses.
+func (r *responder) goodbye(recs []Record) {
+	var rrs []dns.RR
+	for _, rec := range recs {
+		h := dns.RR_Header{Name: rec.Domain, Class: dns.ClassINET, Ttl: 0}
+		if rec.IP.Is4() {
+			h.Rrtype = dns.TypeA
+			rrs = append(rrs, &dns.A{Hdr: h, A: net.IP(rec.IP.AsSlice())})
+		} else {
+			h.Rrtype = dns.TypeAAAA
+			rrs = append(rrs, &dns.AAAA{Hdr: h, AAAA: net.IP(rec.IP.AsSlice())})
+		}
+	}
+	for len(rrs) > 0 {
+		n := min(len(rrs), 40)
+		m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs[:n]}
+		for idx := range r.ifaces {
+			r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+			mdnsResponses.WithLabelValues("goodbye").Inc()
+		}
+		rrs = rrs[n:]
+	}
+}
+
+// call is one mDNS query in flight; every DNS request for the same name
+// waits on the same call.
+type call struct {
+	done  chan struct{}
+	timer *time.Timer
+}
+
+// inflight shares mDNS queries between concurrent requests, bounded in
+// how many names may be in flight at once.
+type inflight struct {
+	mu  sync.Mutex
+	m   map[string]*call
+	max int
+}
+
+func newInflight(max int) *inflight { return &inflight{m: map[string]*call{}, max: max} }
+
+// join returns the call for name and whether the caller must send the
+// query; nil when too many queries are in flight. A new call ends after
+// timeout, running onTimeout first, unless an answer finishes it before.
+func (f *inflight) join(name string, timeout time.Duration, onTimeout func()) (*call, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.m[name]; ok {
+		return c, false
+	}
+	if len(f.m) >= f.max {
+		return nil, false
+	}
+	c := &call{done: make(chan struct{})}
+	c.timer = time.AfterFunc(timeout, func() { f.finishCall(name, c, onTimeout) })
+	f.m[name] = c
+	return c, true
+}
+
+// finish completes the call for name, if any; it reports whether it did.
+func (f *inflight) finish(name string) bool {
+	f.mu.Lock()
+	c, ok := f.m[name]
+	if ok {
+		delete(f.m, name)
+		c.timer.Stop()
+	}
+	f.mu.Unlock()
+	if ok {
+		close(c.done)
+	}
+	return ok
+}
+
+// finishCall completes c on its timeout if it is still the call for name.
+func (f *inflight) finishCall(name string, c *call, onTimeout func()) {
+	f.mu.Lock()
+	if f.m[name] != c {
+		f.mu.Unlock()
+		return
+	}
+	delete(f.m, name)
+	f.mu.Unlock()
+	if onTimeout != nil {
+		onTimeout()
+	}
+	close(c.done)
+}
+
+// stop ends every call in flight (shutdown).
+func (f *inflight) stop() {
+	f.mu.Lock()
+	calls := f.m
+	f.m = map[string]*call{}
+	f.mu.Unlock()
+	for _, c := range calls {
+		c.timer.Stop()
+		close(c.done)
+	}
+}

@@ -1,0 +1,247 @@
+package mdnsfallback
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+const testIfIndex = 7
+
+// testResponder is a responder on a fake interface 10.250.0.0/24 with no
+// socket; it records what it would send.
+func testResponder(p *MDNSFallback) *responder {
+	r := &responder{p: p, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
+	pr := []netip.Prefix{netip.MustParsePrefix("10.250.0.0/24")}
+	r.ifaces[testIfIndex] = &mdnsIface{ifi: &net.Interface{Index: testIfIndex, Name: "test0"},
+		load: func() []netip.Prefix { return pr }, prefixes: pr, refreshed: time.Now()}
+	return r
+}
+
+type sink struct {
+	mu   sync.Mutex
+	pkts []outPacket
+}
+
+func (s *sink) add(o outPacket) { s.mu.Lock(); s.pkts = append(s.pkts, o); s.mu.Unlock() }
+func (s *sink) take() []outPacket {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.pkts
+	s.pkts = nil
+	return out
+}
+
+func pack(t testing.TB, m *dns.Msg) []byte {
+	t.Helper()
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func question(name string, qtype, qclass uint16) *dns.Msg {
+	return &dns.Msg{Question: []dns.Question{{Name: name, Qtype: qtype, Qclass: qclass}}}
+}
+
+var peer = netip.MustParseAddrPort("10.250.0.2:5353")
+
+func TestResponderAnswers(t *testing.T) {
+	p := newTestPlugin(nil)
+	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	put(t, p, "c1", "fd00::1", "web.weave.local", 0)
+	r := testResponder(p)
+	now := time.Unix(1000, 0)
+
+	// QM: one multicast answer with the cache-flush bit, then rate-limited.
+	out := r.handle(pack(t, question("WEB.weave.local.", dns.TypeA, dns.ClassINET)), peer, testIfIndex, now)
+	if len(out) != 1 || out[0].to != netip.MustParseAddrPort("224.0.0.251:5353") || out[0].ifIndex != testIfIndex {
+		t.Fatalf("QM: %+v", out)
+	}
+	m := out[0].msg
+	if !m.Response || !m.Authoritative || m.Id != 0 || len(m.Question) != 0 || len(m.Answer) != 1 ||
+		m.Answer[0].Header().Class != dns.ClassINET|cacheFlushBit || m.Answer[0].Header().Ttl != 30 ||
+		m.Answer[0].Header().Name != "WEB.weave.local." {
+		t.Fatalf("QM answer: %v", m)
+	}
+	if out := r.handle(pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET)), peer, testIfIndex, now.Add(500*time.Millisecond)); len(out) != 0 {
+		t.Fatalf("multicast twice within a second: %v", out)
+	}
+	if out := r.handle(pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET)), peer, testIfIndex, now.Add(1100*time.Millisecond)); len(out) != 1 {
+		t.Fatalf("no multicast after a second: %v", out)
+	}
+
+	// QU: unicast to the querier, not rate-limited.
+	out = r.handle(pack(t, question("web.weave.local.", dns.TypeANY, dns.ClassINET|quBit)), peer, testIfIndex, now.Add(1200*time.Millisecond))
+	if len(out) != 1 || out[0].to != peer || len(out[0].msg.Answer) != 2 || out[0].msg.Answer[1].Header().Class != dns.ClassINET|cacheFlushBit {
+		t.Fatalf("QU: %+v", out)
+	}
+
+	// Legacy unicast (source port ≠ 5353): ID and question echoed, TTL ≤ 10, no cache-flush.
+	legacy := netip.MustParseAddrPort("10.250.0.2:40000")
+	q := question("web.weave.local.", dns.TypeAAAA, dns.ClassINET)
+	q.Id = 4242
+	out = r.handle(pack(t, q), legacy, testIfIndex, now)
+	if len(out) != 1 || out[0].to != legacy {
+		t.Fatalf("legacy: %+v", out)
+	}
+	m = out[0].msg
+	if m.Id != 4242 || len(m.Question) != 1 || len(m.Answer) != 1 || m.Answer[0].Header().Ttl != 10 ||
+		m.Answer[0].Header().Class != dns.ClassINET || m.Answer[0].(*dns.AAAA).AAAA.String() != "fd00::1" {
+		t.Fatalf("legacy answer: %v", m)
+	}
+
+	// Known answers with enough TTL left are not repeated.
+	q = question("web.weave.local.", dns.TypeA, dns.ClassINET|quBit)
+	q.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "web.weave.local.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 20}, A: net.ParseIP("10.32.0.1")}}
+	if out := r.handle(pack(t, q), peer, testIfIndex, now); len(out) != 0 {
+		t.Fatalf("known answer repeated: %v", out)
+	}
+
+	// Names we do not hold, other types, off-link sources, other interfaces, garbage: silence.
+	for i, tc := range []struct {
+		b   []byte
+		src netip.AddrPort
+		idx int
+	}{
+		{pack(t, question("other.weave.local.", dns.TypeA, dns.ClassINET|quBit)), peer, testIfIndex},
+		{pack(t, question("web.weave.local.", dns.TypeTXT, dns.ClassINET|quBit)), peer, testIfIndex},
+		{pack(t, question("web.weave.local.", dns.TypeA, dns.ClassCHAOS)), peer, testIfIndex},
+		{pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET|quBit)), netip.MustParseAddrPort("192.0.2.1:5353"), testIfIndex},
+		{pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET|quBit)), peer, 99},
+		{[]byte{1, 2, 3}, peer, testIfIndex},
+	} {
+		if out := r.handle(tc.b, tc.src, tc.idx, now); len(out) != 0 {
+			t.Errorf("%d: answered %v", i, out)
+		}
+	}
+}
+
+func answerMsg(rrs ...dns.RR) *dns.Msg {
+	return &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs}
+}
+
+func aRR(name, addr string, ttl uint32, flush bool) dns.RR {
+	class := uint16(dns.ClassINET)
+	if flush {
+		class |= cacheFlushBit
+	}
+	return &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: class, Ttl: ttl}, A: net.ParseIP(addr)}
+}
+
+func TestResponderLearns(t *testing.T) {
+	p := newTestPlugin(nil)
+	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	r := testResponder(p)
+	now := time.Now()
+	msg := answerMsg(
+		aRR("Peer.weave.local.", "10.250.0.2", 120, true),
+		aRR("web.weave.local.", "10.250.0.66", 120, true), // local name: never overridden
+		aRR("printer.local.", "10.250.0.9", 120, true),    // outside the zone
+	)
+	msg.Extra = []dns.RR{&dns.AAAA{Hdr: dns.RR_Header{Name: "peer.weave.local.", Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 120}, AAAA: net.ParseIP("fd00::2")}}
+	r.handle(pack(t, msg), peer, testIfIndex, now)
+	if !p.cache.has("peer.weave.local.", now) || p.cache.has("web.weave.local.", now) || p.cache.has("printer.local.", now) || p.cache.Len() != 1 {
+		t.Fatalf("cache: %d entries", p.cache.Len())
+	}
+	rrs, _ := p.cache.lookup("peer.weave.local.", "peer.weave.local.", dns.TypeANY, now, nil)
+	if len(rrs) != 2 {
+		t.Fatalf("peer: %v", rrs)
+	}
+	// Off-link answers are ignored.
+	r.handle(pack(t, answerMsg(aRR("evil.weave.local.", "10.250.0.3", 120, true))), netip.MustParseAddrPort("203.0.113.1:5353"), testIfIndex, now)
+	if p.cache.has("evil.weave.local.", now) {
+		t.Fatal("off-link answer cached")
+	}
+	// A goodbye removes the address; the other stays.
+	r.handle(pack(t, answerMsg(aRR("peer.weave.local.", "10.250.0.2", 0, false))), peer, testIfIndex, now)
+	rrs, _ = p.cache.lookup("peer.weave.local.", "peer.weave.local.", dns.TypeANY, now, nil)
+	if len(rrs) != 1 || rrs[0].Header().Rrtype != dns.TypeAAAA {
+		t.Fatalf("after goodbye: %v", rrs)
+	}
+	// A flood of unsolicited answers stays within the cache bound.
+	for i := 0; i < 2000; i++ {
+		r.handle(pack(t, answerMsg(aRR("n"+itoa3(i%1000)+itoa3(i/1000)+".weave.local.", "10.250.0.5", 120, true))), peer, testIfIndex, now)
+	}
+	if p.cache.Len() != p.cfg.cacheSize {
+		t.Fatalf("cache %d entries, bound %d", p.cache.Len(), p.cfg.cacheSize)
+	}
+}
+
+func TestGoodbyeOnDelete(t *testing.T) {
+	p := newTestPlugin(nil)
+	r := testResponder(p)
+	var s sink
+	r.sent = s.add
+	p.mdns.Store(r)
+	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	out := s.take()
+	if len(out) != 1 || out[0].to.Addr() != mdnsGroup || len(out[0].msg.Answer) != 1 ||
+		out[0].msg.Answer[0].Header().Class != dns.ClassINET|cacheFlushBit || out[0].msg.Answer[0].Header().Ttl != 30 {
+		t.Fatalf("announcement: %+v", out)
+	}
+	put(t, p, "c1", "fd00::1", "web.weave.local", 0)
+	put(t, p, "c2", "10.32.0.1", "web.weave.local", 0)
+	if out := s.take(); len(out) != 0 {
+		t.Fatalf("announced the same name twice within a second: %+v", out)
+	}
+	p.db.DeleteID("c1")
+	out = s.take()
+	if len(out) != 1 || len(out[0].msg.Answer) != 1 {
+		t.Fatalf("goodbye for c1 (c2 still holds 10.32.0.1): %+v", out)
+	}
+	rr := out[0].msg.Answer[0]
+	if rr.Header().Ttl != 0 || rr.Header().Class != dns.ClassINET || rr.(*dns.AAAA).AAAA.String() != "fd00::1" ||
+		out[0].to.Addr() != mdnsGroup || !out[0].msg.Response {
+		t.Fatalf("goodbye: %v", out[0].msg)
+	}
+	p.db.DeleteIDIP("c2", netip.MustParseAddr("10.32.0.1"))
+	if out := s.take(); len(out) != 1 || out[0].msg.Answer[0].(*dns.A).A.String() != "10.32.0.1" {
+		t.Fatalf("goodbye for c2: %+v", out)
+	}
+}
+
+func TestQueryPacket(t *testing.T) {
+	p := newTestPlugin(nil)
+	r := testResponder(p)
+	var s sink
+	r.sent = s.add
+	r.query("peer.weave.local.")
+	out := s.take()
+	if len(out) != 1 || out[0].to != netip.MustParseAddrPort("224.0.0.251:5353") {
+		t.Fatalf("query: %+v", out)
+	}
+	m := out[0].msg
+	if m.Response || m.Id != 0 || len(m.Question) != 2 || m.Question[0].Qtype != dns.TypeA || m.Question[1].Qtype != dns.TypeAAAA ||
+		m.Question[0].Qclass != dns.ClassINET|quBit {
+		t.Fatalf("query packet: %v", m)
+	}
+}
+
+// FuzzHandle feeds arbitrary packets to the responder: it must never panic
+// and never let the cache grow past its bound.
+func FuzzHandle(f *testing.F) {
+	f.Add(pack(f, question("web.weave.local.", dns.TypeA, dns.ClassINET|quBit)), uint16(5353))
+	f.Add(pack(f, question("web.weave.local.", dns.TypeANY, dns.ClassINET)), uint16(40000))
+	f.Add(pack(f, answerMsg(aRR("peer.weave.local.", "10.250.0.2", 120, true))), uint16(5353))
+	f.Add(pack(f, answerMsg(aRR("peer.weave.local.", "10.250.0.2", 0, false))), uint16(5353))
+	p := newTestPlugin(func(c *config) { c.cacheSize = 8 })
+	put(f, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	r := testResponder(p)
+	f.Fuzz(func(t *testing.T, b []byte, port uint16) {
+		out := r.handle(b, netip.AddrPortFrom(netip.MustParseAddr("10.250.0.2"), port), testIfIndex, time.Now())
+		for _, o := range out {
+			if _, err := o.msg.Pack(); err != nil {
+				t.Fatalf("reply does not pack: %v", err)
+			}
+		}
+		if p.cache.Len() > 8 {
+			t.Fatalf("cache grew to %d", p.cache.Len())
+		}
+	})
+}

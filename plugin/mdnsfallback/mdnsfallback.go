@@ -1,0 +1,423 @@
+// Package mdnsfallback is a CoreDNS plugin after the Weave DNS design: a
+// local record database fed over HTTP answers names in its zones at once,
+// answers other hosts' multicast DNS questions for them, and asks the
+// network over mDNS (RFC 6762) for names it does not hold, caching what it
+// hears in a bounded LRU.
+//
+// Invariants: names are keyed as lowercased FQDNs; ServeDNS reads the
+// record database through lock-free copy-on-write shards; the mDNS cache
+// never holds a name that has a local record's answer and never more than
+// `cache` names.
+package mdnsfallback
+
+import (
+	"context"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/metrics"
+	"github.com/coredns/coredns/plugin/pkg/dnsutil"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// MDNSFallback is the plugin handler.
+type MDNSFallback struct {
+	Next plugin.Handler
+	cfg  config
+
+	db       *DB
+	cache    *answerCache
+	inflight *inflight
+	mdns     atomic.Pointer[responder] // nil without interfaces or before start
+	ready    atomic.Bool
+	stats    stats
+
+	reverseZones []string // reverse zones covering cfg.reverse, for the SOA
+	counters     sync.Map // server → *[numResults]prometheus.Counter
+	api          *apiServer
+	snap         atomic.Pointer[snapshotWriter] // nil without snapshot or when stopped
+}
+
+// stats are the counters /status reports (Prometheus has them too).
+type stats struct {
+	results          [numResults]atomic.Int64
+	queries, answers atomic.Int64
+}
+
+// config is the parsed Corefile stanza.
+type config struct {
+	zones       []string
+	api         string // "" when off
+	tokenFile   string
+	token       string
+	interfaces  []string
+	timeout     time.Duration
+	ttl         uint32
+	cacheSize   int
+	negativeTTL time.Duration
+	reverse     []netip.Prefix
+	maxRecords  int
+	snapshot    string
+	fall        fall.F
+}
+
+func newMDNSFallback(cfg config) *MDNSFallback {
+	p := &MDNSFallback{cfg: cfg}
+	p.db = NewDB(cfg.zones, cfg.maxRecords)
+	p.cache = newAnswerCache(cfg.cacheSize)
+	p.inflight = newInflight(1024)
+	for _, pr := range cfg.reverse {
+		p.reverseZones = append(p.reverseZones, reverseZone(pr))
+	}
+	p.db.onGone = p.sendGoodbyes
+	p.db.onPut = p.announce
+	p.db.onChange = func() {
+		records.Set(float64(p.db.Len()))
+		if s := p.snap.Load(); s != nil {
+			s.notify()
+		}
+	}
+	return p
+}
+
+// Name implements plugin.Handler.
+func (p *MDNSFallback) Name() string { return pluginName }
+
+// DB returns the record database (the API and a container updater write
+// through it).
+func (p *MDNSFallback) DB() *DB { return p.db }
+
+// ServeDNS implements plugin.Handler.
+func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	if len(r.Question) == 0 {
+		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
+	}
+	q := r.Question[0]
+	qname, qtype := q.Name, q.Qtype
+	name := lowerName(qname)
+	if isReverse(name) {
+		// Reverse names never reach the mDNS path, even inside the zones.
+		if qtype == dns.TypePTR && len(p.cfg.reverse) > 0 {
+			return p.servePTR(ctx, w, r, qname)
+		}
+		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
+	}
+	zone := p.zoneOf(name)
+	if zone == "" {
+		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
+	}
+	server := metrics.WithServer(ctx)
+
+	if e := p.db.ix.lookup(name); e != nil {
+		p.count(server, resLocal)
+		return p.reply(w, r, zone, p.entryRRs(e, qname, qtype, false))
+	}
+	if name == zone { // the apex: its SOA, NODATA for anything else, never mDNS
+		if qtype == dns.TypeSOA {
+			return p.reply(w, r, zone, []dns.RR{p.soa(zone)})
+		}
+		return p.reply(w, r, zone, nil)
+	}
+
+	now := time.Now()
+	answer, res := p.cache.lookup(name, qname, qtype, now, nil)
+	switch res {
+	case cachePositive:
+		p.count(server, resCache)
+		return p.reply(w, r, zone, answer)
+	case cacheNegative:
+		p.count(server, resNegative)
+		return p.nxdomain(ctx, w, r, zone, qname)
+	}
+
+	resp := p.mdns.Load()
+	if resp == nil {
+		p.count(server, resMiss)
+		return p.nxdomain(ctx, w, r, zone, qname)
+	}
+	if !p.resolve(ctx, resp, name) {
+		p.count(server, resMiss)
+		return dns.RcodeServerFailure, nil // too many mDNS queries in flight
+	}
+	answer, res = p.cache.lookup(name, qname, qtype, time.Now(), nil)
+	if res == cachePositive {
+		p.count(server, resMDNS)
+		return p.reply(w, r, zone, answer)
+	}
+	p.count(server, resMiss)
+	return p.nxdomain(ctx, w, r, zone, qname)
+}
+
+// resolve asks the network for name, sharing one mDNS query between
+// concurrent requests, and waits at most the timeout (or until ctx ends).
+// It returns false when the query could not be started.
+func (p *MDNSFallback) resolve(ctx context.Context, resp *responder, name string) bool {
+	c, leader := p.inflight.join(name, p.cfg.timeout, func() {
+		if p.cfg.negativeTTL > 0 {
+			now := time.Now()
+			p.cache.setNegative(name, now.Add(p.cfg.negativeTTL), now)
+			cacheEntries.Set(float64(p.cache.Len()))
+		}
+	})
+	if c == nil {
+		return false
+	}
+	if leader {
+		resp.query(name)
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+	}
+	return true
+}
+
+// Request results, the values of the result label.
+const (
+	resLocal = iota
+	resCache
+	resMDNS
+	resNegative
+	resMiss
+	numResults
+)
+
+var resultNames = [numResults]string{"local", "cache", "mdns", "negative", "miss"}
+
+// count increments the request counters of result; the Prometheus children
+// are looked up once per server and kept, so the hot path does not hash
+// label values.
+func (p *MDNSFallback) count(server string, result int) {
+	cs, ok := p.counters.Load(server)
+	if !ok {
+		var c [numResults]prometheus.Counter
+		for i := range c {
+			c[i] = requests.WithLabelValues(server, resultNames[i])
+		}
+		cs, _ = p.counters.LoadOrStore(server, &c)
+	}
+	cs.(*[numResults]prometheus.Counter)[result].Inc()
+	p.stats.results[result].Add(1)
+}
+
+// reply writes an authoritative answer; an empty one is NODATA with the SOA.
+func (p *MDNSFallback) reply(w dns.ResponseWriter, r *dns.Msg, zone string, answer []dns.RR) (int, error) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	m.Answer = answer
+	if len(answer) == 0 {
+		m.Ns = []dns.RR{p.soa(zone)}
+	}
+	w.WriteMsg(m)
+	return dns.RcodeSuccess, nil
+}
+
+// nxdomain answers NXDOMAIN with the SOA, or hands over to the next plugin
+// when fallthrough covers qname.
+func (p *MDNSFallback) nxdomain(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone, qname string) (int, error) {
+	if p.cfg.fall.Through(qname) {
+		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
+	}
+	m := new(dns.Msg)
+	m.SetRcode(r, dns.RcodeNameError)
+	m.Authoritative = true
+	m.Ns = []dns.RR{p.soa(zone)}
+	w.WriteMsg(m)
+	return dns.RcodeSuccess, nil
+}
+
+// servePTR answers PTR queries for addresses inside the reverse networks
+// from local records; any other reverse name goes to the next plugin at once.
+func (p *MDNSFallback) servePTR(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, qname string) (int, error) {
+	addr, ok := parseReverse(qname)
+	if !ok || !p.inReverse(addr) {
+		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
+	}
+	zone := plugin.Zones(p.reverseZones).Matches(lowerName(qname))
+	if zone == "" {
+		zone = lowerName(qname)
+	}
+	names := p.db.ix.lookupPTR(addr)
+	if len(names) == 0 {
+		p.count(metrics.WithServer(ctx), resMiss)
+		return p.nxdomain(ctx, w, r, zone, qname)
+	}
+	p.count(metrics.WithServer(ctx), resLocal)
+	answer := make([]dns.RR, 0, len(names))
+	for _, n := range names {
+		answer = append(answer, &dns.PTR{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: p.cfg.ttl}, Ptr: n})
+	}
+	return p.reply(w, r, zone, answer)
+}
+
+func (p *MDNSFallback) inReverse(a netip.Addr) bool {
+	for _, pr := range p.cfg.reverse {
+		if pr.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// entryRRs builds the A/AAAA records of a local entry under qname. mdns
+// sets the cache-flush bit (records are unique to this host).
+func (p *MDNSFallback) entryRRs(e *nameEntry, qname string, qtype uint16, mdns bool) []dns.RR {
+	class := uint16(dns.ClassINET)
+	if mdns {
+		class |= cacheFlushBit
+	}
+	wantA := qtype == dns.TypeA || qtype == dns.TypeANY
+	wantAAAA := qtype == dns.TypeAAAA || qtype == dns.TypeANY
+	n := 0
+	if wantA {
+		n += len(e.a)
+	}
+	if wantAAAA {
+		n += len(e.aaaa)
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]dns.RR, 0, n)
+	if wantA && len(e.a) > 0 {
+		rrs := make([]dns.A, len(e.a)) // one allocation for all of them
+		for i, ip := range e.a {
+			rrs[i] = dns.A{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeA, Class: class, Ttl: p.ttl(e.ttlA[i])}, A: ip}
+			out = append(out, &rrs[i])
+		}
+	}
+	if wantAAAA && len(e.aaaa) > 0 {
+		rrs := make([]dns.AAAA, len(e.aaaa))
+		for i, ip := range e.aaaa {
+			rrs[i] = dns.AAAA{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeAAAA, Class: class, Ttl: p.ttl(e.ttlAAAA[i])}, AAAA: ip}
+			out = append(out, &rrs[i])
+		}
+	}
+	return out
+}
+
+func (p *MDNSFallback) ttl(t uint32) uint32 {
+	if t == 0 {
+		return p.cfg.ttl
+	}
+	return t
+}
+
+// soa is the synthesised SOA of zone; its minimum is the negative TTL.
+func (p *MDNSFallback) soa(zone string) dns.RR {
+	neg := uint32(p.cfg.negativeTTL / time.Second)
+	return &dns.SOA{
+		Hdr:     dns.RR_Header{Name: zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: neg},
+		Ns:      "ns.dns." + zone,
+		Mbox:    "hostmaster." + zone,
+		Serial:  1,
+		Refresh: 7200,
+		Retry:   1800,
+		Expire:  86400,
+		Minttl:  neg,
+	}
+}
+
+// zoneOf returns the longest zone that holds name (a lowercased FQDN), or "".
+func (p *MDNSFallback) zoneOf(name string) string {
+	best := ""
+	for _, z := range p.cfg.zones {
+		if len(z) > len(best) && inZone(name, z) {
+			best = z
+		}
+	}
+	return best
+}
+
+// inZone reports whether the lowercased FQDN name is zone or below it.
+func inZone(name, zone string) bool {
+	if zone == "." {
+		return true
+	}
+	if !strings.HasSuffix(name, zone) {
+		return false
+	}
+	return len(name) == len(zone) || name[len(name)-len(zone)-1] == '.'
+}
+
+// announce is the database's put hook: the heard answers for the name no
+// longer count, and peers learn the name at once (RFC 6762 §8.3).
+func (p *MDNSFallback) announce(rec Record) {
+	p.cache.forget(rec.Domain)
+	if r := p.mdns.Load(); r != nil {
+		r.announce(rec.Domain, time.Now())
+	}
+}
+
+// sendGoodbyes is the database's deletion hook.
+func (p *MDNSFallback) sendGoodbyes(gone []Record) {
+	if r := p.mdns.Load(); r != nil {
+		r.goodbye(gone)
+	}
+}
+
+// lowerName lowercases an ASCII name without allocating when it is already
+// lower case, and makes it fully qualified.
+func lowerName(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(dns.Fqdn(s))
+		}
+	}
+	return dns.Fqdn(s)
+}
+
+// isReverse reports whether the lowercased FQDN is under in-addr.arpa. or
+// ip6.arpa.
+func isReverse(name string) bool {
+	return strings.HasSuffix(name, ".in-addr.arpa.") || strings.HasSuffix(name, ".ip6.arpa.")
+}
+
+// parseReverse returns the address of an in-addr.arpa / ip6.arpa name.
+func parseReverse(qname string) (netip.Addr, bool) {
+	s := dnsutil.ExtractAddressFromReverse(lowerName(qname))
+	if s == "" {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
+}
+
+// reverseZone is the in-addr.arpa / ip6.arpa zone that covers pr, rounded
+// out to a label boundary.
+func reverseZone(pr netip.Prefix) string {
+	a := pr.Masked().Addr()
+	if a.Is4() {
+		b := a.As4()
+		labels := pr.Bits() / 8
+		var sb strings.Builder
+		for i := labels - 1; i >= 0; i-- {
+			sb.WriteString(strconv.Itoa(int(b[i])) + ".")
+		}
+		return sb.String() + "in-addr.arpa."
+	}
+	b := a.As16()
+	nibbles := pr.Bits() / 4
+	var sb strings.Builder
+	for i := nibbles - 1; i >= 0; i-- {
+		v := b[i/2]
+		if i%2 == 0 {
+			v >>= 4
+		}
+		sb.WriteByte("0123456789abcdef"[v&0xf])
+		sb.WriteByte('.')
+	}
+	return sb.String() + "ip6.arpa."
+}

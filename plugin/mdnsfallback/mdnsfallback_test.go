@@ -1,0 +1,213 @@
+package mdnsfallback
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/coredns/coredns/plugin/test"
+
+	"github.com/miekg/dns"
+)
+
+// newTestPlugin returns a plugin with the default config (no API listener,
+// no interfaces) changed by mod, and a next handler that answers REFUSED.
+func newTestPlugin(mod func(*config)) *MDNSFallback {
+	cfg := config{
+		zones:       []string{"weave.local."},
+		timeout:     defaultTimeout,
+		ttl:         30,
+		cacheSize:   100,
+		negativeTTL: defaultNegativeTTL,
+		maxRecords:  1000,
+		reverse:     []netip.Prefix{netip.MustParsePrefix("10.32.0.0/12")},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p := newMDNSFallback(cfg)
+	p.Next = test.NextHandler(dns.RcodeRefused, nil)
+	return p
+}
+
+func put(t testing.TB, p *MDNSFallback, id, addr, domain string, ttl uint32) {
+	t.Helper()
+	if _, _, err := p.db.Put(Record{ID: id, IP: netip.MustParseAddr(addr), Domain: domain, TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const soaLine = "weave.local. 5 IN SOA ns.dns.weave.local. hostmaster.weave.local. 1 7200 1800 86400 5"
+
+func TestServeDNS(t *testing.T) {
+	p := newTestPlugin(nil)
+	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	put(t, p, "c2", "10.32.0.2", "web.weave.local", 10)
+	put(t, p, "c3", "fd00::3", "v6.weave.local", 0)
+	now := time.Now()
+	p.cache.add("far.weave.local.", netip.MustParseAddr("10.40.0.1"), 120, true, now)
+	p.cache.setNegative("gone.weave.local.", now.Add(time.Minute), now)
+
+	cases := []test.Case{
+		{Qname: "web.weave.local.", Qtype: dns.TypeA, Answer: []dns.RR{
+			test.A("web.weave.local. 10 IN A 10.32.0.2"), test.A("web.weave.local. 30 IN A 10.32.0.1")}},
+		{Qname: "WeB.Weave.LOCAL.", Qtype: dns.TypeA, Answer: []dns.RR{
+			test.A("WeB.Weave.LOCAL. 10 IN A 10.32.0.2"), test.A("WeB.Weave.LOCAL. 30 IN A 10.32.0.1")}},
+		{Qname: "web.weave.local.", Qtype: dns.TypeAAAA, Ns: []dns.RR{test.SOA(soaLine)}},
+		{Qname: "web.weave.local.", Qtype: dns.TypeMX, Ns: []dns.RR{test.SOA(soaLine)}},
+		{Qname: "v6.weave.local.", Qtype: dns.TypeAAAA, Answer: []dns.RR{test.AAAA("v6.weave.local. 30 IN AAAA fd00::3")}},
+		{Qname: "v6.weave.local.", Qtype: dns.TypeA, Ns: []dns.RR{test.SOA(soaLine)}},
+		{Qname: "far.weave.local.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("far.weave.local. 119 IN A 10.40.0.1")}},
+		{Qname: "far.weave.local.", Qtype: dns.TypeAAAA, Ns: []dns.RR{test.SOA(soaLine)}},
+		{Qname: "gone.weave.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(soaLine)}},
+		{Qname: "nope.weave.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(soaLine)}},
+		{Qname: "weave.local.", Qtype: dns.TypeSOA, Answer: []dns.RR{test.SOA(soaLine)}},
+		{Qname: "weave.local.", Qtype: dns.TypeNS, Ns: []dns.RR{test.SOA(soaLine)}},
+		{Qname: "1.0.32.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{test.PTR("1.0.32.10.in-addr.arpa. 30 IN PTR web.weave.local.")}},
+		{Qname: "9.0.32.10.in-addr.arpa.", Qtype: dns.TypePTR, Rcode: dns.RcodeNameError, Ns: []dns.RR{
+			test.SOA("10.in-addr.arpa. 5 IN SOA ns.dns.10.in-addr.arpa. hostmaster.10.in-addr.arpa. 1 7200 1800 86400 5")}},
+		// not ours: next plugin (REFUSED from the test handler)
+		{Qname: "1.0.168.192.in-addr.arpa.", Qtype: dns.TypePTR, Rcode: dns.RcodeRefused},
+		{Qname: "example.org.", Qtype: dns.TypeA, Rcode: dns.RcodeRefused},
+	}
+	for _, tc := range cases {
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		code, err := p.ServeDNS(context.Background(), rec, tc.Msg())
+		if err != nil {
+			t.Errorf("%s %d: %v", tc.Qname, tc.Qtype, err)
+			continue
+		}
+		if tc.Rcode == dns.RcodeRefused {
+			if code != dns.RcodeRefused {
+				t.Errorf("%s: want the next plugin, got rcode %d", tc.Qname, code)
+			}
+			continue
+		}
+		if tc.Qname == "far.weave.local." && tc.Qtype == dns.TypeA && rec.Msg != nil && len(rec.Msg.Answer) == 1 {
+			rec.Msg.Answer[0].Header().Ttl = 119 // the clock moved on
+		}
+		if err := test.SortAndCheck(rec.Msg, tc); err != nil {
+			t.Errorf("%s %s: %v", tc.Qname, dns.TypeToString[tc.Qtype], err)
+		}
+		if !rec.Msg.Authoritative {
+			t.Errorf("%s: not authoritative", tc.Qname)
+		}
+	}
+}
+
+func TestServeDNSFallthrough(t *testing.T) {
+	p := newTestPlugin(func(c *config) { c.fall = fall.Root })
+	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	for _, q := range []string{"nope.weave.local.", "9.0.32.10.in-addr.arpa."} {
+		qt := dns.TypeA
+		if q[0] == '9' {
+			qt = dns.TypePTR
+		}
+		m := new(dns.Msg)
+		m.SetQuestion(q, qt)
+		code, _ := p.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), m)
+		if code != dns.RcodeRefused {
+			t.Errorf("%s: fallthrough did not reach the next plugin (rcode %d)", q, code)
+		}
+	}
+}
+
+// TestServeDNSMDNSQuery drives the fallback path with a responder that has
+// no socket: the first request starts the query, concurrent ones share it,
+// an answer heard wakes them all; with no answer the name is negative-cached.
+func TestServeDNSMDNSQuery(t *testing.T) {
+	p := newTestPlugin(func(c *config) { c.timeout = 2 * time.Second })
+	r := testResponder(p)
+	p.mdns.Store(r)
+
+	results := make(chan *dns.Msg, 5)
+	for i := 0; i < 5; i++ {
+		go func() {
+			m := new(dns.Msg)
+			m.SetQuestion("peer.weave.local.", dns.TypeA)
+			rec := dnstest.NewRecorder(&test.ResponseWriter{})
+			p.ServeDNS(context.Background(), rec, m)
+			results <- rec.Msg
+		}()
+	}
+	deadline := time.Now().Add(time.Second)
+	for p.stats.queries.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let the others join
+	ans := new(dns.Msg)
+	ans.Response = true
+	ans.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "peer.weave.local.", Rrtype: dns.TypeA, Class: dns.ClassINET | cacheFlushBit, Ttl: 120}, A: netip.MustParseAddr("10.250.0.2").AsSlice()}}
+	b, _ := ans.Pack()
+	r.handle(b, netip.MustParseAddrPort("10.250.0.2:5353"), testIfIndex, time.Now())
+	for i := 0; i < 5; i++ {
+		m := <-results
+		if len(m.Answer) != 1 || m.Answer[0].(*dns.A).A.String() != "10.250.0.2" {
+			t.Fatalf("answer %d: %v", i, m)
+		}
+	}
+	if n := p.stats.queries.Load(); n != 1 {
+		t.Fatalf("%d mDNS queries sent for 5 concurrent requests, want 1", n)
+	}
+	if p.stats.results[resMDNS].Load() != 5 {
+		t.Fatalf("mdns results: %d", p.stats.results[resMDNS].Load())
+	}
+
+	// No answer: NXDOMAIN after the timeout, then negative-cached.
+	p.cfg.timeout = 30 * time.Millisecond
+	m := new(dns.Msg)
+	m.SetQuestion("silent.weave.local.", dns.TypeA)
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	start := time.Now()
+	p.ServeDNS(context.Background(), rec, m)
+	if rec.Msg.Rcode != dns.RcodeNameError || time.Since(start) < 30*time.Millisecond {
+		t.Fatalf("silent name: %v after %v", rec.Msg, time.Since(start))
+	}
+	rec = dnstest.NewRecorder(&test.ResponseWriter{})
+	p.ServeDNS(context.Background(), rec, m)
+	if rec.Msg.Rcode != dns.RcodeNameError || p.stats.results[resNegative].Load() != 1 || p.stats.queries.Load() != 2 {
+		t.Fatalf("negative cache: %v negative=%d queries=%d", rec.Msg, p.stats.results[resNegative].Load(), p.stats.queries.Load())
+	}
+
+	// Reverse names outside the reverse networks never wait on mDNS, even
+	// when a zone holds them.
+	p.cfg.zones = append(p.cfg.zones, "in-addr.arpa.")
+	m = new(dns.Msg)
+	m.SetQuestion("4.3.2.1.in-addr.arpa.", dns.TypePTR)
+	start = time.Now()
+	code, _ := p.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), m)
+	if code != dns.RcodeRefused || time.Since(start) > 10*time.Millisecond || p.stats.queries.Load() != 2 {
+		t.Fatalf("reverse query waited or queried: rcode %d after %v", code, time.Since(start))
+	}
+}
+
+func BenchmarkServeDNS(b *testing.B) {
+	p := newTestPlugin(nil)
+	for i := 0; i < 1000; i++ {
+		put(b, p, "c", netip.AddrFrom4([4]byte{10, 32, byte(i >> 8), byte(i)}).String(), "web"+itoa3(i)+".weave.local", 0)
+	}
+	p.cache.add("far.weave.local.", netip.MustParseAddr("10.40.0.1"), 3600, true, time.Now())
+	for _, bc := range []struct{ name, qname string }{
+		{"local", "web500.weave.local."},
+		{"cache", "far.weave.local."},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			m := new(dns.Msg)
+			m.SetQuestion(bc.qname, dns.TypeA)
+			w := &test.ResponseWriter{}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p.ServeDNS(ctx, w, m)
+			}
+		})
+	}
+}
+
+func itoa3(i int) string {
+	return string([]byte{byte('0' + i/100%10), byte('0' + i/10%10), byte('0' + i%10)})
+}

@@ -1,0 +1,68 @@
+package mdnsfallback
+
+import (
+	"github.com/coredns/coredns/plugin"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	// requests counts DNS requests in the zones (and reverse networks) by
+	// how they were answered: local, cache, mdns, negative, miss.
+	requests = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "requests_total",
+		Help:      "Counter of requests by result (local, cache, mdns, negative, miss).",
+	}, []string{"server", "result"})
+
+	mdnsQueries = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "mdns_queries_sent_total",
+		Help:      "Counter of mDNS queries sent (one per interface).",
+	})
+
+	mdnsAnswers = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "mdns_answers_received_total",
+		Help:      "Counter of mDNS answer records accepted into the cache (goodbyes included).",
+	})
+
+	mdnsResponses = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "mdns_responses_sent_total",
+		Help:      "Counter of mDNS responses sent by kind (multicast, unicast, legacy, announcement, goodbye).",
+	}, []string{"kind"})
+
+	mdnsDropped = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "mdns_dropped_total",
+		Help:      "Counter of mDNS packets or records ignored by reason (malformed, off_link, interface, out_of_zone).",
+	}, []string{"reason"})
+
+	cacheEntries = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "cache_entries",
+		Help:      "Names in the mDNS answer cache (positive and negative).",
+	})
+
+	records = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "records",
+		Help:      "Records in the local record database.",
+	})
+
+	apiRequests = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "api_requests_total",
+		Help:      "Counter of record API requests by HTTP status code.",
+	}, []string{"code"})
+)

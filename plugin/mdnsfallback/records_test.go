@@ -1,0 +1,115 @@
+package mdnsfallback
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func TestDBPutDelete(t *testing.T) {
+	d := NewDB([]string{"weave.local."}, 3)
+	var gone []Record
+	changes := 0
+	d.onGone = func(g []Record) { gone = append(gone, g...) }
+	d.onChange = func() { changes++ }
+
+	r, created, err := d.Put(Record{ID: "c1", IP: ip("10.32.0.1"), Domain: "Web.Weave.Local"})
+	if err != nil || !created || r.Domain != "web.weave.local." || r.RoutingPrefix != 32 {
+		t.Fatalf("put: %+v %v %v", r, created, err)
+	}
+	if _, created, _ := d.Put(Record{ID: "c1", IP: ip("10.32.0.1"), Domain: "web.weave.local."}); created || changes != 1 {
+		t.Fatalf("same put again: created %v, changes %d", created, changes)
+	}
+	d.Put(Record{ID: "c2", IP: ip("10.32.0.1"), Domain: "web.weave.local", TTL: 5})
+	d.Put(Record{ID: "c2", IP: ip("fd00::1"), Domain: "web.weave.local", RoutingPrefix: 64})
+	if _, _, err := d.Put(Record{ID: "c3", IP: ip("10.32.0.3"), Domain: "x.weave.local"}); !errors.Is(err, ErrFull) {
+		t.Fatalf("4th record: want ErrFull, got %v", err)
+	}
+	e := d.ix.lookup("web.weave.local.")
+	if e == nil || len(e.a) != 1 || e.ttlA[0] != 0 || len(e.aaaa) != 1 {
+		t.Fatalf("entry: %+v", e)
+	}
+	if got := d.ix.lookupPTR(ip("10.32.0.1")); len(got) != 1 || got[0] != "web.weave.local." {
+		t.Fatalf("ptr: %v", got)
+	}
+	// c1 goes, but c2 still holds web→10.32.0.1: no goodbye yet.
+	if del := d.DeleteID("c1"); len(del) != 1 || len(gone) != 0 {
+		t.Fatalf("delete c1: %v, goodbyes %v", del, gone)
+	}
+	if e := d.ix.lookup("web.weave.local."); e == nil || e.ttlA[0] != 5 {
+		t.Fatalf("entry after c1: %+v", e)
+	}
+	if del := d.DeleteIDIP("c2", ip("::ffff:10.32.0.1")); len(del) != 1 || len(gone) != 1 || gone[0].IP != ip("10.32.0.1") {
+		t.Fatalf("delete c2/10.32.0.1: %v, goodbyes %v", del, gone)
+	}
+	if del := d.DeleteIDIP("c2", ip("10.9.9.9")); del != nil {
+		t.Fatalf("deleting nothing: %v", del)
+	}
+	if d.Len() != 1 || d.ix.lookup("web.weave.local.").a != nil {
+		t.Fatalf("left: %v", d.Records(""))
+	}
+	d.DeleteID("c2")
+	if d.Len() != 0 || d.ix.lookup("web.weave.local.") != nil || d.ix.lookupPTR(ip("fd00::1")) != nil {
+		t.Fatalf("not empty: %v", d.Records(""))
+	}
+}
+
+func TestDBValidation(t *testing.T) {
+	d := NewDB([]string{"weave.local."}, 10)
+	for _, tc := range []struct {
+		r   Record
+		err error
+		msg string
+	}{
+		{Record{IP: ip("10.0.0.1"), Domain: "a.weave.local"}, ErrBadID, "empty"},
+		{Record{ID: strings.Repeat("x", 257), IP: ip("10.0.0.1"), Domain: "a.weave.local"}, ErrBadID, "longer than 256"},
+		{Record{ID: "a b", IP: ip("10.0.0.1"), Domain: "a.weave.local"}, ErrBadID, "space"},
+		{Record{ID: "a", Domain: "a.weave.local"}, ErrBadIP, ""},
+		{Record{ID: "a", IP: ip("0.0.0.0"), Domain: "a.weave.local"}, ErrBadIP, ""},
+		{Record{ID: "a", IP: ip("224.0.0.251"), Domain: "a.weave.local"}, ErrBadIP, ""},
+		{Record{ID: "a", IP: ip("fe80::1%eth0"), Domain: "a.weave.local"}, ErrBadIP, ""},
+		{Record{ID: "a", IP: ip("10.0.0.1"), Domain: "a.example.com"}, ErrBadDomain, "outside the zones"},
+		{Record{ID: "a", IP: ip("10.0.0.1")}, ErrBadDomain, "missing"},
+		{Record{ID: "a", IP: ip("10.0.0.1"), Domain: "a..weave.local"}, ErrBadDomain, "not a domain name"},
+		{Record{ID: "a", IP: ip("10.0.0.1"), Domain: "a.weave.local", RoutingPrefix: 33}, ErrBadPrefix, ""},
+	} {
+		_, _, err := d.Put(tc.r)
+		if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%+v: want %v (%q), got %v", tc.r, tc.err, tc.msg, err)
+		}
+	}
+	if d.Len() != 0 {
+		t.Fatalf("invalid records stored: %v", d.Records(""))
+	}
+}
+
+func TestDBReplaceAndSnapshot(t *testing.T) {
+	d := NewDB([]string{"weave.local."}, 2)
+	d.Put(Record{ID: "old", IP: ip("10.0.0.9"), Domain: "old.weave.local"})
+	recs := []Record{
+		{ID: "a", IP: ip("10.0.0.1"), Domain: "a.weave.local"},
+		{ID: "b", IP: ip("10.0.0.2"), Domain: "b.example.com"}, // outside the zone: skipped
+		{ID: "c", IP: ip("10.0.0.3"), Domain: "c.weave.local"},
+		{ID: "d", IP: ip("10.0.0.4"), Domain: "d.weave.local"}, // over max_records
+	}
+	b, err := encodeSnapshot(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := decodeSnapshot(b)
+	if err != nil || len(back) != 4 {
+		t.Fatalf("decode: %v %v", back, err)
+	}
+	if skipped := d.Replace(back); skipped != 2 || d.Len() != 2 {
+		t.Fatalf("replace: skipped %d, len %d", skipped, d.Len())
+	}
+	if d.ix.lookup("old.weave.local.") != nil || d.ix.lookup("a.weave.local.") == nil || d.ix.lookup("c.weave.local.") == nil {
+		t.Fatal("index not rebuilt")
+	}
+	if _, err := decodeSnapshot([]byte(`{"version":2}`)); err == nil {
+		t.Fatal("version 2 accepted")
+	}
+}

@@ -1,0 +1,309 @@
+package mdnsfallback
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+)
+
+const pluginName = "mdnsfallback"
+
+var log = clog.NewWithPlugin(pluginName)
+
+func init() { plugin.Register(pluginName, setup) }
+
+// Defaults of the Corefile stanza.
+const (
+	defaultZone        = "weave.local."
+	defaultAPI         = "127.0.0.1:6785"
+	defaultTimeout     = 250 * time.Millisecond
+	defaultTTL         = 30 * time.Second
+	defaultCache       = 4096
+	defaultNegativeTTL = 5 * time.Second
+	defaultMaxRecords  = 100000
+)
+
+func setup(c *caddy.Controller) error {
+	cfg, err := parse(c)
+	if err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	p := newMDNSFallback(cfg)
+	c.OnStartup(p.onStartup)
+	c.OnRestart(p.onRestart)
+	c.OnRestartFailed(p.onRestartFailed)
+	c.OnShutdown(p.shutdown)
+	c.OnFinalShutdown(p.shutdown)
+	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+		p.Next = next
+		return p
+	})
+	return nil
+}
+
+// parse reads the stanza; it has no side effects apart from reading the
+// token file.
+func parse(c *caddy.Controller) (config, error) {
+	cfg := config{
+		api:         defaultAPI,
+		timeout:     defaultTimeout,
+		ttl:         uint32(defaultTTL / time.Second),
+		cacheSize:   defaultCache,
+		negativeTTL: defaultNegativeTTL,
+		maxRecords:  defaultMaxRecords,
+	}
+	seen := false
+	for c.Next() {
+		if seen {
+			return cfg, c.Err("mdnsfallback may appear only once per server block")
+		}
+		seen = true
+		args := c.RemainingArgs()
+		if len(args) == 0 {
+			cfg.zones = []string{defaultZone}
+		} else {
+			cfg.zones = plugin.OriginsFromArgsOrServerBlock(args, nil)
+			for i, z := range cfg.zones {
+				cfg.zones[i] = strings.ToLower(z)
+			}
+		}
+		for c.NextBlock() {
+			if err := parseOption(c, &cfg); err != nil {
+				return cfg, err
+			}
+		}
+	}
+	return cfg, nil
+}
+
+func parseOption(c *caddy.Controller, cfg *config) error {
+	opt := c.Val()
+	args := c.RemainingArgs()
+	one := func() (string, error) {
+		if len(args) != 1 {
+			return "", c.ArgErr()
+		}
+		return args[0], nil
+	}
+	switch opt {
+	case "api":
+		a, err := one()
+		if err != nil {
+			return err
+		}
+		if a == "off" {
+			cfg.api = ""
+			return nil
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return c.Errf("api: %q is not HOST:PORT or off", a)
+		}
+		cfg.api = a
+	case "token_file":
+		f, err := one()
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return c.Errf("token_file: %v", err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
+			return c.Errf("token_file %s: want one token on one line", f)
+		}
+		cfg.tokenFile, cfg.token = f, tok
+	case "interface":
+		if len(args) == 0 {
+			return c.ArgErr()
+		}
+		cfg.interfaces = append(cfg.interfaces, args...)
+	case "timeout", "ttl", "negative_ttl":
+		s, err := one()
+		if err != nil {
+			return err
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return c.Errf("%s: %q is not a duration", opt, s)
+		}
+		switch opt {
+		case "timeout":
+			if d <= 0 || d > 10*time.Second {
+				return c.Errf("timeout: %s is outside (0, 10s]", s)
+			}
+			cfg.timeout = d
+		case "ttl":
+			if d < time.Second || d > maxRecordTTL*time.Second {
+				return c.Errf("ttl: %s is outside [1s, 168h]", s)
+			}
+			cfg.ttl = uint32(d / time.Second)
+		case "negative_ttl":
+			if d < 0 || d > time.Hour {
+				return c.Errf("negative_ttl: %s is outside [0, 1h]", s)
+			}
+			cfg.negativeTTL = d
+		}
+	case "cache", "max_records":
+		s, err := one()
+		if err != nil {
+			return err
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 10_000_000 {
+			return c.Errf("%s: %q is not a number in 1..10000000", opt, s)
+		}
+		if opt == "cache" {
+			cfg.cacheSize = n
+		} else {
+			cfg.maxRecords = n
+		}
+	case "reverse":
+		if len(args) == 0 {
+			return c.ArgErr()
+		}
+		for _, a := range args {
+			pr, err := netip.ParsePrefix(a)
+			if err != nil {
+				return c.Errf("reverse: %q is not a CIDR", a)
+			}
+			cfg.reverse = append(cfg.reverse, pr.Masked())
+		}
+	case "snapshot":
+		f, err := one()
+		if err != nil {
+			return err
+		}
+		cfg.snapshot = f
+	case "fallthrough":
+		cfg.fall.SetZonesFromArgs(args)
+	default:
+		return c.Errf("unknown property %q", opt)
+	}
+	return nil
+}
+
+// carry holds the records of an instance across a reload (keyed by its
+// zones, API address and snapshot path), so a reload without a snapshot
+// loses nothing. It is taken by the new instance and cleared when the reload
+// fails.
+var carry struct {
+	mu sync.Mutex
+	m  map[string][]Record
+}
+
+func (p *MDNSFallback) carryKey() string {
+	return strings.Join(p.cfg.zones, ",") + "|" + p.cfg.api + "|" + p.cfg.snapshot
+}
+
+// lifecycle guards start and stop.
+var lifecycle sync.Mutex
+
+func (p *MDNSFallback) onStartup() error {
+	carry.mu.Lock()
+	recs, carried := carry.m[p.carryKey()]
+	carry.m = nil
+	carry.mu.Unlock()
+	switch {
+	case carried:
+		p.db.Replace(recs)
+	case p.cfg.snapshot != "":
+		n, err := newSnapshotWriter(p.cfg.snapshot, p.db).load()
+		if err != nil {
+			log.Errorf("Snapshot not loaded, starting empty: %v", err)
+		} else if n > 0 {
+			log.Infof("Snapshot %s loaded: %d records", p.cfg.snapshot, n)
+		}
+	}
+	return p.start()
+}
+
+// start opens the listeners and goroutines; the database is already filled.
+func (p *MDNSFallback) start() error {
+	lifecycle.Lock()
+	defer lifecycle.Unlock()
+	records.Set(float64(p.db.Len()))
+	if p.cfg.snapshot != "" {
+		s := newSnapshotWriter(p.cfg.snapshot, p.db)
+		s.start()
+		p.snap.Store(s)
+	}
+	if len(p.cfg.interfaces) > 0 {
+		var ifis []*net.Interface
+		for _, n := range p.cfg.interfaces {
+			ifi, err := net.InterfaceByName(n)
+			if err != nil {
+				p.stopLocked()
+				return plugin.Error(pluginName, fmt.Errorf("interface %q: %w", n, err))
+			}
+			if ifi.Flags&net.FlagMulticast == 0 {
+				p.stopLocked()
+				return plugin.Error(pluginName, fmt.Errorf("interface %q has no multicast", n))
+			}
+			ifis = append(ifis, ifi)
+		}
+		r := newResponder(p, ifis)
+		if err := r.open(); err != nil {
+			p.stopLocked()
+			return plugin.Error(pluginName, err)
+		}
+		p.mdns.Store(r)
+	}
+	if p.cfg.api != "" {
+		if err := p.startAPI(); err != nil {
+			p.stopLocked()
+			return plugin.Error(pluginName, err)
+		}
+	}
+	p.ready.Store(true)
+	return nil
+}
+
+// onRestart stops this instance before a reload and hands its records to
+// the next one.
+func (p *MDNSFallback) onRestart() error {
+	carry.mu.Lock()
+	if carry.m == nil {
+		carry.m = map[string][]Record{}
+	}
+	carry.m[p.carryKey()] = p.db.Records("")
+	carry.mu.Unlock()
+	return p.shutdown()
+}
+
+// onRestartFailed brings this instance back when the reload failed.
+func (p *MDNSFallback) onRestartFailed() error {
+	carry.mu.Lock()
+	carry.m = nil
+	carry.mu.Unlock()
+	return p.start()
+}
+
+func (p *MDNSFallback) shutdown() error {
+	lifecycle.Lock()
+	defer lifecycle.Unlock()
+	p.stopLocked()
+	return nil
+}
+
+func (p *MDNSFallback) stopLocked() {
+	p.ready.Store(false)
+	p.stopAPI()
+	if r := p.mdns.Swap(nil); r != nil {
+		r.close()
+	}
+	p.inflight.stop()
+	if s := p.snap.Swap(nil); s != nil {
+		s.close()
+	}
+}

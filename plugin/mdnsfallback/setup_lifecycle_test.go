@@ -1,0 +1,99 @@
+package mdnsfallback
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLifecycleSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "records.json")
+	os.WriteFile(snap, []byte("{not json"), 0o644)
+	before := runtime.NumGoroutine()
+
+	p := newTestPlugin(func(c *config) { c.api = "127.0.0.1:0"; c.snapshot = snap })
+	if p.Ready() {
+		t.Fatal("ready before start")
+	}
+	if err := p.onStartup(); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Ready() {
+		t.Fatal("not ready after start")
+	}
+	if _, err := os.Stat(snap + ".bad"); err != nil {
+		t.Fatalf("unreadable snapshot not kept aside: %v", err)
+	}
+	resp, err := http.Get("http://" + p.api.ln.Addr().String() + "/status")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("API: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	p.shutdown()
+	p.shutdown() // idempotent
+	if p.Ready() {
+		t.Fatal("ready after shutdown")
+	}
+	b, _ := os.ReadFile(snap)
+	if !strings.Contains(string(b), `"10.32.0.1"`) {
+		t.Fatalf("snapshot not written on shutdown: %s", b)
+	}
+
+	q := newTestPlugin(func(c *config) { c.api = ""; c.snapshot = snap })
+	if err := q.onStartup(); err != nil {
+		t.Fatal(err)
+	}
+	if q.db.Len() != 1 || q.db.ix.lookup("web.weave.local.") == nil {
+		t.Fatalf("snapshot not loaded: %v", q.db.Records(""))
+	}
+	q.shutdown()
+
+	// No goroutine survives the stop.
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("%d goroutines after shutdown, %d before", n, before)
+	}
+}
+
+func TestLifecycleReloadCarriesRecords(t *testing.T) {
+	p := newTestPlugin(func(c *config) { c.api = "127.0.0.1:0" })
+	if err := p.onStartup(); err != nil {
+		t.Fatal(err)
+	}
+	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	p.onRestart()
+	// A failed reload brings the old instance back with its records.
+	if err := p.onRestartFailed(); err != nil || !p.Ready() || p.db.Len() != 1 {
+		t.Fatalf("restart failed: %v ready=%v len=%d", err, p.Ready(), p.db.Len())
+	}
+	p.onRestart()
+	q := newTestPlugin(func(c *config) { c.api = "127.0.0.1:0" })
+	if err := q.onStartup(); err != nil {
+		t.Fatal(err)
+	}
+	if q.db.Len() != 1 {
+		t.Fatalf("records not carried across the reload: %v", q.db.Records(""))
+	}
+	p.shutdown()
+	q.shutdown()
+}
+
+func TestStartupBadInterface(t *testing.T) {
+	p := newTestPlugin(func(c *config) { c.interfaces = []string{"nosuchif0"} })
+	err := p.onStartup()
+	if err == nil || !strings.Contains(err.Error(), `interface "nosuchif0"`) {
+		t.Fatalf("want an interface error, got %v", err)
+	}
+	if p.Ready() {
+		t.Fatal("ready after a failed start")
+	}
+}

@@ -1,0 +1,108 @@
+package mdnsfallback
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/meshdns/meshdns/plugin/pkg/persist"
+)
+
+// snapshotPause is the least time between two snapshot writes; changes in
+// between are coalesced into the next write.
+const snapshotPause = 200 * time.Millisecond
+
+// snapshotWriter writes the database to its snapshot file off the request
+// path, after every change, coalescing bursts.
+type snapshotWriter struct {
+	path  string
+	db    *DB
+	dirty atomic.Bool
+	kick  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func newSnapshotWriter(path string, db *DB) *snapshotWriter {
+	return &snapshotWriter{path: path, db: db, kick: make(chan struct{}, 1)}
+}
+
+// notify marks the database changed.
+func (s *snapshotWriter) notify() {
+	s.dirty.Store(true)
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *snapshotWriter) start() {
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	go s.run()
+}
+
+func (s *snapshotWriter) run() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.kick:
+			s.write()
+			select {
+			case <-time.After(snapshotPause):
+			case <-s.stop:
+				s.write()
+				return
+			}
+		case <-s.stop:
+			s.write()
+			return
+		}
+	}
+}
+
+// close writes what is pending and stops the writer.
+func (s *snapshotWriter) close() {
+	if s.stop == nil {
+		return
+	}
+	close(s.stop)
+	<-s.done
+	s.stop = nil
+}
+
+func (s *snapshotWriter) write() {
+	if !s.dirty.Swap(false) {
+		return
+	}
+	b, err := encodeSnapshot(s.db.Records(""))
+	if err == nil {
+		err = persist.WriteFile(s.path, b)
+	}
+	if err != nil {
+		s.dirty.Store(true)
+		log.Errorf("Writing snapshot: %v", err)
+	}
+}
+
+// load reads the snapshot into the database; a missing file is no error.
+func (s *snapshotWriter) load() (int, error) {
+	b, err := persist.ReadFile(s.path)
+	if err != nil || b == nil {
+		return 0, err
+	}
+	recs, err := decodeSnapshot(b)
+	if err != nil {
+		// Keep the unreadable file for inspection instead of overwriting it
+		// with the next change.
+		bad := s.path + ".bad"
+		if rerr := os.Rename(s.path, bad); rerr == nil {
+			return 0, fmt.Errorf("snapshot %s: %w (moved to %s)", s.path, err, bad)
+		}
+		return 0, fmt.Errorf("snapshot %s: %w", s.path, err)
+	}
+	if skipped := s.db.Replace(recs); skipped > 0 {
+		log.Warningf("Snapshot %s: skipped %d invalid records", s.path, skipped)
+	}
+	return s.db.Len(), nil
+}
