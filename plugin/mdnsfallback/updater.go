@@ -31,6 +31,7 @@ const (
 	backoffInitial       = 250 * time.Millisecond
 	backoffCap           = 10 * time.Second
 	engineCallTimeout    = 10 * time.Second
+	listTimeout          = time.Minute // list plus one inspect per running container
 )
 
 // updaterConfig is the parsed `updater docker [ENDPOINT] {…}` sub-block.
@@ -233,19 +234,23 @@ func (u *updater) setState(state, errText string) {
 }
 
 // run connects, syncs and follows events, reconnecting with a capped
-// backoff whenever the engine goes away.
+// backoff whenever the engine goes away. The backoff starts over only after
+// a session that stayed up for a while, so an engine that accepts and
+// drops at once is not hammered.
 func (u *updater) run(ctx context.Context) {
 	backoff := backoffInitial
 	wasUp := true // log the first failure too
 	for {
-		synced, err := u.session(ctx)
+		up, err := u.session(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		updaterConnected.Set(0)
-		if synced {
-			backoff = backoffInitial
+		if up > 0 {
 			wasUp = true
+			if up >= time.Second {
+				backoff = backoffInitial
+			}
 		}
 		if wasUp {
 			log.Warningf("Container engine %s unreachable, keeping %d containers' records, retrying: %v", u.eng.Endpoint(), u.trackedLen(), err)
@@ -262,22 +267,23 @@ func (u *updater) run(ctx context.Context) {
 }
 
 // session runs one connection: subscribe, list, reconcile, follow. It
-// returns whether it got as far as a reconcile, and why it ended.
-func (u *updater) session(ctx context.Context) (bool, error) {
+// returns how long it followed events after the reconcile (0 when it never
+// got there), and why it ended.
+func (u *updater) session(ctx context.Context) (time.Duration, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(sctx, engineCallTimeout)
 	ver, err := u.eng.Ping(pctx)
 	pcancel()
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	events, errs := u.eng.Events(sctx)
-	lctx, lcancel := context.WithTimeout(sctx, engineCallTimeout)
+	lctx, lcancel := context.WithTimeout(sctx, listTimeout)
 	list, err := u.eng.Running(lctx)
 	lcancel()
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	u.reconcile(list)
 	u.mu.Lock()
@@ -290,18 +296,20 @@ func (u *updater) session(ctx context.Context) (bool, error) {
 	u.setState("connected", "")
 	updaterConnected.Set(1)
 	log.Infof("Container engine %s (API %s) synced: %d containers in the zones", u.eng.Endpoint(), ver, u.trackedLen())
+	since := time.Now()
+	up := func() time.Duration { return max(time.Since(since), time.Nanosecond) }
 	for {
 		select {
 		case <-sctx.Done():
-			return true, sctx.Err()
+			return up(), sctx.Err()
 		case err := <-errs:
 			if err == nil {
 				err = errStreamEnded
 			}
-			return true, err
+			return up(), err
 		case ev, ok := <-events:
 			if !ok {
-				return true, errStreamEnded
+				return up(), errStreamEnded
 			}
 			u.handle(sctx, ev)
 		}

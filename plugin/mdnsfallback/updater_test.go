@@ -2,10 +2,12 @@ package mdnsfallback
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -522,4 +524,98 @@ func TestSetupUpdater(t *testing.T) {
 			t.Errorf("%d: updater = %+v, want %+v", i, cfg.updater, tc.want)
 		}
 	}
+}
+
+func TestLifecycleUpdater(t *testing.T) {
+	before := runtime.NumGoroutine()
+	f := newFakeEngine()
+	f.run(ctr("c1", "web", "weave.local", "10.32.0.2"))
+	p := newTestPlugin(func(c *config) {
+		c.api = ""
+		c.updater = &updaterConfig{checkInterval: time.Second, checkTimeout: time.Second}
+	})
+	var endpoints []string
+	p.newEngine = func(endpoint string) (engine, error) { endpoints = append(endpoints, endpoint); return f, nil }
+	if err := p.onStartup(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "web from the updater", func() bool { return hasName(p.db, "web.weave.local.", "10.32.0.2") })
+	if st := p.status(); st.Updater == nil || st.Updater.State != "connected" || st.Updater.Kind != "docker" {
+		t.Fatalf("status.updater = %+v", st.Updater)
+	}
+	// A reload stops this updater and starts the next one's, which takes
+	// the records over without a gap.
+	p.onRestart()
+	if p.updater.Load() != nil {
+		t.Fatal("updater still running after OnRestart")
+	}
+	q := newTestPlugin(func(c *config) {
+		c.api = ""
+		c.updater = &updaterConfig{checkInterval: time.Second, checkTimeout: time.Second}
+	})
+	q.newEngine = p.newEngine
+	if err := q.onStartup(); err != nil {
+		t.Fatal(err)
+	}
+	if !hasName(q.db, "web.weave.local.", "10.32.0.2") {
+		t.Fatal("records not carried across the reload")
+	}
+	waitFor(t, "the new updater synced", func() bool { return q.status().Updater.State == "connected" })
+	q.shutdown()
+	if st := q.status(); st.Updater != nil {
+		t.Fatalf("updater in status after shutdown: %+v", st.Updater)
+	}
+	if len(endpoints) != 2 || endpoints[0] != "" {
+		t.Errorf("engines made for %q", endpoints)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines after shutdown, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func TestStartupUpdaterEngineError(t *testing.T) {
+	p := newTestPlugin(func(c *config) { c.api = ""; c.updater = &updaterConfig{checkInterval: time.Second, checkTimeout: time.Second} })
+	p.newEngine = func(string) (engine, error) { return nil, errors.New("bad endpoint") }
+	if err := p.onStartup(); err == nil || !strings.Contains(err.Error(), "updater docker: bad endpoint") {
+		t.Fatalf("want the engine error, got %v", err)
+	}
+	if p.Ready() {
+		t.Fatal("ready after a failed start")
+	}
+}
+
+// FuzzDockerPayloads feeds engine answers (an inspect body and an event)
+// through the JSON decoding and the slim conversions.
+func FuzzDockerPayloads(f *testing.F) {
+	f.Add([]byte(`{"Id":"abc","Name":"/web","State":{"Running":true},"HostConfig":{"NetworkMode":"default"},`+
+		`"Config":{"Hostname":"web","Domainname":"weave.local","Labels":{"meshdns.check":"tcp:80"}},`+
+		`"NetworkSettings":{"Networks":{"bridge":{"IPAddress":"172.17.0.2","IPPrefixLen":16,"GlobalIPv6Address":"fd00::2"}}}}`),
+		[]byte(`{"Type":"container","Action":"start","Actor":{"ID":"abc","Attributes":{"name":"web"}}}`))
+	f.Add([]byte(`{"NetworkSettings":{"Networks":{"x":null}}}`), []byte(`{"Type":"network","Action":"connect","Actor":{"Attributes":{"container":"abc"}}}`))
+	f.Add([]byte(`{"Config":{"Hostname":"a.weave.local."},"NetworkSettings":{"Networks":{"n":{"IPAddress":"::ffff:10.0.0.1"}}}}`), []byte(`{}`))
+	db := NewDB([]string{"weave.local."}, 100)
+	f.Fuzz(func(t *testing.T, inspect, event []byte) {
+		var r container.InspectResponse
+		if json.Unmarshal(inspect, &r) == nil {
+			c := slimContainer(r)
+			c.Running = true
+			for _, rec := range wantedRecords(c, "", []string{"weave.local."}) {
+				if _, err := db.Normalize(rec); err != nil && !errors.Is(err, ErrBadID) && !errors.Is(err, ErrBadDomain) && !errors.Is(err, ErrBadPrefix) && !errors.Is(err, ErrBadIP) {
+					t.Fatalf("record %+v: %v", rec, err)
+				}
+			}
+			_, _ = parseCheck(c.Check)
+		}
+		var m events.Message
+		if json.Unmarshal(event, &m) == nil {
+			if ev, ok := slimEvent(m); ok && ev.ID == "" {
+				t.Fatalf("event without an ID: %+v", m)
+			}
+		}
+	})
 }
