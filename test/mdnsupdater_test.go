@@ -188,7 +188,12 @@ func TestMdnsupdaterLatency(t *testing.T) {
 	d := newDockerNS(t)
 	d.importBusybox(t)
 	d.docker(t, "network", "create", "--subnet", fmt.Sprintf("10.77.%d.0/24", d.subnet), "wnet")
-	d.startMeshdns(t, fmt.Sprintf(updaterCorefile, d.nsIP), []string{"DOCKER_HOST=unix://" + d.sock})
+	// The endpoint given in the Corefile this time (DOCKER_HOST elsewhere).
+	cf := strings.Replace(fmt.Sprintf(updaterCorefile, d.nsIP), "updater docker {", "updater docker unix://"+d.sock+" {", 1)
+	m := d.startMeshdns(t, cf, []string{"DOCKER_HOST=unix:///nonexistent.sock"})
+	if _, body := m.api(t, "GET", "/status"); !strings.Contains(body, `"endpoint":"unix://`+d.sock+`"`) {
+		t.Fatalf("status does not show the Corefile's endpoint: %s", body)
+	}
 	addr := d.nsIP + ":1053"
 	var up, down, runCmd, stopCmd []time.Duration
 	poll := func(name string, wantUp bool, from time.Time) time.Duration {
