@@ -29,6 +29,12 @@ case $variant in
     docker build -q -f "$ctx/images/Dockerfile" --target prebuilt -t "$image" "$ctx"
     ;;
   builder)
+    # The classic builder builds every stage up to the target, the prebuilt
+    # one (which copies bin/meshdns) included; BuildKit skips it.
+    if [ "${DOCKER_BUILDKIT:-1}" = 0 ] && [ ! -f bin/meshdns ]; then
+      echo "image.sh: the classic builder needs bin/meshdns for the builder variant too (make build), or install docker buildx" >&2
+      exit 1
+    fi
     docker build -f images/Dockerfile --target builder \
       --build-arg GO_IMAGE="${GO_IMAGE:-golang:1.26}" -t "$image" .
     ;;
