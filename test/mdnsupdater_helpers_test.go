@@ -65,12 +65,16 @@ func newDockerNS(t *testing.T) *dockerNS {
 	mustRun(t, "ip", "link", "set", veth, "up")
 	mustRun(t, "ip", "-n", d.ns, "link", "set", "lo", "up")
 	mustRun(t, "ip", "-n", d.ns, "addr", "add", d.nsIP+"/24", "dev", d.ns+"n")
-	mustRun(t, "ip", "-n", d.ns, "link", "set", d.ns+"n", "up")
+	mustRun(t, "ip", "-n", d.ns, "link", "set", d.ns+"n", "multicast", "on", "up")
+	mustRun(t, "ip", "-n", d.ns, "route", "add", "224.0.0.0/4", "dev", d.ns+"n")
 	d.startDockerd(t)
 	t.Cleanup(func() { d.stopDockerd(t) })
 	t.Cleanup(func() { d.removeContainers(t) })
 	return d
 }
+
+// veth is the namespace's end of the veth pair (meshdns speaks mDNS on it).
+func (d *dockerNS) veth() string { return d.ns + "n" }
 
 func (d *dockerNS) startDockerd(t *testing.T) {
 	t.Helper()

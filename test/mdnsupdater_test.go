@@ -27,6 +27,7 @@ const updaterCorefile = `weave.local.:1053 {
         api 127.0.0.1:6785
         ttl 5s
         negative_ttl 0s
+        interface %s
         updater docker {
             network wnet
             check_interval 500ms
@@ -74,7 +75,7 @@ func TestMdnsupdaterDocker(t *testing.T) {
 
 	// A container running before meshdns starts comes from the first list.
 	runCtr(t, d, "early", "early", "weave.local")
-	m := d.startMeshdns(t, fmt.Sprintf(updaterCorefile, d.nsIP), []string{"DOCKER_HOST=unix://" + proxy.path})
+	m := d.startMeshdns(t, fmt.Sprintf(updaterCorefile, d.nsIP, d.veth()), []string{"DOCKER_HOST=unix://" + proxy.path})
 	addr := d.nsIP + ":1053" // from the host side of the namespace
 	waitName(t, addr, "early.weave.local", d.ipOn(t, "early", "wnet"), 10*time.Second)
 
@@ -94,6 +95,15 @@ func TestMdnsupdaterDocker(t *testing.T) {
 		if len(got) != 1 || got[0] != d.ipOn(t, "web", "wnet") {
 			t.Errorf("dig web.weave.local = %v", got)
 		}
+		// On the default bridge only: no address on wnet, no record — until
+		// it is connected to wnet (a network connect event).
+		d.docker(t, "run", "-d", "--init", "--name", "multi", "--hostname", "multi", "--domainname", "weave.local", "local/busybox", "sleep", "3600")
+		time.Sleep(300 * time.Millisecond)
+		if rc, ans, _ := rcode(addr, "multi.weave.local"); rc != "NXDOMAIN" {
+			t.Errorf("multi answers %s %v with no address on wnet", rc, ans)
+		}
+		d.docker(t, "network", "connect", "wnet", "multi")
+		waitName(t, addr, "multi.weave.local", d.ipOn(t, "multi", "wnet"), 10*time.Second)
 		code, body := m.api(t, "GET", "/status")
 		if code != 200 || !strings.Contains(body, `"state":"connected"`) || !strings.Contains(body, `"domain":"web.weave.local."`) ||
 			strings.Contains(body, "other.example.org") {
@@ -102,8 +112,12 @@ func TestMdnsupdaterDocker(t *testing.T) {
 	})
 
 	t.Run("stop removes the name", func(t *testing.T) {
+		byes := m.metric(t, "coredns_mdnsfallback_mdns_responses_sent_total", `kind="goodbye"`)
 		d.docker(t, "stop", "-t", "1", "web")
 		waitName(t, addr, "web.weave.local", "", 10*time.Second)
+		if n := m.metric(t, "coredns_mdnsfallback_mdns_responses_sent_total", `kind="goodbye"`); n <= byes {
+			t.Errorf("no mDNS goodbye multicast for web (goodbyes %v → %v)", byes, n)
+		}
 		out := Dig(t, addr, "web.weave.local", "A")
 		if !strings.Contains(out, "status: NXDOMAIN") {
 			t.Errorf("dig after stop:\n%s", out)
@@ -189,7 +203,10 @@ func TestMdnsupdaterLatency(t *testing.T) {
 	d.importBusybox(t)
 	d.docker(t, "network", "create", "--subnet", fmt.Sprintf("10.77.%d.0/24", d.subnet), "wnet")
 	// The endpoint given in the Corefile this time (DOCKER_HOST elsewhere).
-	cf := strings.Replace(fmt.Sprintf(updaterCorefile, d.nsIP), "updater docker {", "updater docker unix://"+d.sock+" {", 1)
+	// No mDNS interface: an unknown name would otherwise wait the mDNS
+	// timeout (250 ms) before its NXDOMAIN, which is not the updater's time.
+	cf := strings.Replace(fmt.Sprintf(updaterCorefile, d.nsIP, d.veth()), "updater docker {", "updater docker unix://"+d.sock+" {", 1)
+	cf = strings.Replace(cf, "interface "+d.veth()+"\n", "", 1)
 	m := d.startMeshdns(t, cf, []string{"DOCKER_HOST=unix:///nonexistent.sock"})
 	if _, body := m.api(t, "GET", "/status"); !strings.Contains(body, `"endpoint":"unix://`+d.sock+`"`) {
 		t.Fatalf("status does not show the Corefile's endpoint: %s", body)
