@@ -33,11 +33,12 @@ type dockerNS struct {
 	sock     string
 	dockerd  *bgProc
 	stopOnce sync.Once
+	flags    []string // extra dockerd flags
 }
 
 // newDockerNS creates the namespace and the veth pair and starts dockerd in
 // it with the PEERS.md recipe; it waits for _ping.
-func newDockerNS(t *testing.T) *dockerNS {
+func newDockerNS(t *testing.T, dockerdFlags ...string) *dockerNS {
 	t.Helper()
 	RequireTool(t, "ip", "iproute2")
 	RequireTool(t, "nsenter", "util-linux")
@@ -45,7 +46,7 @@ func newDockerNS(t *testing.T) *dockerNS {
 	RequireTool(t, "docker", "docker.io")
 	RequireTool(t, "busybox", "busybox-static")
 	seq := int(nsSeq.Add(1))
-	d := &dockerNS{ns: fmt.Sprintf("mdu%d%d", os.Getpid()%10000, seq)}
+	d := &dockerNS{ns: fmt.Sprintf("mdu%d%d", os.Getpid()%10000, seq), flags: dockerdFlags}
 	d.subnet = 10 + (os.Getpid()+seq*7)%200
 	d.hostIP = fmt.Sprintf("10.253.%d.1", d.subnet)
 	d.nsIP = fmt.Sprintf("10.253.%d.2", d.subnet)
@@ -67,9 +68,8 @@ func newDockerNS(t *testing.T) *dockerNS {
 	mustRun(t, "ip", "-n", d.ns, "addr", "add", d.nsIP+"/24", "dev", d.ns+"n")
 	mustRun(t, "ip", "-n", d.ns, "link", "set", d.ns+"n", "multicast", "on", "up")
 	mustRun(t, "ip", "-n", d.ns, "route", "add", "224.0.0.0/4", "dev", d.ns+"n")
-	d.startDockerd(t)
 	t.Cleanup(func() { d.stopDockerd(t) })
-	t.Cleanup(func() { d.removeContainers(t) })
+	d.startDockerd(t)
 	return d
 }
 
@@ -78,10 +78,14 @@ func (d *dockerNS) veth() string { return d.ns + "n" }
 
 func (d *dockerNS) startDockerd(t *testing.T) {
 	t.Helper()
-	d.dockerd = startBG(t, nil, nil, "nsenter", "--net=/run/netns/"+d.ns, "dockerd",
+	args := append([]string{"--net=/run/netns/" + d.ns, "dockerd",
 		"--data-root", filepath.Join(d.dir, "data"), "--exec-root", filepath.Join(d.dir, "exec"),
-		"-H", "unix://"+d.sock, "--pidfile", filepath.Join(d.dir, "dockerd.pid"),
-		"--bip", fmt.Sprintf("172.29.%d.1/24", d.subnet))
+		"-H", "unix://" + d.sock, "--pidfile", filepath.Join(d.dir, "dockerd.pid"),
+		"--bip", fmt.Sprintf("172.29.%d.1/24", d.subnet)}, d.flags...)
+	d.dockerd = startBG(t, nil, nil, "nsenter", args...)
+	// Runs before this dockerd's own stop (cleanups are LIFO), also after a
+	// restart, so no container outlives the test (live-restore keeps them).
+	t.Cleanup(func() { d.removeContainers(t) })
 	Eventually(t, 30*time.Second, func() string {
 		if d.dockerd.exited() {
 			t.Fatalf("dockerd exited:\n%s", d.dockerd.log.String())
@@ -121,7 +125,7 @@ func (d *dockerNS) stopDockerd(t *testing.T) {
 		for {
 			pids := procsMentioning(d.dir)
 			if len(pids) == 0 {
-				return
+				break
 			}
 			sig := syscall.SIGTERM
 			if time.Now().After(deadline) {
@@ -132,11 +136,30 @@ func (d *dockerNS) stopDockerd(t *testing.T) {
 			}
 			if sig == syscall.SIGKILL {
 				time.Sleep(200 * time.Millisecond)
-				return
+				break
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+		d.unmountLeftovers()
 	})
+}
+
+// unmountLeftovers lazily unmounts whatever an interrupted dockerd left
+// mounted under our directory, deepest first, so it can be removed.
+func (d *dockerNS) unmountLeftovers() {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return
+	}
+	var mounts []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], d.dir+"/") {
+			mounts = append(mounts, f[1])
+		}
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
+	}
 }
 
 // procsMentioning returns the PIDs whose command line holds s.

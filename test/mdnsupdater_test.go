@@ -195,6 +195,51 @@ func TestMdnsupdaterDocker(t *testing.T) {
 	}
 }
 
+// TestMdnsupdaterEngineRestart stops and restarts a real dockerd (with
+// live-restore, so the containers outlive it) under the updater: the
+// records stay while the engine is gone; after the restart the updater
+// reconnects and reconciles, a container started right after the restart
+// appears, and events are followed again.
+func TestMdnsupdaterEngineRestart(t *testing.T) {
+	d := newDockerNS(t, "--live-restore")
+	d.importBusybox(t)
+	d.docker(t, "network", "create", "--subnet", fmt.Sprintf("10.77.%d.0/24", d.subnet), "wnet")
+	runCtr(t, d, "keep", "keep", "weave.local")
+	keepIP := d.ipOn(t, "keep", "wnet")
+	cf := strings.Replace(fmt.Sprintf(updaterCorefile, d.nsIP, d.veth()), "updater docker {", "updater docker unix://"+d.sock+" {", 1)
+	m := d.startMeshdns(t, cf, nil)
+	addr := d.nsIP + ":1053"
+	waitName(t, addr, "keep.weave.local", keepIP, 10*time.Second)
+
+	d.dockerd.stop() // SIGTERM by PID; the container lives on
+	Eventually(t, 10*time.Second, func() string {
+		if _, body := m.api(t, "GET", "/status"); !strings.Contains(body, `"state":"disconnected"`) {
+			return "status: " + body
+		}
+		return ""
+	})
+	time.Sleep(time.Second)
+	if rc, ans, _ := rcode(addr, "keep.weave.local"); rc != "NOERROR" || len(ans) != 1 || ans[0] != keepIP {
+		t.Fatalf("keep while the engine is down: %s %v", rc, ans)
+	}
+
+	d.startDockerd(t)
+	runCtr(t, d, "fresh", "fresh", "weave.local")
+	waitName(t, addr, "fresh.weave.local", d.ipOn(t, "fresh", "wnet"), 20*time.Second)
+	Eventually(t, 20*time.Second, func() string {
+		if _, body := m.api(t, "GET", "/status"); !strings.Contains(body, `"state":"connected"`) || !strings.Contains(body, `"reconnects":1`) {
+			return "status: " + body
+		}
+		return ""
+	})
+	if rc, ans, _ := rcode(addr, "keep.weave.local"); rc != "NOERROR" || len(ans) != 1 || ans[0] != keepIP {
+		t.Errorf("keep after the restart: %s %v", rc, ans)
+	}
+	// And the engine is followed again: a stop after the restart removes.
+	d.docker(t, "stop", "-t", "1", "keep")
+	waitName(t, addr, "keep.weave.local", "", 10*time.Second)
+}
+
 // TestMdnsupdaterLatency measures docker run → resolvable and docker stop →
 // NXDOMAIN for a bounded number of containers, and reports the medians.
 func TestMdnsupdaterLatency(t *testing.T) {
