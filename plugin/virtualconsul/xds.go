@@ -123,9 +123,11 @@ type xdsSource struct {
 	tls     *tls.Config // nil: plaintext
 
 	// Run's goroutine only:
-	acked string   // the last version ACKed
-	last  [32]byte // hash of the entries of the last table reported
-	built bool
+	acked     string        // the last version ACKed
+	nacked    string        // the last version NACKed
+	nackDelay time.Duration // how long to hold the next NACK of that version
+	last      [32]byte      // hash of the entries of the last table reported
+	built     bool
 }
 
 func (x *xdsSource) Name() string { return "xds" }
@@ -186,11 +188,23 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 			ack.VersionInfo = x.acked
 			ack.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: s.Err.Error()}
 			s.Err = fmt.Errorf("xds %s: version %q NACKed: %w", x.address, resp.GetVersionInfo(), s.Err)
+			if resp.GetVersionInfo() == x.nacked {
+				// A control plane answers a NACK by sending the same version
+				// again at once: hold each repeated NACK (1s, doubling up to
+				// 30s) instead of spinning, and report it only once.
+				if !sleep(ctx, x.nackDelay) {
+					return got, ctx.Err()
+				}
+				x.nackDelay = min(2*x.nackDelay, xdsRetryMax)
+			} else {
+				x.nacked, x.nackDelay = resp.GetVersionInfo(), time.Second
+				report(s)
+			}
 		} else {
-			x.acked = resp.GetVersionInfo()
+			x.acked, x.nacked = resp.GetVersionInfo(), ""
 			ack.VersionInfo = x.acked
+			report(s)
 		}
-		report(s)
 		if err := st.Send(ack); err != nil {
 			return got, err
 		}
