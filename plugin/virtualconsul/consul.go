@@ -282,10 +282,11 @@ func (s *consulSource) entries(svcs []*api.CatalogService, dc string) []Entry {
 		if edc == "" {
 			edc = dc
 		}
-		out = append(out, Entry{
-			Name:      dest + ".virtual." + ns + ".ns." + ap + ".ap." + edc + ".dc.consul",
-			Addresses: []string{vip.Address},
-		})
+		name := dest + ".virtual." + ns + ".ns." + ap + ".ap." + edc + ".dc.consul"
+		if _, err := canonicalName(name); err != nil {
+			continue // a service name DNS cannot ask for (Consul allows a few)
+		}
+		out = append(out, Entry{Name: name, Addresses: []string{vip.Address}})
 	}
 	return out
 }
