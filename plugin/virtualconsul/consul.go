@@ -19,7 +19,7 @@ const (
 	consulWait     = 5 * time.Minute        // blocking query wait
 	consulMinGap   = 500 * time.Millisecond // at most two catalog rounds a second
 	consulRetryMin = 500 * time.Millisecond // first retry after an error
-	consulRetryMax = 30 * time.Second       // retries back off up to this
+	consulRetryMax = 10 * time.Second       // retries back off up to this
 )
 
 // consulProxyFilter selects the catalog services that carry virtual IPs: the

@@ -35,7 +35,7 @@ const (
 // Reconnects of the xds source back off from xdsRetryMin up to xdsRetryMax.
 const (
 	xdsRetryMin = 250 * time.Millisecond
-	xdsRetryMax = 30 * time.Second
+	xdsRetryMax = 10 * time.Second
 )
 
 func init() { sourceTypes["xds"] = newXDSSource }
