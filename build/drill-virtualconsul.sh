@@ -13,6 +13,10 @@
 #     directory); Consul comes back under load: the time until the new name
 #     answers, and zero failed answers for the names that were in the table.
 #
+# Then the same three steps with an xDS control plane (build/tools/xds-server,
+# a go-control-plane ADS server) instead of Consul: killed under load, meshdns
+# restarted while it is down, back with a new version made meanwhile.
+#
 # Env: DRILL_SERVICES (default 50), DRILL_QPS (dnsperf rate cap, default
 # 5000), DRILL_SECS (seconds per load run, default 8), MESHDNS_BIN.
 # Exit 1 when any virtual answer failed. Everything lives in a temporary
@@ -92,8 +96,9 @@ consul.:$dnsport {
     forward . 127.0.0.1:$cdns
 }
 EOF
+corefile=$work/Corefile
 start_mesh() {
-  taskset -c 0 "$bin" -conf "$work/Corefile" >>"$work/meshdns.log" 2>&1 &
+  taskset -c 0 "$bin" -conf "$corefile" >>"$work/meshdns.log" 2>&1 &
   mesh_pid=$!
 }
 stop_mesh() { kill "$mesh_pid"; wait "$mesh_pid" 2>/dev/null || true; mesh_pid=''; }
@@ -180,7 +185,82 @@ wait "$back" || true
 consul_pid=$(cat "$work/consul.pid" 2>/dev/null || true)
 echo "control-plane-back: leader after $(cat "$work/leader_ms")ms, late.virtual.consul ($(dig @127.0.0.1 -p "$dnsport" +short late.virtual.consul)) answered $(cat "$work/late_ms")ms after the leader"
 [ "$(cat "$work/late_ms")" != never ] || failed_total=$((failed_total + 1))
-grep -c "Source consul failing" "$work/meshdns.log" | sed 's/^/log lines "failing": /'
-grep -c "Source consul recovered" "$work/meshdns.log" | sed 's/^/log lines "recovered": /'
+grep -c "Source consul failing" "$work/meshdns.log" | sed 's/^/log lines "Source consul failing" (one per meshdns process): /'
+grep -c "Source consul recovered" "$work/meshdns.log" | sed 's/^/log lines "Source consul recovered": /'
+stop_mesh
+kill -9 "$consul_pid" 2>/dev/null || true
+consul_pid=''
+
+# The same drill with an xDS control plane.
+echo "drill: xDS control plane (go-control-plane ADS server), $nsvc names"
+(cd "$repo" && go build -o "$work/xds-server" ./build/tools/xds-server)
+xds=$(free_port)
+xds_pid=''
+trap '[ -n "$xds_pid" ] && kill -9 "$xds_pid" 2>/dev/null; cleanup' EXIT
+mkdir -p "$work/xds"
+xds_table() { # N [EXTRA]: the table of svc1..N (and EXTRA)
+  { echo "["
+    for i in $(seq 1 "$1"); do
+      printf '{"name": "svc%d.virtual.default.ns.default.ap.dc1.dc.consul", "endpoint": {"address_list": {"address": ["240.0.2.%d"]}}},\n' "$i" "$i"
+    done
+    if [ -n "${2:-}" ]; then
+      printf '{"name": "%s.virtual.default.ns.default.ap.dc1.dc.consul", "endpoint": {"address_list": {"address": ["240.0.3.1"]}}},\n' "$2"
+    fi
+    echo '{"name": "end.virtual.default.ns.default.ap.dc1.dc.consul", "endpoint": {"address_list": {"address": ["240.0.3.254"]}}}'
+    echo "]"; } >"$work/xds/table.json"
+}
+start_xds() {
+  "$work/xds-server" -addr "127.0.0.1:$xds" -node sidecar-1 -table "$work/xds/table.json" >>"$work/xds.log" 2>&1 &
+  xds_pid=$!
+}
+xds_table "$nsvc"
+start_xds
+cat >"$work/Corefile.xds" <<EOF
+consul.:$dnsport {
+    bind 127.0.0.1
+    ready 127.0.0.1:$ready
+    prometheus 127.0.0.1:$metrics
+    virtualconsul {
+        source xds 127.0.0.1:$xds {
+            node sidecar-1
+        }
+        snapshot $work/snapshot.xds.json
+    }
+    forward . 127.0.0.1:$cdns
+}
+EOF
+corefile=$work/Corefile.xds
+: >"$work/meshdns.log"
+start_mesh
+wait_ready
+wait_answer "svc$nsvc.virtual.consul" 20 || { echo "drill: xds: svc$nsvc never answered" >&2; exit 1; }
+vip1=$(dig @127.0.0.1 -p "$dnsport" +short svc1.virtual.consul)
+( sleep $((secs / 3)); kill -9 "$xds_pid" ) &
+killer=$!
+load "xds-killed-under-load"
+wait "$killer" || true
+wait "$xds_pid" 2>/dev/null || true
+xds_pid=''
+stop_mesh
+t0=$(now)
+start_mesh
+wait_ready
+ready_ms=$(since "$t0")
+got=$(dig @127.0.0.1 -p "$dnsport" +short svc1.virtual.consul)
+answer_ms=$(since "$t0")
+echo "xds-restart-while-down: ready after ${ready_ms}ms, svc1 answered $got (want $vip1) after ${answer_ms}ms, from the snapshot"
+[ "$got" = "$vip1" ] || failed_total=$((failed_total + 1))
+load "xds-restarted-while-down"
+xds_table "$nsvc" late # the change made while the control plane is down
+( sleep 1; t2=$(now); start_xds; echo "$xds_pid" >"$work/xds.pid"
+  if wait_answer late.virtual.consul 30; then echo "$(since "$t2")" >"$work/late_ms"; else echo never >"$work/late_ms"; fi ) &
+back=$!
+load "xds-control-plane-back"
+wait "$back" || true
+xds_pid=$(cat "$work/xds.pid" 2>/dev/null || true)
+echo "xds-control-plane-back: late.virtual.consul ($(dig @127.0.0.1 -p "$dnsport" +short late.virtual.consul)) answered $(cat "$work/late_ms")ms after the server started"
+[ "$(cat "$work/late_ms")" != never ] || failed_total=$((failed_total + 1))
+grep -c "Source xds failing" "$work/meshdns.log" | sed 's/^/log lines "Source xds failing" (one per meshdns process): /'
+grep -c "Source xds recovered" "$work/meshdns.log" | sed 's/^/log lines "Source xds recovered": /'
 echo "drill: failed virtual answers in total: $failed_total"
 [ "$failed_total" -eq 0 ]

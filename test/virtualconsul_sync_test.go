@@ -474,3 +474,62 @@ func TestVirtualConsulOutageDrill(t *testing.T) {
 		t.Fatalf("%d of %d virtual answers failed during the recovery (first: %s)", load.failed.Load(), load.sent.Load(), load.firstFail)
 	}
 }
+
+// TestVirtualConsulXDSOutageDrill is the outage drill with the xDS control
+// plane: under steady load the server stops → zero failed answers; meshdns
+// restarts while it is down → the snapshot answers as soon as ready; a new
+// version made meanwhile appears when the server is back.
+func TestVirtualConsulXDSOutageDrill(t *testing.T) {
+	standIn := startConsulStandIn(t)
+	x := startXDS(t, "sidecar-1")
+	want := map[string]string{}
+	domains := map[string][]string{}
+	for i := 1; i <= 20; i++ {
+		svc := fmt.Sprintf("svc%d", i)
+		ip := fmt.Sprintf("240.0.1.%d", i)
+		domains[vcFull(svc)] = []string{ip}
+		want[svc+".virtual.consul."] = ip
+	}
+	x.Set("v1", domains)
+	s := Start(t, vcXDSCorefile, Options{Ports: map[int]int{18000: x.port, 5399: standIn.Port(1053)}})
+
+	stop := make(chan struct{})
+	load := steadyLoad(s.DNS(), want, 200, 20*time.Second, stop)
+	time.Sleep(time.Second)
+	x.Stop()
+	time.Sleep(2 * time.Second)
+	close(stop)
+	<-load.done
+	t.Logf("xDS server down: %d queries, %d failed", load.sent.Load(), load.failed.Load())
+	if load.failed.Load() != 0 || load.sent.Load() < 300 {
+		t.Fatalf("%d of %d answers failed (first: %s)", load.failed.Load(), load.sent.Load(), load.firstFail)
+	}
+
+	t0 := time.Now()
+	s.Restart()
+	t.Logf("restart with the xDS server down: ready after %v", time.Since(t0).Round(time.Millisecond))
+	for n, ip := range want {
+		if got, _, _ := aOf(s.DNS(), n, "tcp"); strings.Join(got, "") != ip {
+			t.Fatalf("after the restart %s = %v, want %s from the snapshot", n, got, ip)
+		}
+	}
+
+	domains[vcFull("late")] = []string{"240.0.1.99"}
+	x.Set("v2", domains) // the change made while the server was down
+	stop = make(chan struct{})
+	load = steadyLoad(s.DNS(), want, 200, 30*time.Second, stop)
+	x.Start()
+	t0 = time.Now()
+	Eventually(t, 15*time.Second, func() string {
+		if got, _, _ := aOf(s.DNS(), "late.virtual.consul.", "udp"); strings.Join(got, "") != "240.0.1.99" {
+			return fmt.Sprintf("late.virtual.consul = %v", got)
+		}
+		return ""
+	})
+	t.Logf("xDS server back: v2 served after %v", time.Since(t0).Round(time.Millisecond))
+	close(stop)
+	<-load.done
+	if load.failed.Load() != 0 {
+		t.Fatalf("%d of %d answers failed during the recovery (first: %s)", load.failed.Load(), load.sent.Load(), load.firstFail)
+	}
+}
