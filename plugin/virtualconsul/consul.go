@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -214,7 +215,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 	qctx, cancel := context.WithTimeout(ctx, consulWait+consulWait/16+15*time.Second)
 	defer cancel()
 	proxies, meta, err := cat.Services((&api.QueryOptions{
-		Filter: consulProxyFilter, WaitIndex: index, WaitTime: consulWait,
+		Filter: s.filter(), WaitIndex: index, WaitTime: consulWait,
 	}).WithContext(qctx))
 	if err != nil {
 		return 0, Sync{}, err
@@ -227,13 +228,9 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	var entries []Entry
-	for _, n := range names {
-		svcs, _, err := cat.Service(n, "", (&api.QueryOptions{}).WithContext(qctx))
-		if err != nil {
-			return 0, Sync{}, fmt.Errorf("catalog service %s: %w", n, err)
-		}
-		entries = append(entries, s.entries(svcs, dc)...)
+	entries, err := s.read(qctx, cat, names, dc)
+	if err != nil {
+		return 0, Sync{}, err
 	}
 	sort.Slice(entries, func(i, j int) bool {
 		if entries[i].Name != entries[j].Name {
@@ -255,6 +252,62 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 	}
 	s.last, s.built = sum, true
 	return meta.LastIndex, Sync{Result: SyncOK, Table: t}, nil
+}
+
+// consulReaders is how many proxies a round reads at once.
+const consulReaders = 8
+
+// read reads the catalog entries of the proxies names, consulReaders at a
+// time, and returns their VIP entries.
+func (s *consulSource) read(ctx context.Context, cat *api.Catalog, names []string, dc string) ([]Entry, error) {
+	type result struct {
+		entries []Entry
+		err     error
+	}
+	results := make([]result, len(names))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(consulReaders, len(names)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				svcs, _, err := cat.Service(names[i], "", (&api.QueryOptions{}).WithContext(ctx))
+				if err != nil {
+					results[i].err = fmt.Errorf("catalog service %s: %w", names[i], err)
+					continue
+				}
+				results[i].entries = s.entries(svcs, dc)
+			}
+		}()
+	}
+	for i := range names {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	var entries []Entry
+	for _, r := range results {
+		if r.err != nil {
+			return nil, r.err
+		}
+		entries = append(entries, r.entries...)
+	}
+	return entries, nil
+}
+
+// filter selects the proxies of the catalog the source reads: every connect
+// proxy, or with upstreams only theirs.
+func (s *consulSource) filter() string {
+	if s.upstreams == nil {
+		return consulProxyFilter
+	}
+	ups := make([]string, 0, len(s.upstreams))
+	for u := range s.upstreams {
+		ups = append(ups, `ServiceProxy.DestinationServiceName == "`+u+`"`) // names are [a-z0-9_-]
+	}
+	sort.Strings(ups)
+	return consulProxyFilter + " and (" + strings.Join(ups, " or ") + ")"
 }
 
 // entries returns the VIP entries of a proxy's catalog entries.

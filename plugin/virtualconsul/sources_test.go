@@ -370,3 +370,13 @@ func FuzzConsulEntries(f *testing.F) {
 		_, _ = Build((&consulSource{}).entries(svcs, "dc1")) // an invalid entry is an error, never a panic
 	})
 }
+
+func TestConsulFilter(t *testing.T) {
+	if f := (&consulSource{}).filter(); f != `ServiceKind == "connect-proxy"` {
+		t.Errorf("filter = %s", f)
+	}
+	s := &consulSource{upstreams: map[string]bool{"web": true, "api": true}}
+	if f := s.filter(); f != `ServiceKind == "connect-proxy" and (ServiceProxy.DestinationServiceName == "api" or ServiceProxy.DestinationServiceName == "web")` {
+		t.Errorf("filter = %s", f)
+	}
+}
