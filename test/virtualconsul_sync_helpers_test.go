@@ -3,6 +3,14 @@ package test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,6 +37,7 @@ import (
 	xdsserver "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/miekg/dns"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -59,6 +68,7 @@ type consulAgent struct {
 	bin, dir   string
 	persistent bool
 	ports      [6]int // http dns grpc serf_lan serf_wan server
+	token      string // sent with the helper's own API calls
 	mu         sync.Mutex
 	cmd        *exec.Cmd
 	done       chan struct{}
@@ -68,7 +78,14 @@ type consulAgent struct {
 // startConsul starts an agent and waits for its leader.
 func startConsul(t testing.TB, persistent bool) *consulAgent {
 	t.Helper()
-	a := &consulAgent{t: t, bin: consulBin(t), dir: t.TempDir(), persistent: persistent}
+	return startConsulWith(t, persistent, "", "")
+}
+
+// startConsulWith is startConsul with extra HCL configuration and the
+// token the helper's own API calls use.
+func startConsulWith(t testing.TB, persistent bool, extraHCL, token string) *consulAgent {
+	t.Helper()
+	a := &consulAgent{t: t, bin: consulBin(t), dir: t.TempDir(), persistent: persistent, token: token}
 	for i := range a.ports {
 		a.ports[i] = freePort(t)
 	}
@@ -80,6 +97,7 @@ connect { enabled = true }
 ports { http = %d, dns = %d, grpc = %d, serf_lan = %d, serf_wan = %d, server = %d, grpc_tls = -1, https = -1 }
 log_level = "warn"
 `, a.ports[0], a.ports[1], a.ports[2], a.ports[3], a.ports[4], a.ports[5])
+	hcl += extraHCL
 	if persistent {
 		hcl += "server = true\nbootstrap_expect = 1\nperformance { raft_multiplier = 1 }\n"
 	}
@@ -151,7 +169,9 @@ func (a *consulAgent) Stop() {
 
 func (a *consulAgent) get(path string, out any) error {
 	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get("http://" + a.HTTP() + path)
+	req, _ := http.NewRequest(http.MethodGet, "http://"+a.HTTP()+path, nil)
+	req.Header.Set("X-Consul-Token", a.token)
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
@@ -166,6 +186,7 @@ func (a *consulAgent) get(path string, out any) error {
 func (a *consulAgent) put(path, body string) {
 	a.t.Helper()
 	req, _ := http.NewRequest(http.MethodPut, "http://"+a.HTTP()+path, strings.NewReader(body))
+	req.Header.Set("X-Consul-Token", a.token)
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -249,11 +270,18 @@ type xdsServer struct {
 	acks  sync.Map     // version → true, ACKed by some client
 	srv   *grpc.Server
 	node  string
+	tls   *tls.Config // nil: plaintext
 }
 
 func startXDS(t testing.TB, node string) *xdsServer {
 	t.Helper()
-	x := &xdsServer{t: t, port: freePort(t), node: node, cache: cache.NewSnapshotCache(true, cache.IDHash{}, nil)}
+	return startXDSTLS(t, node, nil)
+}
+
+// startXDSTLS is startXDS serving TLS with cfg.
+func startXDSTLS(t testing.TB, node string, cfg *tls.Config) *xdsServer {
+	t.Helper()
+	x := &xdsServer{t: t, port: freePort(t), node: node, cache: cache.NewSnapshotCache(true, cache.IDHash{}, nil), tls: cfg}
 	x.Start()
 	t.Cleanup(x.Stop)
 	return x
@@ -272,7 +300,11 @@ func (x *xdsServer) Start() {
 		return nil
 	}}
 	srv := xdsserver.NewServer(context.Background(), x.cache, cb)
-	g := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if x.tls != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(x.tls)))
+	}
+	g := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	var l net.Listener
 	var err error
@@ -513,4 +545,56 @@ func steadyLoad(addr string, want map[string]string, qps int, limit time.Duratio
 		}
 	}()
 	return st
+}
+
+// testPKI is a CA with a server certificate for 127.0.0.1 and a client
+// certificate, written as PEM files into a directory.
+type testPKI struct {
+	dir          string
+	serverConfig *tls.Config // the server's certificate, client certificates required
+}
+
+func newTestPKI(t testing.TB, dir string) *testPKI {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "meshdns test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	write := func(name, typ string, der []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("ca.pem", "CERTIFICATE", caDER)
+	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) tls.Certificate {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost", "server.dc1.consul"}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kder, _ := x509.MarshalECPrivateKey(key)
+		write(name+".pem", "CERTIFICATE", der)
+		write(name+"-key.pem", "EC PRIVATE KEY", kder)
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pair
+	}
+	server := leaf("server", 2, x509.ExtKeyUsageServerAuth)
+	leaf("client", 3, x509.ExtKeyUsageClientAuth)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return &testPKI{dir: dir, serverConfig: &tls.Config{
+		Certificates: []tls.Certificate{server}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert,
+	}}
 }

@@ -533,3 +533,96 @@ func TestVirtualConsulXDSOutageDrill(t *testing.T) {
 		t.Fatalf("%d of %d answers failed during the recovery (first: %s)", load.failed.Load(), load.sent.Load(), load.firstFail)
 	}
 }
+
+// TestVirtualConsulXDSTLS: the ADS stream over mutual TLS.
+func TestVirtualConsulXDSTLS(t *testing.T) {
+	standIn := startConsulStandIn(t)
+	dir := t.TempDir()
+	pki := newTestPKI(t, dir)
+	x := startXDSTLS(t, "sidecar-1", pki.serverConfig)
+	x.Set("v1", map[string][]string{vcFull("web"): {"240.0.0.7"}})
+	corefile := strings.Replace(vcXDSCorefile, "cluster web", "cluster web\n            tls ca.pem client.pem client-key.pem", 1)
+	s := Start(t, corefile, Options{Dir: dir, Ports: map[int]int{18000: x.port, 5399: standIn.Port(1053)}})
+	if got := Rdata(Query(t, s.DNS(), "web.virtual.consul", dns.TypeA, "tcp")); strings.Join(got, "") != "240.0.0.7" {
+		t.Fatalf("over TLS: web = %v", got)
+	}
+}
+
+// TestVirtualConsulConsulTLSAndToken: a Consul agent with ACLs (default
+// deny) and HTTPS that requires client certificates; the source reads the
+// token from token_file and talks TLS with tls CA CERT KEY. Without a token
+// (the environment's CONSUL_HTTP_TOKEN wrong) the source fails and nothing
+// is served.
+func TestVirtualConsulConsulTLSAndToken(t *testing.T) {
+	dir := t.TempDir()
+	newTestPKI(t, dir)
+	https := freePort(t)
+	hcl := fmt.Sprintf(`acl {
+  enabled = true
+  default_policy = "deny"
+  tokens { initial_management = "root-secret" }
+}
+tls {
+  defaults {
+    ca_file = %q
+    cert_file = %q
+    key_file = %q
+    verify_incoming = true
+  }
+}
+`, dir+"/ca.pem", dir+"/server.pem", dir+"/server-key.pem")
+	consul := startConsulWith(t, false, hcl, "root-secret")
+	// https is set apart from the helper's port line (https = -1 there).
+	conf := filepath.Join(consul.dir, "conf", "base.hcl")
+	b, _ := os.ReadFile(conf)
+	os.WriteFile(conf, []byte(strings.Replace(string(b), "https = -1", fmt.Sprintf("https = %d", https), 1)), 0o644)
+	consul.Stop()
+	consul.Start()
+	consul.Register("web", 8080)
+	os.WriteFile(filepath.Join(dir, "token"), []byte("root-secret\n"), 0o600)
+	corefile := fmt.Sprintf(vcConsulCorefile, " {\n            token_file token\n            tls ca.pem client.pem client-key.pem\n        }")
+	corefile = strings.Replace(corefile, "source consul 127.0.0.1:8500", "source consul https://127.0.0.1:8501", 1)
+	s := Start(t, corefile, Options{Dir: dir, Env: []string{"CONSUL_HTTP_TOKEN=wrong"},
+		Ports: map[int]int{8501: https, 8600: portOf(consul.DNS())}})
+	Eventually(t, 5*time.Second, func() string {
+		if n := s.Metric("coredns_virtualconsul_entries"); n != 1 {
+			return fmt.Sprintf("entries = %v", n)
+		}
+		return ""
+	})
+	if got := Rdata(Query(t, s.DNS(), "web.virtual.consul", dns.TypeA, "udp")); len(got) != 1 || !strings.HasPrefix(got[0], "240.0.0.") {
+		t.Fatalf("web = %v", got)
+	}
+
+	// The environment's token alone (wrong) is refused: the source fails.
+	corefile2 := strings.Replace(corefile, "token_file token\n", "", 1)
+	s2 := Start(t, corefile2, Options{Dir: t.TempDir(), Files: map[string]string{
+		"ca.pem": mustRead(t, dir+"/ca.pem"), "client.pem": mustRead(t, dir+"/client.pem"), "client-key.pem": mustRead(t, dir+"/client-key.pem")},
+		Env: []string{"CONSUL_HTTP_TOKEN=wrong"}, Ports: map[int]int{8501: https, 8600: portOf(consul.DNS())}, WaitDNS: true})
+	Eventually(t, 5*time.Second, func() string {
+		if !strings.Contains(s2.Log(), "Source consul failing") {
+			return "no failing line"
+		}
+		return ""
+	})
+	for _, l := range strings.Split(s2.Log(), "\n") {
+		if strings.Contains(l, "Source consul failing") {
+			t.Log(l)
+			if !strings.Contains(l, "403") && !strings.Contains(l, "ACL not found") {
+				t.Fatalf("failing for another reason than the token: %s", l)
+			}
+		}
+	}
+	if s2.Metric("coredns_virtualconsul_entries") != 0 {
+		t.Fatal("a table without a valid token")
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
