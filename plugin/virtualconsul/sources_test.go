@@ -380,3 +380,29 @@ func TestConsulFilter(t *testing.T) {
 		t.Errorf("filter = %s", f)
 	}
 }
+
+// TestSourcesStop: the consul and xds sources, failing against dead
+// addresses, stop promptly at OnShutdown (no goroutine survives a reload).
+func TestSourcesStop(t *testing.T) {
+	for _, src := range []string{"consul 127.0.0.1:1", "xds 127.0.0.1:1"} {
+		c := caddy.NewTestController("dns", "virtualconsul {\n source "+src+"\n}")
+		v, err := parse(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond) // a failure or two, then a backoff sleep
+		done := make(chan struct{})
+		go func() { v.stop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("source %s did not stop", src)
+		}
+		if v.Ready() {
+			t.Fatalf("source %s: ready without a table", src)
+		}
+	}
+}
