@@ -106,12 +106,15 @@ func TestVirtualConsulConsulDifferential(t *testing.T) {
 }
 
 // TestVirtualConsulConsulUpstreams: with upstreams, only those services
-// are in the table; the others go to the Consul servers.
+// are in the table; the others go to the Consul servers. The agent's address
+// comes from CONSUL_HTTP_ADDR.
 func TestVirtualConsulConsulUpstreams(t *testing.T) {
 	consul := startConsul(t, false)
 	consul.Register("web", 8080)
 	consul.Register("api", 8081)
-	s := Start(t, fmt.Sprintf(vcConsulCorefile, " {\n            upstreams web\n        }"), Options{Ports: map[int]int{8500: portOf(consul.HTTP()), 8600: portOf(consul.DNS())}})
+	// No ADDRESS: CONSUL_HTTP_ADDR says where the agent is.
+	corefile := strings.Replace(fmt.Sprintf(vcConsulCorefile, " {\n            upstreams web\n        }"), "consul 127.0.0.1:8500 {", "consul {", 1)
+	s := Start(t, corefile, Options{Env: []string{"CONSUL_HTTP_ADDR=" + consul.HTTP()}, Ports: map[int]int{8600: portOf(consul.DNS())}})
 	Eventually(t, 5*time.Second, func() string {
 		if n := s.Metric("coredns_virtualconsul_entries"); n != 1 {
 			return fmt.Sprintf("entries = %v, want 1", n)
