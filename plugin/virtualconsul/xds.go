@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -157,7 +158,10 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 	if x.tls != nil {
 		creds = credentials.NewTLS(x.tls)
 	}
-	conn, err := grpc.NewClient(x.address, grpc.WithTransportCredentials(creds))
+	// Keepalive pings find a hung control plane; 5 minutes is as often as
+	// a gRPC server allows by default.
+	conn, err := grpc.NewClient(x.address, grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}))
 	if err != nil {
 		return false, err
 	}
