@@ -228,11 +228,14 @@ func TestVirtualConsulXDS(t *testing.T) {
 	if s.Metric("coredns_virtualconsul_source_failing", `source="xds"`) != 0 {
 		t.Fatal("source_failing still 1 after the reconnect")
 	}
-	for _, l := range []string{"Source xds failing", "Source xds recovered", "NACKed"} {
-		if !strings.Contains(s.Log(), l) {
-			t.Fatalf("log lacks %q:\n%s", l, s.Log())
+	Eventually(t, 2*time.Second, func() string {
+		for _, l := range []string{"Source xds failing", "Source xds recovered", "NACKed"} {
+			if !strings.Contains(s.Log(), l) {
+				return fmt.Sprintf("log lacks %q:\n%s", l, s.Log())
+			}
 		}
-	}
+		return ""
+	})
 }
 
 // vcEnvoyCorefile is the remote-listener mode (8653 → the listener stand-in).
@@ -340,11 +343,14 @@ func TestVirtualConsulEnvoyBackoff(t *testing.T) {
 	if got := Rdata(Query(t, s.DNS(), "web.virtual.consul", dns.TypeA, "udp")); strings.Join(got, "") != "240.0.0.1" {
 		t.Fatalf("after the restart: %v", got)
 	}
-	for _, line := range []string{"Source envoy failing", "Source envoy recovered"} {
-		if strings.Count(s.Log(), line) != 2 {
-			t.Fatalf("want %q twice in:\n%s", line, s.Log())
+	Eventually(t, 2*time.Second, func() string { // the log reaches us through a pipe
+		for _, line := range []string{"Source envoy failing", "Source envoy recovered"} {
+			if strings.Count(s.Log(), line) != 2 {
+				return fmt.Sprintf("want %q twice in:\n%s", line, s.Log())
+			}
 		}
-	}
+		return ""
+	})
 }
 
 // wantOver returns how many queries reached l during f.
