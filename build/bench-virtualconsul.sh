@@ -12,7 +12,9 @@
 # Env: VC_BENCH_SECS (seconds per dnsperf run, default 6), VC_BENCH_ROUNDS
 # (alternating rounds per size, default 3), VC_BENCH_INTERVAL (the file
 # source's check interval, default 1s), VC_BENCH_PARTS (any of "qps rss
-# reload", default all three), MESHDNS_BIN (default bin/meshdns).
+# reload drill", default all four), MESHDNS_BIN (default bin/meshdns).
+#  4. (drill) the outage drill with a real Consul server:
+#     build/drill-virtualconsul.sh (its own env: DRILL_*).
 # Generated tables live in a temporary directory removed on exit.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,7 +23,7 @@ bin=${MESHDNS_BIN:-$repo/bin/meshdns}
 secs=${VC_BENCH_SECS:-6}
 rounds=${VC_BENCH_ROUNDS:-3}
 interval=${VC_BENCH_INTERVAL:-1s}
-parts=" ${VC_BENCH_PARTS:-qps rss reload} "
+parts=" ${VC_BENCH_PARTS:-qps rss reload drill} "
 [ -x "$bin" ] || "$repo/build/build.sh" "$bin"
 for tool in dnsperf dig taskset; do
   command -v "$tool" >/dev/null || { echo "bench-virtualconsul: $tool missing: run build/install-deps.sh" >&2; exit 1; }
@@ -155,3 +157,10 @@ fi
 
 echo "== virtualconsul summary"
 printf '%s\n' "${summary[@]}"
+
+# 4. the outage drill (Consul server killed under load, meshdns restarted
+# while it is down, the control plane back with a change)
+if [[ $parts == *" drill "* ]]; then
+  echo "== virtualconsul outage drill"
+  MESHDNS_BIN=$bin "$repo/build/drill-virtualconsul.sh"
+fi

@@ -9,12 +9,14 @@ import (
 
 // Request results (the result label of requestCount).
 const (
-	resultHit         = "hit"         // answered with the VIP
-	resultNodata      = "nodata"      // the name exists, not for this type
-	resultMiss        = "miss"        // not in the table
-	resultAmbiguous   = "ambiguous"   // more than one VIP: passed on
-	resultPassthrough = "passthrough" // in the zone, not a virtual name we answer
-	resultNotReady    = "not_ready"   // no table yet: passed on
+	resultHit         = "hit"          // answered with the VIP
+	resultNodata      = "nodata"       // the name exists, not for this type
+	resultMiss        = "miss"         // not in the table
+	resultAmbiguous   = "ambiguous"    // more than one VIP: passed on
+	resultPassthrough = "passthrough"  // in the zone, not a virtual name we answer
+	resultNotReady    = "not_ready"    // no table yet: passed on
+	resultRemoteError = "remote_error" // remote-listener mode: the listener failed, passed on
+	resultBackoff     = "backoff"      // remote-listener mode: in the backoff window, passed on
 )
 
 var (
@@ -39,6 +41,13 @@ var (
 		Help:      "Counter of table sync attempts, by source and result.",
 	}, []string{"zone", "source", "result"})
 
+	sourceFailing = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "source_failing",
+		Help:      "1 while the source is failing (error, disconnect, timeout) and the last good table serves, else 0.",
+	}, []string{"zone", "source"})
+
 	lastSync = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
@@ -52,6 +61,7 @@ var (
 type counters struct {
 	server                                              string
 	hit, nodata, miss, ambiguous, passthrough, notReady prometheus.Counter
+	remoteError, backoff                                prometheus.Counter
 }
 
 func newCounters(server string) *counters {
@@ -60,5 +70,6 @@ func newCounters(server string) *counters {
 		server: server,
 		hit:    c(resultHit), nodata: c(resultNodata), miss: c(resultMiss),
 		ambiguous: c(resultAmbiguous), passthrough: c(resultPassthrough), notReady: c(resultNotReady),
+		remoteError: c(resultRemoteError), backoff: c(resultBackoff),
 	}
 }

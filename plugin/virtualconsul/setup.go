@@ -87,7 +87,11 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				if err != nil {
 					return nil, c.Errf("source %s: %v", args[0], err)
 				}
-				v.src = src
+				if e, ok := src.(*envoySource); ok {
+					v.remote = e // no table to sync: the handler asks the listener
+				} else {
+					v.src = src
+				}
 			case "snapshot":
 				if len(args) != 1 {
 					return nil, c.ArgErr()
@@ -129,11 +133,17 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				return nil, c.Errf("unknown property %q", opt)
 			}
 		}
-		if v.src == nil && v.snapshot == "" {
+		if v.src == nil && v.snapshot == "" && v.remote == nil {
 			return nil, c.Err("virtualconsul needs a source or a snapshot")
+		}
+		if v.remote != nil && (v.snapshot != "" || v.authoritative) {
+			return nil, c.Err("source envoy keeps no table: snapshot and authoritative do not apply")
 		}
 	}
 	v.metricZone = zones[0]
+	if v.remote != nil {
+		v.remote.zone = v.metricZone
+	}
 	for _, z := range zones {
 		v.zones = append(v.zones, newZone(z))
 	}
@@ -229,19 +239,28 @@ func (v *VirtualConsul) loadSnapshot() {
 
 // reporter returns the function a source reports its sync attempts to. It
 // swaps good tables in, writes the snapshot, counts every attempt and logs
-// state changes only.
+// state changes only: one line when the source starts failing (an error,
+// a disconnect, a timeout) and one when it recovers; the last good table
+// keeps serving meanwhile.
 func (v *VirtualConsul) reporter(src string) func(Sync) {
-	var lastErr, lastSnapErr string // touched by the source's goroutine only
+	var (
+		failing                 bool   // touched by the source's goroutine only
+		lastReject, lastSnapErr string //
+	)
+	failingGauge := sourceFailing.WithLabelValues(v.metricZone, src)
+	failingGauge.Set(0)
 	return func(s Sync) {
 		syncCount.WithLabelValues(v.metricZone, src, s.Result).Inc()
+		if s.Result != SyncError && failing {
+			failing = false
+			failingGauge.Set(0)
+			log.Infof("Source %s recovered", src)
+		}
 		switch s.Result {
 		case SyncOK:
 			v.swap(s.Table)
 			lastSync.WithLabelValues(v.metricZone, src).SetToCurrentTime()
-			if lastErr != "" {
-				log.Infof("Source %s recovered", src)
-				lastErr = ""
-			}
+			lastReject = ""
 			log.Infof("Synced %d entries from source %s", s.Table.Len(), src)
 			if v.snapshot == "" {
 				return
@@ -259,14 +278,16 @@ func (v *VirtualConsul) reporter(src string) func(Sync) {
 				lastSnapErr = msg
 			}
 		case SyncUnchanged:
+		case SyncRejected:
+			if msg := s.Err.Error(); msg != lastReject {
+				log.Errorf("Rejected a table, the previous one keeps serving: %s", msg)
+				lastReject = msg
+			}
 		default:
-			if msg := s.Err.Error(); msg != lastErr {
-				if s.Result == SyncRejected {
-					log.Errorf("Rejected a table, the previous one keeps serving: %s", msg)
-				} else {
-					log.Errorf("Source %s failing, the previous table keeps serving: %s", src, msg)
-				}
-				lastErr = msg
+			if !failing {
+				failing = true
+				failingGauge.Set(1)
+				log.Errorf("Source %s failing, the previous table keeps serving: %s", src, s.Err)
 			}
 		}
 	}

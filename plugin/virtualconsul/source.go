@@ -16,13 +16,14 @@ var sourceTypes = map[string]newSourceFunc{}
 // root). A plain error is reported with the Corefile's file and line.
 type newSourceFunc func(c *caddy.Controller, args []string, abs func(string) string) (source, error)
 
-// A source keeps one plugin's table in step with one control plane: a table
-// file here; the Consul catalog, an xDS stream and the like later, one file
-// each. A source builds every table with a Builder (so every table passes
+// A source keeps one plugin's table in step with one control plane, one file
+// each: a table file (file.go), the Consul catalog (consul.go), an ADS
+// stream (xds.go). The remote-listener mode (envoy.go) is registered here
+// too but syncs no table: the handler asks the listener per query. A source builds every table with a Builder (so every table passes
 // the same checks) and reports each attempt; the plugin swaps tables in,
 // counts, logs and writes the snapshot.
 type source interface {
-	// Name labels the source in metrics and logs ("file").
+	// Name labels the source in metrics and logs ("file", "consul", "xds").
 	Name() string
 	// Run syncs until ctx is done, calling report after every attempt, from
 	// Run's goroutine only. It returns promptly once ctx is done.

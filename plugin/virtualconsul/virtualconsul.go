@@ -26,9 +26,10 @@ type VirtualConsul struct {
 	ns, ap, dc    string // this workload's identity, expands short names
 	ttl           uint32
 	authoritative bool
-	src           source // nil when only a snapshot is configured
-	snapshot      string // snapshot path, "" for none
-	metricZone    string // the zone label of the table metrics
+	src           source       // nil when only a snapshot is configured, or in remote-listener mode
+	remote        *envoySource // the remote-listener mode (source envoy), else nil
+	snapshot      string       // snapshot path, "" for none
+	metricZone    string       // the zone label of the table metrics
 
 	table atomic.Pointer[Table]    // nil until a table is loaded
 	ctrs  atomic.Pointer[counters] // the last server's request counters
@@ -50,6 +51,8 @@ func (v *VirtualConsul) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *d
 	}
 	c := v.counters(ctx)
 	switch l.outcome {
+	case remote:
+		return v.serveRemote(ctx, w, r, l.key, c)
 	case passThrough:
 		c.passthrough.Inc()
 		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
@@ -94,6 +97,7 @@ const (
 	notReady           // no table yet
 	missing            // a virtual name not in the table
 	found              // in the table: vip says what
+	remote             // remote-listener mode: ask the listener for key
 )
 
 // looked is what lookup found for a question.
@@ -102,6 +106,7 @@ type looked struct {
 	zone    *zone
 	table   *Table
 	vip     *vip
+	key     string // the canonical key with its final dot, in remote-listener mode
 }
 
 // lookup parses and looks q up. It is kept out of line so that its name
@@ -126,11 +131,15 @@ func (v *VirtualConsul) lookup(q dns.Question) (l looked) {
 		l.outcome = passThrough
 		return l
 	}
+	var keyBuf [512]byte
+	if v.remote != nil {
+		l.outcome, l.key = remote, string(append(appendKey(keyBuf[:0], p, v.ns, v.ap, v.dc), '.'))
+		return l
+	}
 	if l.table = v.table.Load(); l.table == nil {
 		l.outcome = notReady
 		return l
 	}
-	var keyBuf [512]byte
 	i, ok := l.table.index[string(appendKey(keyBuf[:0], p, v.ns, v.ap, v.dc))]
 	switch {
 	case ok:
