@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin/meshdns
 
-.PHONY: build run test bench lint deps clean
+.PHONY: build run test bench lint deps image clean
 
 build:
 	build/build.sh $(BIN)
@@ -18,6 +18,9 @@ lint:
 
 test: deps lint build
 	MESHDNS_BIN=$(CURDIR)/$(BIN) $(GO) test -race -timeout 60m -count=1 ./...
+
+image: build
+	build/image.sh prebuilt
 
 bench: deps build
 	build/bench.sh

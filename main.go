@@ -11,11 +11,12 @@ import (
 
 	_ "github.com/meshdns/meshdns/plugin/endpointsvc"
 	_ "github.com/meshdns/meshdns/plugin/mdnsfallback"
+	_ "github.com/meshdns/meshdns/plugin/virtualconsul"
 )
 
 // ourDirectives are meshdns's own plugins, in the order they run. Each is
 // appended here by the issue that makes it work, together with its import.
-var ourDirectives = []string{"endpointsvc", "mdnsfallback"}
+var ourDirectives = []string{"virtualconsul", "endpointsvc", "mdnsfallback"}
 
 // anchorDirective is the stock directive ours follow: everything before it
 // (cache, rewrite, acl, …) runs before our plugins, everything after it

@@ -7,10 +7,12 @@
 #   iproute2       ip netns / veth for the multi-host tests
 #   avahi-daemon avahi-utils libnss-mdns dbus   the mDNS peer
 #   curl util-linux  the record API inside namespaces; unshare -m for Avahi
+#   docker.io busybox-static  the Docker engine for the container updater
+#                  and the image tests; busybox makes their container image
 #   etcd-server openssl  the real kube-apiserver's etcd and its service-account key
 #                  (kube-apiserver itself: build/peer-tools.sh kube-apiserver)
 set -euo pipefail
-packages=(dnsutils knot-dnsutils dnsperf iproute2 avahi-daemon avahi-utils libnss-mdns dbus curl util-linux etcd-server openssl)
+packages=(dnsutils knot-dnsutils dnsperf iproute2 avahi-daemon avahi-utils libnss-mdns dbus curl util-linux docker.io busybox-static etcd-server openssl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,5 +9,5 @@ import "embed"
 // Files is this directory: the default Corefile, the other example
 // Corefiles and the demo data they read.
 //
-//go:embed Corefile data
+//go:embed Corefile *.Corefile data
 var Files embed.FS

@@ -373,6 +373,7 @@ type statusBody struct {
 	CacheSize    int              `json:"cache_size"`
 	Interfaces   []string         `json:"interfaces"`
 	Counters     map[string]int64 `json:"counters"`
+	Updater      *updaterStatus   `json:"updater,omitempty"`
 }
 
 func (p *MDNSFallback) status() statusBody {
@@ -380,7 +381,7 @@ func (p *MDNSFallback) status() statusBody {
 	if ifaces == nil {
 		ifaces = []string{}
 	}
-	return statusBody{
+	st := statusBody{
 		Version:      caddy.AppName + " " + caddy.AppVersion,
 		Zones:        p.cfg.zones,
 		Records:      p.db.Len(),
@@ -398,6 +399,10 @@ func (p *MDNSFallback) status() statusBody {
 			"mdns_answers_cached": p.stats.answers.Load(),
 		},
 	}
+	if u := p.updater.Load(); u != nil {
+		st.Updater = u.status()
+	}
+	return st
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {

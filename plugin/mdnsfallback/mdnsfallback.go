@@ -44,6 +44,11 @@ type MDNSFallback struct {
 	counters     sync.Map // server → *[numResults]prometheus.Counter
 	api          *apiServer
 	snap         atomic.Pointer[snapshotWriter] // nil without snapshot or when stopped
+	updater      atomic.Pointer[updater]        // nil without updater or when stopped
+
+	// newEngine makes the updater's engine client; nil means Docker (tests
+	// put a fake here).
+	newEngine func(endpoint string) (engine, error)
 }
 
 // stats are the counters /status reports (Prometheus has them too).
@@ -67,6 +72,7 @@ type config struct {
 	maxRecords  int
 	snapshot    string
 	fall        fall.F
+	updater     *updaterConfig // nil without an updater sub-block
 }
 
 func newMDNSFallback(cfg config) *MDNSFallback {

@@ -66,3 +66,41 @@ var (
 		Help:      "Counter of record API requests by HTTP status code.",
 	}, []string{"code"})
 )
+
+// Container updater metrics.
+var (
+	updaterContainers = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "updater_containers",
+		Help:      "Containers the container updater tracks (running, with a name in the zones).",
+	})
+
+	updaterConnected = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "updater_connected",
+		Help:      "1 while the container updater follows the engine's events, else 0.",
+	})
+
+	updaterEvents = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "updater_events_total",
+		Help:      "Counter of container engine events handled by action (start, die, stop, destroy, connect, disconnect).",
+	}, []string{"action"})
+
+	updaterReconciles = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "updater_reconciles_total",
+		Help:      "Counter of full reconciles against the engine's list of running containers.",
+	})
+
+	updaterChecks = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "updater_checks_total",
+		Help:      "Counter of container health checks by result (pass, fail, invalid).",
+	}, []string{"result"})
+)

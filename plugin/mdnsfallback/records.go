@@ -28,6 +28,10 @@ type Record struct {
 	Domain        string     `json:"domain"`         // lowercased FQDN inside one of the zones
 	RoutingPrefix int        `json:"routing_prefix"` // prefix length of the IP's network
 	TTL           uint32     `json:"ttl,omitempty"`  // seconds; 0 means the Corefile's ttl
+	// Owner names the updater that wrote the record ("docker"); empty for
+	// records written through the HTTP API. An updater only ever deletes
+	// records it owns.
+	Owner string `json:"owner,omitempty"`
 }
 
 // maxIDLen bounds an identifier (a Docker container ID is 64 hex digits).
@@ -256,22 +260,44 @@ func (d *DB) Put(r Record) (Record, bool, error) {
 
 // DeleteID removes every record of id and returns them.
 func (d *DB) DeleteID(id string) []Record {
-	return d.deleteWhere(id, func(recordKey) bool { return true })
+	return d.deleteWhere(id, func(Record) bool { return true })
 }
 
 // DeleteIDIP removes the records of id bound to ip and returns them.
 func (d *DB) DeleteIDIP(id string, ip netip.Addr) []Record {
 	ip = ip.Unmap()
-	return d.deleteWhere(id, func(k recordKey) bool { return k.ip == ip })
+	return d.deleteWhere(id, func(r Record) bool { return r.IP == ip })
 }
 
-func (d *DB) deleteWhere(id string, match func(recordKey) bool) []Record {
+// DeleteOwned removes the records of id that owner wrote and keep rejects
+// (nil keep: all of them), and returns them. Records of id written by
+// anyone else stay.
+func (d *DB) DeleteOwned(id, owner string, keep func(Record) bool) []Record {
+	return d.deleteWhere(id, func(r Record) bool {
+		return r.Owner == owner && (keep == nil || !keep(r))
+	})
+}
+
+// OwnedIDs returns the identifiers that hold at least one record of owner.
+func (d *DB) OwnedIDs(owner string) map[string]bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]bool{}
+	for _, r := range d.records {
+		if r.Owner == owner {
+			out[r.ID] = true
+		}
+	}
+	return out
+}
+
+func (d *DB) deleteWhere(id string, match func(Record) bool) []Record {
 	d.mu.Lock()
 	var gone []Record
 	names := map[string]bool{}
 	addrs := map[netip.Addr]bool{}
 	for k := range d.byID[id] {
-		if !match(k) {
+		if !match(d.records[k]) {
 			continue
 		}
 		gone = append(gone, d.records[k])

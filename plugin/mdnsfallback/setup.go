@@ -14,6 +14,8 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
+
+	"github.com/docker/docker/client"
 )
 
 const pluginName = "mdnsfallback"
@@ -187,10 +189,78 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 		cfg.snapshot = f
 	case "fallthrough":
 		cfg.fall.SetZonesFromArgs(args)
+	case "updater":
+		if cfg.updater != nil {
+			return c.Err("updater may appear only once per mdnsfallback")
+		}
+		u, err := parseUpdater(c, args)
+		if err != nil {
+			return err
+		}
+		cfg.updater = u
 	default:
 		return c.Errf("unknown property %q", opt)
 	}
 	return nil
+}
+
+// parseUpdater reads `updater docker [ENDPOINT] { network NAME … }`; args
+// are the words after "updater".
+func parseUpdater(c *caddy.Controller, args []string) (*updaterConfig, error) {
+	if len(args) == 0 || len(args) > 2 {
+		return nil, c.ArgErr()
+	}
+	if args[0] != "docker" {
+		return nil, c.Errf("updater: unknown kind %q (want docker)", args[0])
+	}
+	u := &updaterConfig{checkInterval: defaultCheckInterval, checkTimeout: defaultCheckTimeout}
+	if len(args) == 2 {
+		if _, err := client.ParseHostURL(args[1]); err != nil {
+			return nil, c.Errf("updater docker: endpoint %q: %v", args[1], err)
+		}
+		u.endpoint = args[1]
+	}
+	// The sub-block is optional; the outer block's nesting makes
+	// c.NextBlock unusable here, so the braces are read by hand.
+	if !c.NextArg() {
+		return u, nil
+	}
+	if c.Val() != "{" {
+		return nil, c.ArgErr()
+	}
+	for {
+		if !c.Next() {
+			return nil, c.EOFErr()
+		}
+		if c.Val() == "}" {
+			break
+		}
+		opt := c.Val()
+		vals := c.RemainingArgs()
+		if len(vals) != 1 {
+			return nil, c.ArgErr()
+		}
+		switch opt {
+		case "network":
+			u.network = vals[0]
+		case "check_interval", "check_timeout":
+			d, err := time.ParseDuration(vals[0])
+			if err != nil || d < 100*time.Millisecond || d > time.Hour {
+				return nil, c.Errf("%s: %q is not a duration in [100ms, 1h]", opt, vals[0])
+			}
+			if opt == "check_interval" {
+				u.checkInterval = d
+			} else {
+				u.checkTimeout = d
+			}
+		default:
+			return nil, c.Errf("updater docker: unknown property %q", opt)
+		}
+	}
+	if u.checkTimeout > u.checkInterval {
+		return nil, c.Errf("updater docker: check_timeout %s is longer than check_interval %s", u.checkTimeout, u.checkInterval)
+	}
+	return u, nil
 }
 
 // carry holds the records of an instance across a reload (keyed by its
@@ -265,6 +335,20 @@ func (p *MDNSFallback) start() error {
 			return plugin.Error(pluginName, err)
 		}
 	}
+	if uc := p.cfg.updater; uc != nil {
+		eng := p.newEngine
+		if eng == nil {
+			eng = func(endpoint string) (engine, error) { return newDockerEngine(endpoint) }
+		}
+		e, err := eng(uc.endpoint)
+		if err != nil {
+			p.stopLocked()
+			return plugin.Error(pluginName, fmt.Errorf("updater docker: %w", err))
+		}
+		u := newUpdater(*uc, p.db, p.cfg.zones, e)
+		u.start()
+		p.updater.Store(u)
+	}
 	p.ready.Store(true)
 	return nil
 }
@@ -298,6 +382,9 @@ func (p *MDNSFallback) shutdown() error {
 
 func (p *MDNSFallback) stopLocked() {
 	p.ready.Store(false)
+	if u := p.updater.Swap(nil); u != nil {
+		u.stop()
+	}
 	p.stopAPI()
 	if r := p.mdns.Swap(nil); r != nil {
 		r.close()

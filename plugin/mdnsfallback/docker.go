@@ -1,0 +1,172 @@
+package mdnsfallback
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+)
+
+// dockerEngine is the engine of the updater over the Docker Engine API
+// (Docker or Podman's compatible service), with API version negotiation.
+type dockerEngine struct {
+	cli *client.Client
+}
+
+// newDockerEngine makes a client for endpoint; "" takes DOCKER_HOST (and
+// the other DOCKER_* variables), else unix:///var/run/docker.sock.
+func newDockerEngine(endpoint string) (*dockerEngine, error) {
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if endpoint != "" {
+		opts = append(opts, client.WithHost(endpoint))
+	}
+	cli, err := client.NewClientWithOpts(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &dockerEngine{cli: cli}, nil
+}
+
+func (d *dockerEngine) Endpoint() string { return d.cli.DaemonHost() }
+
+func (d *dockerEngine) Close() error { return d.cli.Close() }
+
+func (d *dockerEngine) Ping(ctx context.Context) (string, error) {
+	p, err := d.cli.Ping(ctx)
+	if err != nil {
+		return "", err
+	}
+	d.cli.NegotiateAPIVersionPing(p)
+	return d.cli.ClientVersion(), nil
+}
+
+// Events follows container start/die/stop/destroy and network
+// connect/disconnect events.
+func (d *dockerEngine) Events(ctx context.Context) (<-chan engineEvent, <-chan error) {
+	f := filters.NewArgs(
+		filters.Arg("type", string(events.ContainerEventType)),
+		filters.Arg("type", string(events.NetworkEventType)),
+		filters.Arg("event", "start"), filters.Arg("event", "die"),
+		filters.Arg("event", "stop"), filters.Arg("event", "destroy"),
+		filters.Arg("event", "connect"), filters.Arg("event", "disconnect"),
+	)
+	msgs, errs := d.cli.Events(ctx, events.ListOptions{Filters: f})
+	out := make(chan engineEvent)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m, ok := <-msgs:
+				if !ok {
+					return
+				}
+				ev, ok := slimEvent(m)
+				if !ok {
+					continue
+				}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, errs
+}
+
+// slimEvent keeps what the updater needs of an engine event.
+func slimEvent(m events.Message) (engineEvent, bool) {
+	action := string(m.Action)
+	switch m.Type {
+	case events.ContainerEventType:
+		switch action {
+		case "start", "die", "stop", "destroy":
+			return engineEvent{Action: action, ID: m.Actor.ID}, m.Actor.ID != ""
+		}
+	case events.NetworkEventType:
+		switch action {
+		case "connect", "disconnect":
+			id := m.Actor.Attributes["container"]
+			return engineEvent{Action: action, ID: id}, id != ""
+		}
+	}
+	return engineEvent{}, false
+}
+
+// Running lists the running containers and inspects each (the list lacks
+// hostname and domain name).
+func (d *dockerEngine) Running(ctx context.Context) ([]ctrInfo, error) {
+	list, err := d.cli.ContainerList(ctx, container.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ctrInfo, 0, len(list))
+	for _, s := range list {
+		c, err := d.Inspect(ctx, s.ID)
+		if err != nil {
+			return nil, err
+		}
+		if c.Running {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func (d *dockerEngine) Inspect(ctx context.Context, id string) (ctrInfo, error) {
+	r, err := d.cli.ContainerInspect(ctx, id)
+	if cerrdefs.IsNotFound(err) {
+		return ctrInfo{ID: id}, nil
+	}
+	if err != nil {
+		return ctrInfo{}, err
+	}
+	return slimContainer(r), nil
+}
+
+// slimContainer converts an inspect answer to the updater's container.
+func slimContainer(r container.InspectResponse) ctrInfo {
+	c := ctrInfo{Networks: map[string]ctrNet{}}
+	if r.ContainerJSONBase != nil {
+		c.ID = r.ID
+		c.Name = strings.TrimPrefix(r.Name, "/")
+		if r.State != nil {
+			c.Running = r.State.Running
+		}
+		if r.HostConfig != nil {
+			c.NetworkMode = string(r.HostConfig.NetworkMode)
+			if c.NetworkMode == "default" {
+				c.NetworkMode = network.NetworkBridge
+			}
+		}
+	}
+	if r.Config != nil {
+		c.Hostname, c.Domainname = r.Config.Hostname, r.Config.Domainname
+		c.Check = r.Config.Labels[checkLabel]
+	}
+	if r.NetworkSettings != nil {
+		for name, ep := range r.NetworkSettings.Networks {
+			if ep == nil {
+				continue
+			}
+			var n ctrNet
+			if a, err := netip.ParseAddr(ep.IPAddress); err == nil && a.Unmap().Is4() {
+				n.IPv4, n.Prefix4 = a.Unmap(), ep.IPPrefixLen
+			}
+			if a, err := netip.ParseAddr(ep.GlobalIPv6Address); err == nil && a.Is6() && !a.Is4In6() {
+				n.IPv6, n.Prefix6 = a, ep.GlobalIPv6PrefixLen
+			}
+			c.Networks[name] = n
+		}
+	}
+	return c
+}

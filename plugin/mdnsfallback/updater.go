@@ -1,0 +1,522 @@
+package mdnsfallback
+
+import (
+	"context"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/coredns/plugin"
+)
+
+// The container updater keeps the record database in step with the
+// containers of an engine: it subscribes to the engine's events first, then
+// lists the running containers and reconciles, then applies each event.
+// When the engine goes away the records stay; it retries with a capped
+// backoff and reconciles again on reconnect. It owns its records by
+// identifier (the container ID) and by Owner, so records written by others
+// through the HTTP API are never touched.
+
+// updaterOwner is the Owner of every record the updater writes.
+const updaterOwner = "docker"
+
+// Defaults of the updater sub-block.
+const (
+	defaultCheckInterval = 2 * time.Second
+	defaultCheckTimeout  = time.Second
+	checkConcurrency     = 8 // probes in flight at once
+	backoffInitial       = 250 * time.Millisecond
+	backoffCap           = 10 * time.Second
+	engineCallTimeout    = 10 * time.Second
+	listTimeout          = time.Minute // list plus one inspect per running container
+)
+
+// updaterConfig is the parsed `updater docker [ENDPOINT] {…}` sub-block.
+type updaterConfig struct {
+	endpoint      string // "" → DOCKER_HOST, else unix:///var/run/docker.sock
+	network       string // "" → the container's own network, else its first by name
+	checkInterval time.Duration
+	checkTimeout  time.Duration
+}
+
+// container is the slim form of an engine's container the updater keeps.
+type ctrInfo struct {
+	ID          string
+	Name        string
+	Running     bool
+	Hostname    string
+	Domainname  string
+	Check       string // the meshdns.check label, "" without one
+	NetworkMode string
+	Networks    map[string]ctrNet
+}
+
+// ctrNet is a container's addresses on one network.
+type ctrNet struct {
+	IPv4    netip.Addr
+	Prefix4 int
+	IPv6    netip.Addr
+	Prefix6 int
+}
+
+// engineEvent is one container event: Action is start, die, stop, destroy,
+// connect or disconnect (network events carry the container's ID).
+type engineEvent struct {
+	Action string
+	ID     string
+}
+
+// engine is what the updater needs from a container engine; dockerEngine
+// implements it over the Docker Engine API, tests use a fake.
+type engine interface {
+	// Ping checks the engine and returns its API version.
+	Ping(ctx context.Context) (string, error)
+	// Events subscribes to container events until ctx ends or the stream
+	// fails (the error channel then yields the cause). It returns once the
+	// subscription is established, or failed.
+	Events(ctx context.Context) (<-chan engineEvent, <-chan error)
+	// Running lists the running containers with their addresses.
+	Running(ctx context.Context) ([]ctrInfo, error)
+	// Inspect returns one container; a container that does not exist comes
+	// back with Running false and no error.
+	Inspect(ctx context.Context, id string) (ctrInfo, error)
+	// Endpoint names the engine for logs and /status.
+	Endpoint() string
+	Close() error
+}
+
+// fqdn returns the container's lowercased FQDN: hostname plus domain name,
+// or the hostname alone when it is already a full name; "" when neither.
+func (c ctrInfo) fqdn() string {
+	h := strings.TrimSuffix(c.Hostname, ".")
+	d := strings.Trim(c.Domainname, ".")
+	switch {
+	case h == "":
+		return ""
+	case d != "":
+		return strings.ToLower(h + "." + d + ".")
+	case strings.Contains(h, "."):
+		return strings.ToLower(h + ".")
+	}
+	return ""
+}
+
+// network picks the network whose addresses the records take: the named
+// one, else the one the container was started on, else the first by name
+// that has an address.
+func (c ctrInfo) network(name string) (ctrNet, bool) {
+	if name != "" {
+		n, ok := c.Networks[name]
+		return n, ok
+	}
+	if n, ok := c.Networks[c.NetworkMode]; ok && (n.IPv4.IsValid() || n.IPv6.IsValid()) {
+		return n, true
+	}
+	names := make([]string, 0, len(c.Networks))
+	for k := range c.Networks {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if n := c.Networks[k]; n.IPv4.IsValid() || n.IPv6.IsValid() {
+			return n, true
+		}
+	}
+	return ctrNet{}, false
+}
+
+// wantedRecords returns the records a running container should have: its
+// FQDN, when inside one of zones, bound to its address(es) on the network.
+func wantedRecords(c ctrInfo, network string, zones []string) []Record {
+	if !c.Running {
+		return nil
+	}
+	name := c.fqdn()
+	if name == "" || plugin.Zones(zones).Matches(name) == "" {
+		return nil
+	}
+	n, ok := c.network(network)
+	if !ok {
+		return nil
+	}
+	var out []Record
+	if n.IPv4.IsValid() {
+		out = append(out, Record{ID: c.ID, IP: n.IPv4.Unmap(), Domain: name, RoutingPrefix: n.Prefix4, Owner: updaterOwner})
+	}
+	if n.IPv6.IsValid() {
+		out = append(out, Record{ID: c.ID, IP: n.IPv6, Domain: name, RoutingPrefix: n.Prefix6, Owner: updaterOwner})
+	}
+	return out
+}
+
+// tracked is one container the updater holds records for (or would, once
+// its check passes).
+type tracked struct {
+	c       ctrInfo
+	recs    []Record
+	check   *checkSpec // nil: no check, a running container counts
+	bad     string     // the label when it does not parse
+	healthy bool
+	present bool // its records are in the database
+}
+
+// counts the updater exports in /status; Prometheus has them too.
+type updaterCounts struct {
+	events, reconciles, reconnects atomic.Int64
+	checks                         [numCheckResults]atomic.Int64
+}
+
+// updater runs one engine's container updater.
+type updater struct {
+	cfg   updaterConfig
+	db    *DB
+	zones []string
+	eng   engine
+
+	mu      sync.Mutex
+	tracked map[string]*tracked // by container ID
+	state   string              // connecting, connected, disconnected, stopped
+	since   time.Time
+	lastErr string
+	apiVer  string
+	counts  updaterCounts
+
+	kick   chan struct{} // run the checks now
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newUpdater(cfg updaterConfig, db *DB, zones []string, eng engine) *updater {
+	return &updater{
+		cfg: cfg, db: db, zones: zones, eng: eng,
+		tracked: map[string]*tracked{},
+		state:   "stopped",
+		kick:    make(chan struct{}, 1),
+	}
+}
+
+// start runs the event loop and the checker until stop.
+func (u *updater) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	u.cancel = cancel
+	u.setState("connecting", "")
+	u.wg.Add(2)
+	go func() { defer u.wg.Done(); u.run(ctx) }()
+	go func() { defer u.wg.Done(); u.checker(ctx) }()
+}
+
+// stop ends both goroutines and closes the engine client; the records stay.
+func (u *updater) stop() {
+	if u.cancel == nil {
+		return
+	}
+	u.cancel()
+	u.wg.Wait()
+	u.cancel = nil
+	_ = u.eng.Close()
+	u.setState("stopped", "")
+	updaterConnected.Set(0)
+}
+
+func (u *updater) setState(state, errText string) {
+	u.mu.Lock()
+	if u.state != state {
+		u.since = time.Now()
+	}
+	u.state = state
+	if errText != "" {
+		u.lastErr = errText
+	}
+	u.mu.Unlock()
+}
+
+// run connects, syncs and follows events, reconnecting with a capped
+// backoff whenever the engine goes away. The backoff starts over only after
+// a session that stayed up for a while, so an engine that accepts and
+// drops at once is not hammered.
+func (u *updater) run(ctx context.Context) {
+	backoff := backoffInitial
+	wasUp := true // log the first failure too
+	for {
+		up, err := u.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		updaterConnected.Set(0)
+		if up > 0 {
+			wasUp = true
+			if up >= time.Second {
+				backoff = backoffInitial
+			}
+		}
+		if wasUp {
+			log.Warningf("Container engine %s unreachable, keeping %d containers' records, retrying: %v", u.eng.Endpoint(), u.trackedLen(), err)
+			wasUp = false
+		}
+		u.setState("disconnected", err.Error())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, backoffCap)
+	}
+}
+
+// session runs one connection: subscribe, list, reconcile, follow. It
+// returns how long it followed events after the reconcile (0 when it never
+// got there), and why it ended.
+func (u *updater) session(ctx context.Context) (time.Duration, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pctx, pcancel := context.WithTimeout(sctx, engineCallTimeout)
+	ver, err := u.eng.Ping(pctx)
+	pcancel()
+	if err != nil {
+		return 0, err
+	}
+	events, errs := u.eng.Events(sctx)
+	lctx, lcancel := context.WithTimeout(sctx, listTimeout)
+	list, err := u.eng.Running(lctx)
+	lcancel()
+	if err != nil {
+		return 0, err
+	}
+	u.reconcile(list)
+	u.mu.Lock()
+	first := u.counts.reconciles.Load() == 1
+	u.apiVer = ver
+	u.mu.Unlock()
+	if !first {
+		u.counts.reconnects.Add(1)
+	}
+	u.setState("connected", "")
+	updaterConnected.Set(1)
+	log.Infof("Container engine %s (API %s) synced: %d containers in the zones", u.eng.Endpoint(), ver, u.trackedLen())
+	since := time.Now()
+	up := func() time.Duration { return max(time.Since(since), time.Nanosecond) }
+	for {
+		select {
+		case <-sctx.Done():
+			return up(), sctx.Err()
+		case err := <-errs:
+			if err == nil {
+				err = errStreamEnded
+			}
+			return up(), err
+		case ev, ok := <-events:
+			if !ok {
+				return up(), errStreamEnded
+			}
+			u.handle(sctx, ev)
+		}
+	}
+}
+
+type updaterError string
+
+func (e updaterError) Error() string { return string(e) }
+
+const errStreamEnded = updaterError("event stream ended")
+
+// handle applies one event.
+func (u *updater) handle(ctx context.Context, ev engineEvent) {
+	u.counts.events.Add(1)
+	updaterEvents.WithLabelValues(ev.Action).Inc()
+	switch ev.Action {
+	case "die", "stop", "destroy":
+		u.remove(ev.ID)
+	case "start", "connect", "disconnect":
+		ictx, cancel := context.WithTimeout(ctx, engineCallTimeout)
+		c, err := u.eng.Inspect(ictx, ev.ID)
+		cancel()
+		if err != nil {
+			// The next reconcile (after the stream breaks) catches up.
+			log.Warningf("Inspecting container %s: %v", shortID(ev.ID), err)
+			return
+		}
+		u.upsert(c)
+	}
+}
+
+// reconcile makes the database match the list of running containers: new
+// ones are added, tracked ones that vanished lose their records, and so do
+// records this updater owns for containers that no longer run.
+func (u *updater) reconcile(list []ctrInfo) {
+	u.counts.reconciles.Add(1)
+	updaterReconciles.Inc()
+	seen := map[string]bool{}
+	for _, c := range list {
+		seen[c.ID] = true
+		u.upsert(c)
+	}
+	u.mu.Lock()
+	var gone []string
+	for id := range u.tracked {
+		if !seen[id] {
+			gone = append(gone, id)
+		}
+	}
+	u.mu.Unlock()
+	for _, id := range gone {
+		u.remove(id)
+	}
+	for id := range u.db.OwnedIDs(updaterOwner) {
+		u.mu.Lock()
+		t := u.tracked[id]
+		u.mu.Unlock()
+		if t == nil || !t.present {
+			u.db.DeleteOwned(id, updaterOwner, nil)
+		}
+	}
+}
+
+// upsert tracks a container (or drops it when it stopped or is not in the
+// zones) and brings its records in line.
+func (u *updater) upsert(c ctrInfo) {
+	recs := wantedRecords(c, u.cfg.network, u.zones)
+	if len(recs) == 0 {
+		u.remove(c.ID)
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	t := u.tracked[c.ID]
+	if t == nil || t.c.Check != c.Check {
+		nt := &tracked{}
+		if t != nil {
+			nt.present = t.present
+		}
+		t = nt
+		if c.Check != "" {
+			spec, err := parseCheck(c.Check)
+			if err != nil {
+				log.Warningf("Container %s (%s): label %s: %v; its name stays out", shortID(c.ID), c.Name, checkLabel, err)
+				t.bad = c.Check
+				u.counts.checks[checkInvalid].Add(1)
+				updaterChecks.WithLabelValues(checkResultNames[checkInvalid]).Inc()
+			} else {
+				t.check = &spec
+			}
+			u.kickChecks()
+		}
+		u.tracked[c.ID] = t
+	}
+	t.c, t.recs = c, recs
+	u.applyLocked(t)
+	updaterContainers.Set(float64(len(u.tracked)))
+}
+
+// remove forgets a container and deletes its records (with goodbyes).
+func (u *updater) remove(id string) {
+	u.mu.Lock()
+	delete(u.tracked, id)
+	updaterContainers.Set(float64(len(u.tracked)))
+	u.mu.Unlock()
+	u.db.DeleteOwned(id, updaterOwner, nil)
+}
+
+// counts reports whether t's records belong in the database: a running
+// container counts, unless it has a check that does not pass.
+func (t *tracked) counts() bool {
+	if t.bad != "" {
+		return false
+	}
+	return t.check == nil || t.healthy
+}
+
+// applyLocked puts or deletes t's records; u.mu is held.
+func (u *updater) applyLocked(t *tracked) {
+	id := t.c.ID
+	if !t.counts() {
+		t.present = false
+		u.db.DeleteOwned(id, updaterOwner, nil)
+		return
+	}
+	want := map[recordKey]bool{}
+	for _, r := range t.recs {
+		want[recordKey{r.ID, r.IP, r.Domain}] = true
+	}
+	u.db.DeleteOwned(id, updaterOwner, func(r Record) bool { return want[recordKey{r.ID, r.IP, r.Domain}] })
+	ok := true
+	for _, r := range t.recs {
+		if _, _, err := u.db.Put(r); err != nil {
+			ok = false
+			log.Warningf("Container %s (%s): record %s %s: %v", shortID(id), t.c.Name, r.Domain, r.IP, err)
+		}
+	}
+	t.present = ok
+}
+
+func (u *updater) trackedLen() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.tracked)
+}
+
+func (u *updater) kickChecks() {
+	select {
+	case u.kick <- struct{}{}:
+	default:
+	}
+}
+
+// updaterStatus is the updater's part of GET /status.
+type updaterStatus struct {
+	Kind       string            `json:"kind"`
+	Endpoint   string            `json:"endpoint"`
+	Network    string            `json:"network,omitempty"`
+	State      string            `json:"state"`
+	Since      time.Time         `json:"since"`
+	APIVersion string            `json:"api_version,omitempty"`
+	LastError  string            `json:"last_error,omitempty"`
+	Containers []containerStatus `json:"containers"`
+	Counters   map[string]int64  `json:"counters"`
+}
+
+type containerStatus struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Domain  string `json:"domain"`
+	Check   string `json:"check,omitempty"`
+	Healthy bool   `json:"healthy"`
+	Present bool   `json:"present"`
+}
+
+func (u *updater) status() *updaterStatus {
+	u.mu.Lock()
+	s := &updaterStatus{
+		Kind: "docker", Endpoint: u.eng.Endpoint(), Network: u.cfg.network,
+		State: u.state, Since: u.since, APIVersion: u.apiVer, LastError: u.lastErr,
+		Containers: []containerStatus{},
+	}
+	for id, t := range u.tracked {
+		s.Containers = append(s.Containers, containerStatus{
+			ID: id, Name: t.c.Name, Domain: t.c.fqdn(), Check: t.c.Check,
+			Healthy: t.counts(), Present: t.present,
+		})
+	}
+	u.mu.Unlock()
+	sort.Slice(s.Containers, func(i, j int) bool {
+		return s.Containers[i].Domain+s.Containers[i].ID < s.Containers[j].Domain+s.Containers[j].ID
+	})
+	s.Counters = map[string]int64{
+		"events":         u.counts.events.Load(),
+		"reconciles":     u.counts.reconciles.Load(),
+		"reconnects":     u.counts.reconnects.Load(),
+		"checks_pass":    u.counts.checks[checkPass].Load(),
+		"checks_fail":    u.counts.checks[checkFail].Load(),
+		"checks_invalid": u.counts.checks[checkInvalid].Load(),
+	}
+	return s
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,372 @@
+package virtualconsul
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/hashicorp/consul/api"
+)
+
+// Timing of the consul source.
+const (
+	consulWait     = 5 * time.Minute        // blocking query wait
+	consulMinGap   = 500 * time.Millisecond // at most two catalog rounds a second
+	consulRetryMin = 500 * time.Millisecond // first retry after an error
+	consulRetryMax = 10 * time.Second       // retries back off up to this
+)
+
+// consulProxyFilter selects the catalog services that carry virtual IPs: the
+// connect proxies (a sidecar's entry holds its destination's VIP).
+const consulProxyFilter = `ServiceKind == "connect-proxy"`
+
+// consulVirtualTag is the tagged address that holds a service's VIP.
+const consulVirtualTag = "consul-virtual"
+
+func init() { sourceTypes["consul"] = newConsulSource }
+
+// newConsulSource reads
+//
+//	source consul [ADDRESS] {
+//	    token_file PATH
+//	    tls CA CERT KEY
+//	    upstreams SERVICE...
+//	}
+//
+// ADDRESS defaults to CONSUL_HTTP_ADDR, then 127.0.0.1:8500; the token to
+// token_file, then CONSUL_HTTP_TOKEN(_FILE).
+func newConsulSource(c *caddy.Controller, args []string, abs func(string) string) (source, error) {
+	if len(args) > 1 {
+		return nil, errors.New("want [ADDRESS]")
+	}
+	s := &consulSource{}
+	if len(args) == 1 {
+		s.address = args[0]
+	}
+	seen := map[string]bool{}
+	err := sourceBlock(c, func(opt string, args []string) error {
+		if seen[opt] {
+			return c.Errf("source consul: %s given twice", opt)
+		}
+		seen[opt] = true
+		switch opt {
+		case "token_file":
+			if len(args) != 1 {
+				return c.ArgErr()
+			}
+			s.tokenFile = abs(args[0])
+		case "tls":
+			if len(args) != 3 {
+				return c.ArgErr()
+			}
+			for i, p := range args {
+				args[i] = abs(p)
+				if _, err := os.Stat(args[i]); err != nil {
+					return c.Errf("source consul: tls: %v", err)
+				}
+			}
+			s.tls = &api.TLSConfig{CAFile: args[0], CertFile: args[1], KeyFile: args[2]}
+		case "upstreams":
+			if len(args) == 0 {
+				return c.ArgErr()
+			}
+			s.upstreams = map[string]bool{}
+			for _, u := range args {
+				if !validIdentity(strings.ToLower(u)) {
+					return c.Errf("source consul: upstreams: invalid service name %q", u)
+				}
+				s.upstreams[strings.ToLower(u)] = true
+			}
+		default:
+			return c.Errf("source consul: unknown property %q", opt)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// sourceBlock reads the optional { ... } block that follows a source's
+// arguments on its line, calling opt for each line in it.
+func sourceBlock(c *caddy.Controller, opt func(name string, args []string) error) error {
+	if !c.NextArg() { // RemainingArgs stopped before a "{" or at the line's end
+		return nil
+	}
+	if c.Val() != "{" {
+		return c.SyntaxErr("{")
+	}
+	for c.Next() {
+		if c.Val() == "}" {
+			return nil
+		}
+		name := c.Val()
+		if err := opt(name, c.RemainingArgs()); err != nil {
+			return err
+		}
+	}
+	return c.EOFErr()
+}
+
+// consulSource follows the Consul catalog: a blocking query on the connect
+// proxies (index + wait, so the agent answers when something changed), then
+// each proxy's entries, whose consul-virtual tagged address is the VIP of the
+// proxy's destination service. Rounds are at least consulMinGap apart and
+// errors back off, so a flapping catalog or a dead agent is never polled
+// busily.
+type consulSource struct {
+	address   string // "" for CONSUL_HTTP_ADDR or the default
+	tokenFile string
+	tls       *api.TLSConfig
+	upstreams map[string]bool // nil: every service
+
+	// Run's goroutine only:
+	last  [32]byte // hash of the entries of the last table reported
+	built bool
+}
+
+func (s *consulSource) Name() string { return "consul" }
+
+func (s *consulSource) client() (*api.Client, error) {
+	cfg := api.DefaultConfig() // honours CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, …
+	if s.address != "" {
+		cfg.Address = s.address
+	}
+	if s.tokenFile != "" {
+		cfg.Token, cfg.TokenFile = "", s.tokenFile
+	}
+	if s.tls != nil {
+		cfg.TLSConfig = *s.tls
+		if !strings.Contains(cfg.Address, "://") {
+			cfg.Scheme = "https"
+		}
+	}
+	return api.NewClient(cfg)
+}
+
+func (s *consulSource) Run(ctx context.Context, report func(Sync)) {
+	var (
+		client *api.Client
+		dc     string
+		index  uint64
+		retry  time.Duration
+		round  time.Time
+	)
+	for ctx.Err() == nil {
+		if gap := consulMinGap - time.Since(round); gap > 0 && !sleep(ctx, gap) {
+			return
+		}
+		round = time.Now()
+		var err error
+		if client == nil {
+			client, err = s.client()
+		}
+		if err == nil && dc == "" {
+			dc, err = consulDatacenter(ctx, client)
+		}
+		var next uint64
+		var sy Sync
+		if err == nil {
+			next, sy, err = s.sync(ctx, client, dc, index)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			report(Sync{Result: SyncError, Err: fmt.Errorf("consul %s: %w", s.display(), err)})
+			client, dc = nil, "" // the agent may come back as another one
+			retry = min(max(2*retry, consulRetryMin), consulRetryMax)
+			if !sleep(ctx, retry) {
+				return
+			}
+			continue
+		}
+		retry = 0
+		if next < index {
+			next = 0 // the index went backwards (a new agent): start over
+		}
+		index = next
+		report(sy)
+	}
+}
+
+func (s *consulSource) display() string {
+	if s.address != "" {
+		return s.address
+	}
+	if a := os.Getenv(api.HTTPAddrEnvName); a != "" {
+		return a
+	}
+	return "127.0.0.1:8500"
+}
+
+// sync runs one catalog round: it waits until the proxies' index passes
+// index, then reads every proxy and builds the table.
+func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, index uint64) (uint64, Sync, error) {
+	cat := client.Catalog()
+	qctx, cancel := context.WithTimeout(ctx, consulWait+consulWait/16+15*time.Second)
+	defer cancel()
+	proxies, meta, err := cat.Services((&api.QueryOptions{
+		Filter: s.filter(), WaitIndex: index, WaitTime: consulWait,
+	}).WithContext(qctx))
+	if err != nil {
+		return 0, Sync{}, err
+	}
+	if index != 0 && meta.LastIndex == index && s.built {
+		return index, Sync{Result: SyncUnchanged}, nil // the wait ended with no change
+	}
+	names := make([]string, 0, len(proxies))
+	for n := range proxies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	entries, err := s.read(qctx, cat, names, dc)
+	if err != nil {
+		return 0, Sync{}, err
+	}
+	sort.Slice(entries, func(i, j int) bool {
+		if entries[i].Name != entries[j].Name {
+			return entries[i].Name < entries[j].Name
+		}
+		return entries[i].Addresses[0] < entries[j].Addresses[0]
+	})
+	h := sha256.New()
+	for _, e := range entries {
+		fmt.Fprintf(h, "%s %s\n", e.Name, e.Addresses[0])
+	}
+	sum := sumOf(h)
+	if s.built && sum == s.last {
+		return meta.LastIndex, Sync{Result: SyncUnchanged}, nil
+	}
+	t, err := Build(entries)
+	if err != nil {
+		return meta.LastIndex, Sync{Result: SyncRejected, Err: fmt.Errorf("consul %s: %w", s.display(), err)}, nil
+	}
+	s.last, s.built = sum, true
+	return meta.LastIndex, Sync{Result: SyncOK, Table: t}, nil
+}
+
+// consulReaders is how many proxies a round reads at once.
+const consulReaders = 8
+
+// read reads the catalog entries of the proxies names, consulReaders at a
+// time, and returns their VIP entries.
+func (s *consulSource) read(ctx context.Context, cat *api.Catalog, names []string, dc string) ([]Entry, error) {
+	type result struct {
+		entries []Entry
+		err     error
+	}
+	results := make([]result, len(names))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(consulReaders, len(names)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				svcs, _, err := cat.Service(names[i], "", (&api.QueryOptions{}).WithContext(ctx))
+				if err != nil {
+					results[i].err = fmt.Errorf("catalog service %s: %w", names[i], err)
+					continue
+				}
+				results[i].entries = s.entries(svcs, dc)
+			}
+		}()
+	}
+	for i := range names {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	var entries []Entry
+	for _, r := range results {
+		if r.err != nil {
+			return nil, r.err
+		}
+		entries = append(entries, r.entries...)
+	}
+	return entries, nil
+}
+
+// filter selects the proxies of the catalog the source reads: every connect
+// proxy, or with upstreams only theirs.
+func (s *consulSource) filter() string {
+	if s.upstreams == nil {
+		return consulProxyFilter
+	}
+	ups := make([]string, 0, len(s.upstreams))
+	for u := range s.upstreams {
+		ups = append(ups, `ServiceProxy.DestinationServiceName == "`+u+`"`) // names are [a-z0-9_-]
+	}
+	sort.Strings(ups)
+	return consulProxyFilter + " and (" + strings.Join(ups, " or ") + ")"
+}
+
+// entries returns the VIP entries of a proxy's catalog entries.
+func (s *consulSource) entries(svcs []*api.CatalogService, dc string) []Entry {
+	var out []Entry
+	for _, e := range svcs {
+		if e.ServiceProxy == nil { // the services were filtered to proxies; be sure
+			continue
+		}
+		vip, ok := e.ServiceTaggedAddresses[consulVirtualTag]
+		dest := strings.ToLower(e.ServiceProxy.DestinationServiceName)
+		if !ok || vip.Address == "" || dest == "" {
+			continue
+		}
+		if s.upstreams != nil && !s.upstreams[dest] {
+			continue
+		}
+		ns, ap, edc := strings.ToLower(e.Namespace), strings.ToLower(e.Partition), strings.ToLower(e.Datacenter)
+		if ns == "" {
+			ns = defaultNamespace
+		}
+		if ap == "" {
+			ap = defaultPartition
+		}
+		if edc == "" {
+			edc = dc
+		}
+		name := dest + ".virtual." + ns + ".ns." + ap + ".ap." + edc + ".dc.consul"
+		if _, err := canonicalName(name); err != nil {
+			continue // a service name DNS cannot ask for (Consul allows a few)
+		}
+		out = append(out, Entry{Name: name, Addresses: []string{vip.Address}})
+	}
+	return out
+}
+
+// consulDatacenter asks the agent for its datacenter.
+func consulDatacenter(ctx context.Context, client *api.Client) (string, error) {
+	qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var self map[string]map[string]any
+	if _, err := client.Raw().Query("/v1/agent/self", &self, (&api.QueryOptions{}).WithContext(qctx)); err != nil {
+		return "", err
+	}
+	dc, _ := self["Config"]["Datacenter"].(string)
+	if dc == "" {
+		return "", errors.New("the agent reports no datacenter")
+	}
+	return strings.ToLower(dc), nil
+}
+
+// sleep waits d or until ctx is done; false when ctx is done.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

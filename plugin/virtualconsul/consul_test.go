@@ -1,0 +1,113 @@
+package virtualconsul
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeConsul answers the three endpoints the consul source uses. Its
+// services index changes on every query (a flapping catalog) unless frozen,
+// and it fails every request while failing is set.
+type fakeConsul struct {
+	mu       sync.Mutex
+	index    int
+	frozen   bool
+	failing  bool
+	waits    []string // the index and wait of every services query
+	services []time.Time
+}
+
+func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failing {
+		http.Error(w, "no leader", http.StatusInternalServerError)
+		return
+	}
+	switch {
+	case r.URL.Path == "/v1/agent/self":
+		fmt.Fprint(w, `{"Config": {"Datacenter": "DC7"}}`)
+	case r.URL.Path == "/v1/catalog/services":
+		f.services = append(f.services, time.Now())
+		f.waits = append(f.waits, r.URL.Query().Get("index")+"/"+r.URL.Query().Get("wait"))
+		if !f.frozen {
+			f.index++
+		}
+		w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
+		fmt.Fprint(w, `{"web-sidecar-proxy": []}`)
+	case r.URL.Path == "/v1/catalog/service/web-sidecar-proxy":
+		w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
+		fmt.Fprintf(w, `[{"ServiceTaggedAddresses": {"consul-virtual": {"Address": "240.0.0.%d", "Port": 20000}},
+			"ServiceProxy": {"DestinationServiceName": "web"}}]`, f.index%2+1)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// TestConsulSourceRun: blocking queries carry the index and the wait, a
+// catalog whose index changes at every query is read at most twice a
+// second, errors back off, and the keys carry the agent's datacenter.
+func TestConsulSourceRun(t *testing.T) {
+	f := &fakeConsul{}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	s := &consulSource{address: srv.URL}
+	var mu sync.Mutex
+	var syncs []Sync
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, func(sy Sync) { mu.Lock(); syncs = append(syncs, sy); mu.Unlock() })
+	}()
+	time.Sleep(1600 * time.Millisecond)
+	f.mu.Lock()
+	n := len(f.services)
+	gaps := append([]time.Time(nil), f.services...)
+	waits := append([]string(nil), f.waits...)
+	f.failing = true
+	f.mu.Unlock()
+	if n < 2 || n > 4 {
+		t.Fatalf("%d catalog rounds in 1.6s with an index changing every time, want 2-4 (500ms apart)", n)
+	}
+	for i := 1; i < len(gaps); i++ {
+		if d := gaps[i].Sub(gaps[i-1]); d < 450*time.Millisecond {
+			t.Fatalf("rounds %v apart", d)
+		}
+	}
+	if waits[0] != "/300000ms" || !strings.HasSuffix(waits[1], "/300000ms") || waits[1] == "/300000ms" {
+		t.Fatalf("queries = %v, want index and wait=5m", waits)
+	}
+	time.Sleep(2 * time.Second) // failing: retries 0.5s, 1s, ... apart
+	f.mu.Lock()
+	during := len(f.services)
+	f.mu.Unlock()
+	cancel()
+	<-done
+	if during != n {
+		t.Fatalf("%d services queries while the agent fails every request", during-n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if syncs[0].Result != SyncOK {
+		t.Fatalf("first sync %+v", syncs[0])
+	}
+	if _, ok := syncs[0].Table.Lookup("web.virtual.default.ns.default.ap.dc7.dc.consul"); !ok {
+		t.Fatal("no key with the agent's datacenter dc7")
+	}
+	errs := 0
+	for _, sy := range syncs {
+		if sy.Result == SyncError {
+			errs++
+		}
+	}
+	if errs < 2 || errs > 4 {
+		t.Fatalf("%d errors reported in 2s of failures, want 2-4 (0.5s, 1s backoff)", errs)
+	}
+}

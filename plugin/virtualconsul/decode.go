@@ -1,0 +1,237 @@
+package virtualconsul
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Decode reads a table in any shape an operator already has and adds its
+// entries to b:
+//
+//   - the virtual_domains array as Envoy's config_dump shows it:
+//     [{"name": "...", "endpoint": {"address_list": {"address": ["240.0.0.1"]}}}]
+//   - the inline_dns_table object: {"virtual_domains": [...]}
+//   - a whole Envoy admin config_dump: the table of the first listener whose
+//     name starts with "virtual_dns".
+//
+// Both proto field spellings are accepted (virtual_domains / virtualDomains,
+// address_list / addressList). The array shapes are decoded as a stream, one
+// entry at a time, so a table of millions of entries never sits in memory
+// twice. The first bad entry stops decoding with an error that names it.
+func Decode(r io.Reader, b *Builder) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	c, err := firstByte(br)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(br)
+	switch c {
+	case '[':
+		if err := decodeDomains(dec, b); err != nil {
+			return err
+		}
+	case '{':
+		if err := decodeObject(dec, b); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("want a JSON array or object, got %q", c)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the table")
+	}
+	return nil
+}
+
+// firstByte peeks at the first non-space byte of br.
+func firstByte(br *bufio.Reader) (byte, error) {
+	for {
+		c, err := br.ReadByte()
+		if err == io.EOF {
+			return 0, errors.New("empty table")
+		}
+		if err != nil {
+			return 0, err
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return c, br.UnreadByte()
+	}
+}
+
+// jsonDomain is one element of virtual_domains; fields we do not use
+// (answer_ttl, cluster_name, …) are ignored.
+type jsonDomain struct {
+	Name     string        `json:"name"`
+	Endpoint *jsonEndpoint `json:"endpoint"`
+}
+
+type jsonEndpoint struct {
+	AddressList      *jsonAddressList `json:"address_list"`
+	AddressListCamel *jsonAddressList `json:"addressList"`
+}
+
+type jsonAddressList struct {
+	Address []string `json:"address"`
+}
+
+func (d *jsonDomain) entry() Entry {
+	e := Entry{Name: d.Name}
+	if ep := d.Endpoint; ep != nil {
+		if ep.AddressList != nil {
+			e.Addresses = ep.AddressList.Address
+		} else if ep.AddressListCamel != nil {
+			e.Addresses = ep.AddressListCamel.Address
+		}
+	}
+	return e
+}
+
+// decodeDomains streams a virtual_domains array into b.
+func decodeDomains(dec *json.Decoder, b *Builder) error {
+	if tok, err := dec.Token(); err != nil {
+		return fmt.Errorf("virtual_domains: %w", err)
+	} else if tok != json.Delim('[') {
+		return fmt.Errorf("virtual_domains: want an array, got %v", tok)
+	}
+	for n := b.n + 1; dec.More(); n++ {
+		var d jsonDomain
+		if err := dec.Decode(&d); err != nil {
+			return fmt.Errorf("entry %d: %w", n, err)
+		}
+		if err := b.Add(d.entry()); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing ]
+		return fmt.Errorf("virtual_domains: %w", err)
+	}
+	return nil
+}
+
+// decodeObject reads an inline_dns_table object or a config_dump.
+func decodeObject(dec *json.Decoder, b *Builder) error {
+	if _, err := dec.Token(); err != nil { // {
+		return err
+	}
+	found := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		switch key {
+		case "virtual_domains", "virtualDomains":
+			if found {
+				return errors.New("virtual_domains given twice")
+			}
+			found = true
+			if err := decodeDomains(dec, b); err != nil {
+				return err
+			}
+		case "configs":
+			if found {
+				return errors.New("virtual_domains given twice")
+			}
+			found = true
+			var configs any
+			if err := dec.Decode(&configs); err != nil {
+				return fmt.Errorf("config_dump: %w", err)
+			}
+			if err := decodeConfigDump(configs, b); err != nil {
+				return err
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil { // }
+		return err
+	}
+	if !found {
+		return errors.New("no virtual_domains array and no config_dump configs")
+	}
+	return nil
+}
+
+// decodeConfigDump finds the listener named virtual_dns… in an Envoy
+// config_dump's configs and decodes the virtual_domains of its DNS table.
+func decodeConfigDump(configs any, b *Builder) error {
+	l := findListener(configs)
+	if l == nil {
+		return errors.New("config_dump has no listener named virtual_dns*")
+	}
+	domains, ok := findKey(l, "inline_dns_table", "inlineDnsTable")
+	if !ok {
+		return errors.New("config_dump: listener virtual_dns* has no inline_dns_table")
+	}
+	table, _ := domains.(map[string]any)
+	vd, ok := findKey(table, "virtual_domains", "virtualDomains")
+	if !ok {
+		vd = []any{} // an empty DNS table
+	}
+	raw, err := json.Marshal(vd)
+	if err != nil {
+		return err
+	}
+	return decodeDomains(json.NewDecoder(bytes.NewReader(raw)), b)
+}
+
+// findListener returns the first JSON object under v whose "name" starts
+// with "virtual_dns" (a listener, or the dynamic_listeners wrapper of one).
+func findListener(v any) map[string]any {
+	switch x := v.(type) {
+	case map[string]any:
+		if name, ok := x["name"].(string); ok && strings.HasPrefix(name, "virtual_dns") {
+			return x
+		}
+		for _, c := range x {
+			if l := findListener(c); l != nil {
+				return l
+			}
+		}
+	case []any:
+		for _, c := range x {
+			if l := findListener(c); l != nil {
+				return l
+			}
+		}
+	}
+	return nil
+}
+
+// findKey returns the value of the first object key under v (depth first)
+// that is one of keys.
+func findKey(v any, keys ...string) (any, bool) {
+	switch x := v.(type) {
+	case map[string]any:
+		for _, k := range keys {
+			if c, ok := x[k]; ok {
+				return c, true
+			}
+		}
+		for _, c := range x {
+			if r, ok := findKey(c, keys...); ok {
+				return r, true
+			}
+		}
+	case []any:
+		for _, c := range x {
+			if r, ok := findKey(c, keys...); ok {
+				return r, true
+			}
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,75 @@
+package virtualconsul
+
+import (
+	"github.com/coredns/coredns/plugin"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Request results (the result label of requestCount).
+const (
+	resultHit         = "hit"          // answered with the VIP
+	resultNodata      = "nodata"       // the name exists, not for this type
+	resultMiss        = "miss"         // not in the table
+	resultAmbiguous   = "ambiguous"    // more than one VIP: passed on
+	resultPassthrough = "passthrough"  // in the zone, not a virtual name we answer
+	resultNotReady    = "not_ready"    // no table yet: passed on
+	resultRemoteError = "remote_error" // remote-listener mode: the listener failed, passed on
+	resultBackoff     = "backoff"      // remote-listener mode: in the backoff window, passed on
+)
+
+var (
+	requestCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "requests_total",
+		Help:      "Counter of queries in the plugin's zones, by result.",
+	}, []string{"server", "result"})
+
+	tableEntries = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "entries",
+		Help:      "The number of distinct names in the serving table.",
+	}, []string{"zone"})
+
+	syncCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "syncs_total",
+		Help:      "Counter of table sync attempts, by source and result.",
+	}, []string{"zone", "source", "result"})
+
+	sourceFailing = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "source_failing",
+		Help:      "1 while the source is failing (error, disconnect, timeout) and the last good table serves, else 0.",
+	}, []string{"zone", "source"})
+
+	lastSync = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "last_sync_timestamp_seconds",
+		Help:      "The time of the last successful sync, by source.",
+	}, []string{"zone", "source"})
+)
+
+// counters are one server's request counters, resolved once so that the
+// query path only increments (no label lookup, no lock).
+type counters struct {
+	server                                              string
+	hit, nodata, miss, ambiguous, passthrough, notReady prometheus.Counter
+	remoteError, backoff                                prometheus.Counter
+}
+
+func newCounters(server string) *counters {
+	c := func(result string) prometheus.Counter { return requestCount.WithLabelValues(server, result) }
+	return &counters{
+		server: server,
+		hit:    c(resultHit), nodata: c(resultNodata), miss: c(resultMiss),
+		ambiguous: c(resultAmbiguous), passthrough: c(resultPassthrough), notReady: c(resultNotReady),
+		remoteError: c(resultRemoteError), backoff: c(resultBackoff),
+	}
+}

@@ -1,0 +1,294 @@
+package virtualconsul
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+)
+
+const pluginName = "virtualconsul"
+
+var log = clog.NewWithPlugin(pluginName)
+
+func init() { plugin.Register(pluginName, setup) }
+
+func setup(c *caddy.Controller) error {
+	v, err := parse(c)
+	if err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	c.OnStartup(v.start)
+	c.OnShutdown(v.stop)
+	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+		v.Next = next
+		return v
+	})
+	return nil
+}
+
+// Defaults of the Corefile options.
+const (
+	defaultNamespace  = "default"
+	defaultPartition  = "default"
+	defaultDatacenter = "dc1"
+	defaultTTL        = 5 * time.Second
+)
+
+// parse reads the virtualconsul directive into a plugin with no side
+// effects: nothing is read and no goroutine starts until OnStartup.
+func parse(c *caddy.Controller) (*VirtualConsul, error) {
+	root := dnsserver.GetConfig(c).Root
+	abs := func(p string) string {
+		if !filepath.IsAbs(p) && root != "" {
+			p = filepath.Join(root, p)
+		}
+		if a, err := filepath.Abs(p); err == nil {
+			return a // logs and errors then name the file unambiguously
+		}
+		return p
+	}
+	v := &VirtualConsul{
+		ns: defaultNamespace, ap: defaultPartition, dc: defaultDatacenter,
+		ttl: uint32(defaultTTL / time.Second),
+	}
+	var zones []string
+	for i := 0; c.Next(); i++ {
+		if i > 0 {
+			return nil, plugin.ErrOnce
+		}
+		zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), []string{"consul."})
+		seen := map[string]bool{}
+		for c.NextBlock() {
+			opt := c.Val()
+			if seen[opt] {
+				return nil, c.Errf("%s given twice", opt)
+			}
+			seen[opt] = true
+			args := c.RemainingArgs()
+			switch opt {
+			case "source":
+				if len(args) == 0 {
+					return nil, c.ArgErr()
+				}
+				newSource, ok := sourceTypes[args[0]]
+				if !ok {
+					return nil, c.Errf("unknown source type %q", args[0])
+				}
+				src, err := newSource(c, args[1:], abs)
+				if err != nil {
+					return nil, c.Errf("source %s: %v", args[0], err)
+				}
+				if e, ok := src.(*envoySource); ok {
+					v.remote = e // no table to sync: the handler asks the listener
+				} else {
+					v.src = src
+				}
+			case "snapshot":
+				if len(args) != 1 {
+					return nil, c.ArgErr()
+				}
+				v.snapshot = abs(args[0])
+				if st, err := os.Stat(filepath.Dir(v.snapshot)); err != nil || !st.IsDir() {
+					return nil, c.Errf("snapshot directory %q does not exist", filepath.Dir(v.snapshot))
+				}
+			case "namespace", "partition", "datacenter":
+				if len(args) != 1 {
+					return nil, c.ArgErr()
+				}
+				if !validIdentity(args[0]) {
+					return nil, c.Errf("%s: invalid name %q (want 1-63 of a-z 0-9 - _)", opt, args[0])
+				}
+				switch opt {
+				case "namespace":
+					v.ns = args[0]
+				case "partition":
+					v.ap = args[0]
+				default:
+					v.dc = args[0]
+				}
+			case "ttl":
+				if len(args) != 1 {
+					return nil, c.ArgErr()
+				}
+				ttl, err := parseTTL(args[0])
+				if err != nil {
+					return nil, c.Errf("ttl: %v", err)
+				}
+				v.ttl = ttl
+			case "authoritative":
+				if len(args) != 0 {
+					return nil, c.ArgErr()
+				}
+				v.authoritative = true
+			default:
+				return nil, c.Errf("unknown property %q", opt)
+			}
+		}
+		if v.src == nil && v.snapshot == "" && v.remote == nil {
+			return nil, c.Err("virtualconsul needs a source or a snapshot")
+		}
+		if v.remote != nil && (v.snapshot != "" || v.authoritative) {
+			return nil, c.Err("source envoy keeps no table: snapshot and authoritative do not apply")
+		}
+	}
+	v.metricZone = zones[0]
+	if v.remote != nil {
+		v.remote.zone = v.metricZone
+	}
+	for _, z := range zones {
+		v.zones = append(v.zones, newZone(z))
+	}
+	sort.SliceStable(v.zones, func(i, j int) bool { return len(v.zones[i].name) > len(v.zones[j].name) })
+	return v, nil
+}
+
+// parseTTL reads a TTL as a Go duration ("5s", "1m") or whole seconds ("5").
+func parseTTL(s string) (uint32, error) {
+	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
+		return uint32(n), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errInvalidTTL(s)
+	}
+	if d < 0 || d%time.Second != 0 || d/time.Second > 1<<31-1 {
+		return 0, errInvalidTTL(s)
+	}
+	return uint32(d / time.Second), nil
+}
+
+type errInvalidTTL string
+
+func (e errInvalidTTL) Error() string {
+	return "invalid duration " + strconv.Quote(string(e)) + " (want whole seconds, e.g. 5s)"
+}
+
+// lifecycle holds the running source between OnStartup and OnShutdown.
+type lifecycle struct {
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// start loads the snapshot at once, then starts the source.
+func (v *VirtualConsul) start() error {
+	if v.snapshot != "" {
+		v.loadSnapshot()
+	}
+	if v.src == nil {
+		return nil
+	}
+	v.life.mu.Lock()
+	defer v.life.mu.Unlock()
+	if v.life.cancel != nil {
+		return nil // already running
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	v.life.cancel, v.life.done = cancel, done
+	report := v.reporter(v.src.Name())
+	go func() {
+		defer close(done)
+		v.src.Run(ctx, report)
+	}()
+	return nil
+}
+
+// stop stops the source and waits for its goroutine to end.
+func (v *VirtualConsul) stop() error {
+	v.life.mu.Lock()
+	cancel, done := v.life.cancel, v.life.done
+	v.life.cancel, v.life.done = nil, nil
+	v.life.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return nil
+}
+
+// swap makes t the serving table.
+func (v *VirtualConsul) swap(t *Table) {
+	v.table.Store(t)
+	tableEntries.WithLabelValues(v.metricZone).Set(float64(t.Len()))
+}
+
+// loadSnapshot serves the persisted table, if there is a valid one; a
+// corrupt snapshot is logged and ignored.
+func (v *VirtualConsul) loadSnapshot() {
+	t, err := readSnapshot(v.snapshot)
+	switch {
+	case err != nil:
+		syncCount.WithLabelValues(v.metricZone, "snapshot", SyncRejected).Inc()
+		log.Errorf("Ignoring the snapshot: %v", err)
+	case t != nil:
+		syncCount.WithLabelValues(v.metricZone, "snapshot", SyncOK).Inc()
+		v.swap(t)
+		log.Infof("Loaded %d entries from snapshot %q", t.Len(), v.snapshot)
+	}
+}
+
+// reporter returns the function a source reports its sync attempts to. It
+// swaps good tables in, writes the snapshot, counts every attempt and logs
+// state changes only: one line when the source starts failing (an error,
+// a disconnect, a timeout) and one when it recovers; the last good table
+// keeps serving meanwhile.
+func (v *VirtualConsul) reporter(src string) func(Sync) {
+	var (
+		failing                 bool   // touched by the source's goroutine only
+		lastReject, lastSnapErr string //
+	)
+	failingGauge := sourceFailing.WithLabelValues(v.metricZone, src)
+	failingGauge.Set(0)
+	return func(s Sync) {
+		syncCount.WithLabelValues(v.metricZone, src, s.Result).Inc()
+		if s.Result != SyncError && failing {
+			failing = false
+			failingGauge.Set(0)
+			log.Infof("Source %s recovered", src)
+		}
+		switch s.Result {
+		case SyncOK:
+			v.swap(s.Table)
+			lastSync.WithLabelValues(v.metricZone, src).SetToCurrentTime()
+			lastReject = ""
+			log.Infof("Synced %d entries from source %s", s.Table.Len(), src)
+			if v.snapshot == "" {
+				return
+			}
+			msg := ""
+			if err := writeSnapshot(v.snapshot, s.Table); err != nil {
+				msg = err.Error()
+			}
+			if msg != lastSnapErr {
+				if msg != "" {
+					log.Errorf("Writing the snapshot: %s", msg)
+				} else {
+					log.Infof("Snapshot %q written again", v.snapshot)
+				}
+				lastSnapErr = msg
+			}
+		case SyncUnchanged:
+		case SyncRejected:
+			if msg := s.Err.Error(); msg != lastReject {
+				log.Errorf("Rejected a table, the previous one keeps serving: %s", msg)
+				lastReject = msg
+			}
+		default:
+			if !failing {
+				failing = true
+				failingGauge.Set(1)
+				log.Errorf("Source %s failing, the previous table keeps serving: %s", src, s.Err)
+			}
+		}
+	}
+}

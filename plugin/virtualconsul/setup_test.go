@@ -1,0 +1,235 @@
+package virtualconsul
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+)
+
+func TestParse(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		input string
+		err   string // "" for success
+		check func(t *testing.T, v *VirtualConsul)
+	}{
+		{`virtualconsul {
+			source file /tmp/table.json
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			if !reflect.DeepEqual(zoneNames(v), []string{"consul."}) {
+				t.Errorf("zones = %v", v.zones)
+			}
+			f := v.src.(*fileSource)
+			if f.path != "/tmp/table.json" || f.interval != 5*time.Second {
+				t.Errorf("file source = %+v", f)
+			}
+			if v.ns != "default" || v.ap != "default" || v.dc != "dc1" || v.ttl != 5 || v.authoritative || v.snapshot != "" {
+				t.Errorf("defaults = %+v", v)
+			}
+		}},
+		{`virtualconsul consul. CORP.example alt.domain {
+			source file /tmp/t.json 250ms
+			snapshot ` + dir + `/snap.json
+			namespace team
+			partition part
+			datacenter dc2
+			ttl 30s
+			authoritative
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			if !reflect.DeepEqual(zoneNames(v), []string{"corp.example.", "alt.domain.", "consul."}) {
+				t.Errorf("zones = %v (want longest first)", v.zones)
+			}
+			if v.metricZone != "consul." {
+				t.Errorf("metric zone = %q", v.metricZone)
+			}
+			if f := v.src.(*fileSource); f.interval != 250*time.Millisecond {
+				t.Errorf("interval = %v", f.interval)
+			}
+			if v.snapshot != dir+"/snap.json" || v.ns != "team" || v.ap != "part" || v.dc != "dc2" || v.ttl != 30 || !v.authoritative {
+				t.Errorf("options = %+v", v)
+			}
+		}},
+		{`virtualconsul {
+			snapshot ` + dir + `/snap.json
+			ttl 0
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			if v.src != nil || v.ttl != 0 {
+				t.Errorf("snapshot only: %+v", v)
+			}
+		}},
+		{`virtualconsul {
+			source file t.json
+			ttl 7
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			if v.ttl != 7 {
+				t.Errorf("ttl = %d", v.ttl)
+			}
+		}},
+		// errors, each naming the line
+		{`virtualconsul`, "Testfile:1 - Error during parsing: virtualconsul needs a source or a snapshot", nil},
+		{`virtualconsul {
+			source file
+		}`, "Testfile:2 - Error during parsing: source file: want PATH [INTERVAL]", nil},
+		{`virtualconsul {
+			source file a b c
+		}`, "Testfile:2 - Error during parsing: source file: want PATH [INTERVAL]", nil},
+		{`virtualconsul {
+			source file a.json never
+		}`, `Testfile:2 - Error during parsing: source file: invalid interval "never"`, nil},
+		{`virtualconsul {
+			source file a.json -1s
+		}`, `source file: invalid interval "-1s"`, nil},
+		{`virtualconsul {
+			source
+		}`, "Testfile:2 - Error during parsing: Wrong argument count or unexpected line ending after 'source'", nil},
+		{`virtualconsul {
+			source catalog http://127.0.0.1:8500
+		}`, `Testfile:2 - Error during parsing: unknown source type "catalog"`, nil},
+		{`virtualconsul {
+			source file a.json
+			source file b.json
+		}`, "Testfile:3 - Error during parsing: source given twice", nil},
+		{`virtualconsul {
+			source file a.json
+			snapshot /nonexistent-dir/snap.json
+		}`, `Testfile:3 - Error during parsing: snapshot directory "/nonexistent-dir" does not exist`, nil},
+		{`virtualconsul {
+			snapshot
+		}`, "Wrong argument count", nil},
+		{`virtualconsul {
+			source file a.json
+			namespace Bad.Name
+		}`, `Testfile:3 - Error during parsing: namespace: invalid name "Bad.Name"`, nil},
+		{`virtualconsul {
+			source file a.json
+			datacenter
+		}`, "Testfile:3 - Error during parsing: Wrong argument count", nil},
+		{`virtualconsul {
+			source file a.json
+			ttl 1.5s
+		}`, `Testfile:3 - Error during parsing: ttl: invalid duration "1.5s"`, nil},
+		{`virtualconsul {
+			source file a.json
+			ttl -5s
+		}`, `ttl: invalid duration "-5s"`, nil},
+		{`virtualconsul {
+			source file a.json
+			authoritative yes
+		}`, "Testfile:3 - Error during parsing: Wrong argument count", nil},
+		{`virtualconsul {
+			source file a.json
+			fallthrough
+		}`, `Testfile:3 - Error during parsing: unknown property "fallthrough"`, nil},
+		{`virtualconsul {
+			source file a.json
+		}
+		virtualconsul {
+			source file a.json
+		}`, "this plugin", nil},
+	}
+	for i, tc := range tests {
+		c := caddy.NewTestController("dns", tc.input)
+		v, err := parse(c)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("test %d: error = %v, want %q", i, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("test %d: %v", i, err)
+			continue
+		}
+		tc.check(t, v)
+	}
+}
+
+// TestLifecycle starts and stops the plugin as CoreDNS does and checks the
+// snapshot is loaded at once, the source runs, and no goroutine survives.
+func TestLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "snap.json")
+	tbl, _ := Build([]Entry{{Name: webKey, Addresses: []string{"240.0.0.1"}}})
+	if err := writeSnapshot(snap, tbl); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "table.json")
+	c := caddy.NewTestController("dns", `virtualconsul {
+		source file `+file+` 10ms
+		snapshot `+snap+`
+	}`)
+	v, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Ready() {
+		t.Fatal("ready before start")
+	}
+	if err := v.start(); err != nil {
+		t.Fatal(err)
+	}
+	if !v.Ready() || v.table.Load().Len() != 1 {
+		t.Fatal("snapshot not loaded at start")
+	}
+	// The file appears: the source picks it up and rewrites the snapshot.
+	writeTable(t, file, map[string]string{webKey: "240.0.0.9", apiKey: "240.0.0.2"})
+	waitFor(t, func() bool { return v.table.Load().Len() == 2 })
+	waitFor(t, func() bool {
+		s, err := readSnapshot(snap)
+		return err == nil && s != nil && s.Len() == 2
+	})
+	if err := v.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if v.life.cancel != nil {
+		t.Fatal("source still registered after stop")
+	}
+	_ = v.stop() // a second stop is harmless
+}
+
+func zoneNames(v *VirtualConsul) []string {
+	var out []string
+	for _, z := range v.zones {
+		out = append(out, z.name)
+	}
+	return out
+}
+
+func writeTable(t *testing.T, path string, m map[string]string) {
+	t.Helper()
+	var es []Entry
+	for k, a := range m {
+		es = append(es, Entry{Name: k, Addresses: []string{a}})
+	}
+	tbl, err := Build(es)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(path + ".tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.WriteJSON(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met after 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

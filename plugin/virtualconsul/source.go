@@ -1,0 +1,49 @@
+package virtualconsul
+
+import (
+	"context"
+
+	"github.com/coredns/caddy"
+)
+
+// sourceTypes maps the first argument of the source option to the
+// constructor of that source; each source's file adds itself here.
+var sourceTypes = map[string]newSourceFunc{}
+
+// newSourceFunc makes a source from the rest of its Corefile line (args);
+// c is positioned on that line, for a source that wants more (c.Errf for
+// its own errors). abs makes a path absolute (relative to the server's
+// root). A plain error is reported with the Corefile's file and line.
+type newSourceFunc func(c *caddy.Controller, args []string, abs func(string) string) (source, error)
+
+// A source keeps one plugin's table in step with one control plane, one file
+// each: a table file (file.go), the Consul catalog (consul.go), an ADS
+// stream (xds.go). The remote-listener mode (envoy.go) is registered here
+// too but syncs no table: the handler asks the listener per query. A source builds every table with a Builder (so every table passes
+// the same checks) and reports each attempt; the plugin swaps tables in,
+// counts, logs and writes the snapshot.
+type source interface {
+	// Name labels the source in metrics and logs ("file", "consul", "xds").
+	Name() string
+	// Run syncs until ctx is done, calling report after every attempt, from
+	// Run's goroutine only. It returns promptly once ctx is done.
+	Run(ctx context.Context, report func(Sync))
+}
+
+// Sync is the outcome of one sync attempt of a source.
+type Sync struct {
+	// Result is one of the Sync… constants.
+	Result string
+	// Table is the new table when Result is SyncOK, else nil.
+	Table *Table
+	// Err says why, for SyncRejected and SyncError.
+	Err error
+}
+
+// Results of a sync attempt (the result label of the syncs metric).
+const (
+	SyncOK        = "ok"        // a new table was built
+	SyncUnchanged = "unchanged" // same content as the last table: nothing rebuilt
+	SyncRejected  = "rejected"  // the payload was invalid: the old table keeps serving
+	SyncError     = "error"     // the source could not be read
+)

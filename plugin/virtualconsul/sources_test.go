@@ -1,0 +1,408 @@
+package virtualconsul
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	dnstable "github.com/envoyproxy/go-control-plane/envoy/data/dns/v3"
+	dnsfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/udp/dns_filter/v3"
+	"github.com/hashicorp/consul/api"
+	"github.com/miekg/dns"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+func TestParseSources(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"ca.pem", "cert.pem", "key.pem", "token"} {
+		os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644)
+	}
+	tests := []struct {
+		input string
+		err   string
+		check func(t *testing.T, v *VirtualConsul)
+	}{
+		{`virtualconsul {
+			source consul 127.0.0.1:8500
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			s := v.src.(*consulSource)
+			if s.address != "127.0.0.1:8500" || s.tokenFile != "" || s.tls != nil || s.upstreams != nil {
+				t.Errorf("consul = %+v", s)
+			}
+		}},
+		{`virtualconsul {
+			source consul https://consul.example:8501 {
+				token_file ` + dir + `/token
+				tls ` + dir + `/ca.pem ` + dir + `/cert.pem ` + dir + `/key.pem
+				upstreams web API
+			}
+			snapshot ` + dir + `/snap.json
+			ttl 9
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			s := v.src.(*consulSource)
+			if s.address != "https://consul.example:8501" || s.tokenFile != dir+"/token" || s.tls.KeyFile != dir+"/key.pem" ||
+				len(s.upstreams) != 2 || !s.upstreams["api"] || v.ttl != 9 || v.snapshot == "" {
+				t.Errorf("consul = %+v, plugin %+v", s, v)
+			}
+		}},
+		{`virtualconsul {
+			source consul
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			if s := v.src.(*consulSource); s.address != "" {
+				t.Errorf("address = %q, want the environment's", s.address)
+			}
+		}},
+		{`virtualconsul {
+			source xds 127.0.0.1:18000 {
+				node sidecar-1
+				cluster web
+			}
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			x := v.src.(*xdsSource)
+			if x.address != "127.0.0.1:18000" || x.node != "sidecar-1" || x.cluster != "web" || x.tls != nil {
+				t.Errorf("xds = %+v", x)
+			}
+		}},
+		{`virtualconsul {
+			source envoy 127.0.0.1
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			e := v.remote
+			if v.src != nil || e == nil || e.address != "127.0.0.1:8653" || e.timeout != 300*time.Millisecond || e.backoff != 5*time.Second {
+				t.Errorf("envoy = %+v", e)
+			}
+			if !v.Ready() {
+				t.Error("remote-listener mode not ready")
+			}
+		}},
+		{`virtualconsul {
+			source envoy [::1]:8653 {
+				timeout 100ms
+				backoff 1m
+			}
+			ttl 3
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			if e := v.remote; e.address != "[::1]:8653" || e.timeout != 100*time.Millisecond || e.backoff != time.Minute || v.ttl != 3 {
+				t.Errorf("envoy = %+v", e)
+			}
+		}},
+		{`virtualconsul {
+			source consul a b
+		}`, "Testfile:2 - Error during parsing: source consul: want [ADDRESS]", nil},
+		{`virtualconsul {
+			source consul 127.0.0.1:8500 {
+				tls a b
+			}
+		}`, "Testfile:3 - Error during parsing: Wrong argument count", nil},
+		{`virtualconsul {
+			source consul 127.0.0.1:8500 {
+				tls /nonexistent/ca b c
+			}
+		}`, "Testfile:3 - Error during parsing: source consul: tls: stat /nonexistent/ca", nil},
+		{`virtualconsul {
+			source consul 127.0.0.1:8500 {
+				upstreams web
+				upstreams api
+			}
+		}`, "Testfile:4 - Error during parsing: source consul: upstreams given twice", nil},
+		{`virtualconsul {
+			source consul 127.0.0.1:8500 {
+				upstreams we.b
+			}
+		}`, `Testfile:3 - Error during parsing: source consul: upstreams: invalid service name "we.b"`, nil},
+		{`virtualconsul {
+			source consul 127.0.0.1:8500 {
+				datacenter dc1
+			}
+		}`, `Testfile:3 - Error during parsing: source consul: unknown property "datacenter"`, nil},
+		{`virtualconsul {
+			source consul 127.0.0.1:8500 {
+				upstreams web
+		`, "Unexpected EOF", nil},
+		{`virtualconsul {
+			source xds
+		}`, "Testfile:2 - Error during parsing: source xds: want ADDRESS", nil},
+		{`virtualconsul {
+			source xds 127.0.0.1:18000 {
+				node
+			}
+		}`, "Testfile:3 - Error during parsing: Wrong argument count", nil},
+		{`virtualconsul {
+			source xds 127.0.0.1:18000 {
+				tls ` + dir + `/ca.pem ` + dir + `/cert.pem ` + dir + `/key.pem
+			}
+		}`, "Testfile:3 - Error during parsing: source xds: tls: " + dir + "/ca.pem: no PEM certificate", nil},
+		{`virtualconsul {
+			source envoy 127.0.0.1:8653 {
+				timeout 0s
+			}
+		}`, `Testfile:3 - Error during parsing: source envoy: timeout: invalid duration "0s"`, nil},
+		{`virtualconsul {
+			source envoy 127.0.0.1:8653 {
+				retries 3
+			}
+		}`, `Testfile:3 - Error during parsing: source envoy: unknown property "retries"`, nil},
+		{`virtualconsul {
+			source envoy 127.0.0.1:8653
+			authoritative
+		}`, "source envoy keeps no table", nil},
+		{`virtualconsul {
+			source envoy 127.0.0.1:8653 extra
+		}`, "source envoy: want ADDRESS", nil},
+	}
+	for i, tc := range tests {
+		c := caddy.NewTestController("dns", tc.input)
+		v, err := parse(c)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("test %d: error = %v, want %q", i, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("test %d: %v", i, err)
+			continue
+		}
+		tc.check(t, v)
+	}
+}
+
+func TestConsulEntries(t *testing.T) {
+	proxy := func(dest, vip, ns, ap, dc string) *api.CatalogService {
+		s := &api.CatalogService{Namespace: ns, Partition: ap, Datacenter: dc,
+			ServiceProxy: &api.AgentServiceConnectProxyConfig{DestinationServiceName: dest}}
+		if vip != "" {
+			s.ServiceTaggedAddresses = map[string]api.ServiceAddress{consulVirtualTag: {Address: vip, Port: 20000}}
+		}
+		return s
+	}
+	svcs := []*api.CatalogService{
+		proxy("Web", "240.0.0.1", "", "", ""),
+		proxy("api", "240.0.0.2", "team", "part", "DC2"),
+		proxy("novip", "", "", "", ""),
+		{ServiceName: "plain"},
+	}
+	got := (&consulSource{}).entries(svcs, "dc9")
+	want := []Entry{
+		{Name: "web.virtual.default.ns.default.ap.dc9.dc.consul", Addresses: []string{"240.0.0.1"}},
+		{Name: "api.virtual.team.ns.part.ap.dc2.dc.consul", Addresses: []string{"240.0.0.2"}},
+	}
+	if len(got) != len(want) || got[0].Name != want[0].Name || got[1].Name != want[1].Name || got[1].Addresses[0] != "240.0.0.2" {
+		t.Fatalf("entries = %+v, want %+v", got, want)
+	}
+	if got := (&consulSource{upstreams: map[string]bool{"api": true}}).entries(svcs, "dc1"); len(got) != 1 || !strings.HasPrefix(got[0].Name, "api.") {
+		t.Fatalf("upstreams api: %+v", got)
+	}
+}
+
+// listenerAny returns a Listener resource named name with a DNS filter
+// holding domains.
+func listenerAny(t testing.TB, name string, domains map[string][]string) *anypb.Any {
+	var vds []*dnstable.DnsTable_DnsVirtualDomain
+	for n, a := range domains {
+		vds = append(vds, &dnstable.DnsTable_DnsVirtualDomain{Name: n, Endpoint: &dnstable.DnsTable_DnsEndpoint{
+			EndpointConfig: &dnstable.DnsTable_DnsEndpoint_AddressList{AddressList: &dnstable.DnsTable_AddressList{Address: a}}}})
+	}
+	cfg, err := anypb.New(&dnsfilter.DnsFilterConfig{ServerConfig: &dnsfilter.DnsFilterConfig_ServerContextConfig{
+		ConfigSource: &dnsfilter.DnsFilterConfig_ServerContextConfig_InlineDnsTable{InlineDnsTable: &dnstable.DnsTable{VirtualDomains: vds}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := anypb.New(&listener.Listener{Name: name, ListenerFilters: []*listener.ListenerFilter{{
+		Name: dnsFilterName, ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: cfg}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestListenerEntries(t *testing.T) {
+	other, _ := anypb.New(&listener.Listener{Name: "public_listener"})
+	vd := listenerAny(t, "virtual_dns:127.0.0.1:8653", map[string][]string{webKey: {"240.0.0.1"}})
+	got, err := ListenerEntries([]*anypb.Any{other, vd})
+	if err != nil || len(got) != 1 || got[0].Name != webKey || got[0].Addresses[0] != "240.0.0.1" {
+		t.Fatalf("entries = %+v, %v", got, err)
+	}
+	if got, err := ListenerEntries([]*anypb.Any{other}); err != nil || len(got) != 0 {
+		t.Fatalf("no virtual_dns listener: %+v, %v (want an empty table)", got, err)
+	}
+	noFilter, _ := anypb.New(&listener.Listener{Name: "virtual_dns"})
+	if _, err := ListenerEntries([]*anypb.Any{noFilter}); err == nil || !strings.Contains(err.Error(), "has no envoy.filters.udp.dns_filter filter") {
+		t.Fatalf("no filter: %v", err)
+	}
+	cluster, _ := anypb.New(&dnstable.DnsTable{})
+	if _, err := ListenerEntries([]*anypb.Any{cluster}); err == nil {
+		t.Fatal("a non-listener resource was accepted")
+	}
+	// An invalid table is rejected by the source (and NACKed).
+	bad := listenerAny(t, "virtual_dns", map[string][]string{"web.consul": {"240.0.0.1"}})
+	if s := (&xdsSource{}).table([]*anypb.Any{bad}); s.Result != SyncRejected || !strings.Contains(s.Err.Error(), "not a full-form virtual name") {
+		t.Fatalf("invalid table: %+v", s)
+	}
+	x := &xdsSource{}
+	if s := x.table([]*anypb.Any{vd}); s.Result != SyncOK {
+		t.Fatalf("good table: %+v", s)
+	}
+	if s := x.table([]*anypb.Any{vd}); s.Result != SyncUnchanged {
+		t.Fatalf("same table again: %+v", s)
+	}
+}
+
+func FuzzListenerEntries(f *testing.F) {
+	vd := listenerAny(f, "virtual_dns", map[string][]string{webKey: {"240.0.0.1"}, "x": {"::1"}})
+	b, _ := proto.Marshal(vd)
+	f.Add(b)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a := &anypb.Any{TypeUrl: listenerTypeURL, Value: data}
+		entries, err := ListenerEntries([]*anypb.Any{a})
+		if err == nil {
+			_, _ = Build(entries) // must not panic
+		}
+	})
+}
+
+// TestEnvoyBackoffWindow: a failure opens a fixed window; a later failure
+// may push its end later, an earlier one never pulls it in, and repeated
+// failures do not make it grow.
+func TestEnvoyBackoffWindow(t *testing.T) {
+	e := &envoySource{backoff: 5 * time.Second, zone: "consul."}
+	t0 := time.Unix(1000, 0)
+	e.fail(t0, context.DeadlineExceeded)
+	if got := time.Unix(0, e.until.Load()); !got.Equal(t0.Add(5 * time.Second)) {
+		t.Fatalf("window ends %v, want t0+5s", got)
+	}
+	e.fail(t0.Add(-time.Second), context.DeadlineExceeded) // a slow query's late report
+	if got := time.Unix(0, e.until.Load()); !got.Equal(t0.Add(5 * time.Second)) {
+		t.Fatalf("shortened to %v", got)
+	}
+	e.fail(t0.Add(2*time.Second), context.DeadlineExceeded)
+	if got := time.Unix(0, e.until.Load()); !got.Equal(t0.Add(7 * time.Second)) {
+		t.Fatalf("window ends %v, want t0+7s (extended, the same 5s length)", got)
+	}
+	for i := 0; i < 10; i++ {
+		e.fail(t0.Add(2*time.Second), context.DeadlineExceeded)
+	}
+	if got := time.Unix(0, e.until.Load()); !got.Equal(t0.Add(7 * time.Second)) {
+		t.Fatalf("repeated failures grew the window to %v", got)
+	}
+	if !e.failing.Load() {
+		t.Fatal("not failing")
+	}
+	e.ok()
+	if e.failing.Load() {
+		t.Fatal("still failing after an answer")
+	}
+}
+
+// TestServeRemote drives the remote-listener mode against a listener on
+// loopback: a hit is rewritten to the asked name, anything else passes on,
+// and a dead listener opens the backoff window.
+func TestServeRemote(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if strings.EqualFold(r.Question[0].Name, webKey+".") && r.Question[0].Qtype == dns.TypeA {
+			m.Answer = []dns.RR{test.A(webKey + ". 30 IN A 240.0.0.1")}
+		} else {
+			m.Rcode = dns.RcodeNameError
+		}
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	defer srv.Shutdown()
+	v := handler(t, false)
+	v.table.Store(nil)
+	v.remote = &envoySource{address: pc.LocalAddr().String(), timeout: 300 * time.Millisecond, backoff: time.Second, zone: "consul."}
+	ask := func(name string, qtype uint16) *dns.Msg {
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		rc, err := v.ServeDNS(context.Background(), rec, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Msg == nil { // the next plugin answered (with its rcode only)
+			return &dns.Msg{MsgHdr: dns.MsgHdr{Rcode: rc}}
+		}
+		return rec.Msg
+	}
+	r := ask("Web.Virtual.consul.", dns.TypeA)
+	if len(r.Answer) != 1 || r.Answer[0].Header().Name != "Web.Virtual.consul." || r.Answer[0].(*dns.A).A.String() != "240.0.0.1" {
+		t.Fatalf("hit: %v", r)
+	}
+	if r := ask("web.virtual.consul.", dns.TypeAAAA); r.Rcode != passed {
+		t.Fatalf("NXDOMAIN at the listener: %v, want passed on", r)
+	}
+	if r := ask("web.service.consul.", dns.TypeA); r.Rcode != passed {
+		t.Fatalf("not a virtual name: %v", r)
+	}
+	srv.Shutdown()
+	if r := ask("web.virtual.consul.", dns.TypeA); r.Rcode != passed {
+		t.Fatalf("dead listener: %v", r)
+	}
+	if v.remote.until.Load() <= time.Now().UnixNano() {
+		t.Fatal("no backoff window after a failure")
+	}
+}
+
+func FuzzConsulEntries(f *testing.F) {
+	f.Add([]byte(`[{"Datacenter":"dc1","ServiceTaggedAddresses":{"consul-virtual":{"Address":"240.0.0.1","Port":21000}},"ServiceProxy":{"DestinationServiceName":"web"}}]`))
+	f.Add([]byte(`[{"Namespace":"a.b","ServiceTaggedAddresses":{"consul-virtual":{"Address":"x"}},"ServiceProxy":{"DestinationServiceName":"w..b"}}]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var svcs []*api.CatalogService
+		if json.Unmarshal(data, &svcs) != nil {
+			return
+		}
+		_, _ = Build((&consulSource{}).entries(svcs, "dc1")) // an invalid entry is an error, never a panic
+	})
+}
+
+func TestConsulFilter(t *testing.T) {
+	if f := (&consulSource{}).filter(); f != `ServiceKind == "connect-proxy"` {
+		t.Errorf("filter = %s", f)
+	}
+	s := &consulSource{upstreams: map[string]bool{"web": true, "api": true}}
+	if f := s.filter(); f != `ServiceKind == "connect-proxy" and (ServiceProxy.DestinationServiceName == "api" or ServiceProxy.DestinationServiceName == "web")` {
+		t.Errorf("filter = %s", f)
+	}
+}
+
+// TestSourcesStop: the consul and xds sources, failing against dead
+// addresses, stop promptly at OnShutdown (no goroutine survives a reload).
+func TestSourcesStop(t *testing.T) {
+	for _, src := range []string{"consul 127.0.0.1:1", "xds 127.0.0.1:1"} {
+		c := caddy.NewTestController("dns", "virtualconsul {\n source "+src+"\n}")
+		v, err := parse(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond) // a failure or two, then a backoff sleep
+		done := make(chan struct{})
+		go func() { v.stop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("source %s did not stop", src)
+		}
+		if v.Ready() {
+			t.Fatalf("source %s: ready without a table", src)
+		}
+	}
+}

@@ -1,0 +1,220 @@
+package virtualconsul
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Entry is one virtual domain as a sync source delivers it: a full-form
+// name and its virtual IP addresses, as text. Every source (the file, and
+// later the Consul catalog or xDS) turns its payload into entries and builds
+// a Table from them with a Builder, so every table passes the same checks.
+type Entry struct {
+	// Name is a full-form virtual domain,
+	// [<port>.]<service>.virtual.<ns>.ns.<ap>.ap.<dc>.dc.consul, in any
+	// letter case, with or without the final dot.
+	Name string
+	// Addresses are the entry's virtual IPs (IPv4 or IPv6), at least one.
+	Addresses []string
+}
+
+// Table is an immutable map from canonical virtual names to their VIPs.
+// It is built once by a Builder and then only read, by any number of
+// goroutines, without locks.
+//
+// Invariant: keys are lowercased full-form names without the final dot;
+// every key has at least one VIP; a key whose entries carry more than one
+// distinct VIP is ambiguous and answers nothing.
+type Table struct {
+	index  map[string]int32
+	vips   []vip
+	multi  map[int32][]netip.Addr // the VIPs of ambiguous keys, for Lookup and snapshots
+	serial uint32                 // SOA serial: the build time in Unix seconds
+}
+
+// vip is one key's answer, stored by value so the table holds no pointer per
+// entry: an IPv4 VIP sits in ip[:4].
+type vip struct {
+	ip  [16]byte
+	fam uint8
+}
+
+const (
+	famAmbiguous uint8 = 0
+	fam4         uint8 = 4
+	fam6         uint8 = 6
+)
+
+// Len returns the number of distinct keys in t.
+func (t *Table) Len() int { return len(t.index) }
+
+// Lookup returns the VIPs of name, a full-form virtual domain in any case,
+// with or without the final dot; more than one VIP means the name is
+// ambiguous. It is meant for tests and debugging, not for the query path.
+func (t *Table) Lookup(name string) ([]netip.Addr, bool) {
+	key := strings.TrimSuffix(strings.ToLower(name), ".")
+	i, ok := t.index[key]
+	if !ok {
+		return nil, false
+	}
+	return t.addrs(i), true
+}
+
+func (t *Table) addrs(i int32) []netip.Addr {
+	v := &t.vips[i]
+	switch v.fam {
+	case fam4:
+		return []netip.Addr{netip.AddrFrom4([4]byte(v.ip[:4]))}
+	case fam6:
+		return []netip.Addr{netip.AddrFrom16(v.ip)}
+	}
+	return append([]netip.Addr(nil), t.multi[i]...)
+}
+
+// WriteJSON writes t in the table file's own shape (an Envoy
+// virtual_domains array), so a snapshot can be read back by Decode.
+func (t *Table) WriteJSON(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.WriteString("[")
+	first := true
+	for key, i := range t.index {
+		if !first {
+			bw.WriteString(",")
+		}
+		first = false
+		// keys hold only [a-z0-9._-]: no JSON escaping needed.
+		bw.WriteString("\n{\"name\":\"")
+		bw.WriteString(key)
+		bw.WriteString("\",\"endpoint\":{\"address_list\":{\"address\":[")
+		for j, a := range t.addrs(i) {
+			if j > 0 {
+				bw.WriteString(",")
+			}
+			bw.WriteString("\"")
+			bw.WriteString(a.String())
+			bw.WriteString("\"")
+		}
+		bw.WriteString("]}}}")
+	}
+	bw.WriteString("\n]\n")
+	return bw.Flush()
+}
+
+// Builder collects entries into a new Table, checking each one.
+// It is not safe for concurrent use.
+type Builder struct {
+	t *Table
+	n int // entries added so far, for error messages
+}
+
+// NewBuilder returns a Builder for about sizeHint entries (0 when unknown).
+func NewBuilder(sizeHint int) *Builder {
+	return &Builder{t: &Table{
+		index: make(map[string]int32, sizeHint),
+		vips:  make([]vip, 0, sizeHint),
+	}}
+}
+
+// Add checks e and adds it. The error names the entry (its 1-based position
+// and name): a bad name, a bad address or no address. Entries with the same
+// name merge; their distinct VIPs count together.
+func (b *Builder) Add(e Entry) error {
+	b.n++
+	key, err := canonicalName(e.Name)
+	if err != nil {
+		return fmt.Errorf("entry %d (%q): %w", b.n, e.Name, err)
+	}
+	if len(e.Addresses) == 0 {
+		return fmt.Errorf("entry %d (%q): no address", b.n, e.Name)
+	}
+	if len(b.t.vips) >= 1<<31-1 {
+		return fmt.Errorf("entry %d (%q): table full", b.n, e.Name)
+	}
+	for _, s := range e.Addresses {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" || a.Unmap().IsUnspecified() {
+			return fmt.Errorf("entry %d (%q): bad address %q", b.n, e.Name, s)
+		}
+		b.add(key, a.Unmap())
+	}
+	return nil
+}
+
+func (b *Builder) add(key string, a netip.Addr) {
+	t := b.t
+	i, ok := t.index[key]
+	if !ok {
+		var v vip
+		if a.Is4() {
+			v.fam = fam4
+			a4 := a.As4()
+			copy(v.ip[:], a4[:])
+		} else {
+			v.fam = fam6
+			v.ip = a.As16()
+		}
+		t.index[key] = int32(len(t.vips))
+		t.vips = append(t.vips, v)
+		return
+	}
+	have := t.addrs(i)
+	for _, h := range have {
+		if h == a {
+			return
+		}
+	}
+	if t.multi == nil {
+		t.multi = map[int32][]netip.Addr{}
+	}
+	t.multi[i] = append(have, a)
+	t.vips[i] = vip{fam: famAmbiguous}
+}
+
+// Table returns the built table; the Builder must not be used afterwards.
+func (b *Builder) Table() *Table {
+	t := b.t
+	b.t = nil
+	t.serial = uint32(time.Now().Unix())
+	return t
+}
+
+// Build checks every entry and returns the table, or the first entry's
+// error; a table is built whole or not at all.
+func Build(entries []Entry) (*Table, error) {
+	b := NewBuilder(len(entries))
+	for _, e := range entries {
+		if err := b.Add(e); err != nil {
+			return nil, err
+		}
+	}
+	return b.Table(), nil
+}
+
+// canonicalName checks a full-form virtual domain and returns its key.
+func canonicalName(name string) (string, error) {
+	key := strings.TrimSuffix(strings.ToLower(name), ".")
+	rel, ok := strings.CutSuffix(key, ".consul")
+	if !ok {
+		return "", errors.New("name is not under consul.")
+	}
+	var buf [256]byte
+	if len(rel) > 253-len(".consul") {
+		return "", errors.New("name too long")
+	}
+	b := append(buf[:0], rel...)
+	p, ok := parseVirtual(b)
+	if !ok || p.ns == nil || p.ap == nil || p.dc == nil {
+		return "", errors.New("not a full-form virtual name ([<port>.]<service>.virtual.<ns>.ns.<ap>.ap.<dc>.dc.consul)")
+	}
+	for _, l := range [][]byte{p.port, p.service, p.ns, p.ap, p.dc} {
+		if l != nil && !validLabel(l) {
+			return "", fmt.Errorf("bad label %q", l)
+		}
+	}
+	return key, nil
+}

@@ -1,0 +1,253 @@
+// Package virtualconsul answers Consul virtual domains
+// ([<port>.]<service>.virtual[.<ns>.ns][.<ap>.ap][.<dc>.dc].consul) from a
+// local table of virtual IPs, so that workloads in a Consul service mesh keep
+// resolving their upstreams when the Consul servers are slow or down.
+//
+// The query path reads one immutable Table through an atomic pointer: no
+// lock, no log line and no allocation beyond the reply. Sync sources build
+// new tables off the query path and swap them in.
+package virtualconsul
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/metrics"
+
+	"github.com/miekg/dns"
+)
+
+// VirtualConsul is the plugin handler.
+type VirtualConsul struct {
+	Next plugin.Handler
+
+	zones         []zone // longest first
+	ns, ap, dc    string // this workload's identity, expands short names
+	ttl           uint32
+	authoritative bool
+	src           source       // nil when only a snapshot is configured, or in remote-listener mode
+	remote        *envoySource // the remote-listener mode (source envoy), else nil
+	snapshot      string       // snapshot path, "" for none
+	metricZone    string       // the zone label of the table metrics
+
+	table atomic.Pointer[Table]    // nil until a table is loaded
+	ctrs  atomic.Pointer[counters] // the last server's request counters
+	life  lifecycle                // the running source, between OnStartup and OnShutdown
+}
+
+// Name implements plugin.Handler.
+func (v *VirtualConsul) Name() string { return pluginName }
+
+// ServeDNS implements plugin.Handler.
+func (v *VirtualConsul) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	if len(r.Question) != 1 {
+		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
+	}
+	q := r.Question[0]
+	l := v.lookup(q)
+	if l.outcome == notOurs {
+		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
+	}
+	c := v.counters(ctx)
+	switch l.outcome {
+	case remote:
+		return v.serveRemote(ctx, w, r, l.key, c)
+	case passThrough:
+		c.passthrough.Inc()
+		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
+	case notReady:
+		c.notReady.Inc()
+		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
+	case missing:
+		c.miss.Inc()
+		if !v.authoritative {
+			return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
+		}
+		return v.negative(w, r, l.zone, l.table, dns.RcodeNameError)
+	}
+	vp := l.vip
+	switch {
+	case vp.fam == famAmbiguous:
+		c.ambiguous.Inc()
+		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
+	case vp.fam == fam4 && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY):
+		rp := newReply[dns.A](r, dns.RcodeSuccess)
+		rp.rec = dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: v.ttl}, A: vp.ip[:4:4]}
+		rp.m.Answer = rp.rr[:]
+		c.hit.Inc()
+		w.WriteMsg(&rp.m)
+		return dns.RcodeSuccess, nil
+	case vp.fam == fam6 && (q.Qtype == dns.TypeAAAA || q.Qtype == dns.TypeANY):
+		rp := newReply[dns.AAAA](r, dns.RcodeSuccess)
+		rp.rec = dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: v.ttl}, AAAA: vp.ip[:]}
+		rp.m.Answer = rp.rr[:]
+		c.hit.Inc()
+		w.WriteMsg(&rp.m)
+		return dns.RcodeSuccess, nil
+	}
+	c.nodata.Inc()
+	return v.negative(w, r, l.zone, l.table, dns.RcodeSuccess)
+}
+
+// Outcomes of lookup.
+const (
+	notOurs     = iota // not in the plugin's zones: not counted
+	passThrough        // in a zone, not a name we answer (incl. a named port without its entry)
+	notReady           // no table yet
+	missing            // a virtual name not in the table
+	found              // in the table: vip says what
+	remote             // remote-listener mode: ask the listener for key
+)
+
+// looked is what lookup found for a question.
+type looked struct {
+	outcome int
+	zone    *zone
+	table   *Table
+	vip     *vip
+	key     string // the canonical key with its final dot, in remote-listener mode
+}
+
+// lookup parses and looks q up. It is kept out of line so that its name
+// buffers are off the stack before the reply is packed and written: a
+// frame that big at the bottom of the writing path made every query's
+// goroutine grow its stack.
+//
+//go:noinline
+func (v *VirtualConsul) lookup(q dns.Question) (l looked) {
+	var nameBuf [256]byte
+	lname, ok := lowerName(nameBuf[:0], q.Name)
+	if !ok {
+		return l
+	}
+	z, rel, ok := v.match(lname)
+	if !ok {
+		return l
+	}
+	l.zone = z
+	p, ok := parseVirtual(rel)
+	if !ok || q.Qclass != dns.ClassINET {
+		l.outcome = passThrough
+		return l
+	}
+	var keyBuf [512]byte
+	if v.remote != nil {
+		l.outcome, l.key = remote, string(append(appendKey(keyBuf[:0], p, v.ns, v.ap, v.dc), '.'))
+		return l
+	}
+	if l.table = v.table.Load(); l.table == nil {
+		l.outcome = notReady
+		return l
+	}
+	i, ok := l.table.index[string(appendKey(keyBuf[:0], p, v.ns, v.ap, v.dc))]
+	switch {
+	case ok:
+		l.outcome, l.vip = found, &l.table.vips[i]
+	case p.port != nil:
+		l.outcome = passThrough // a named port without its own entry is never ours to deny
+	default:
+		l.outcome = missing
+	}
+	return l
+}
+
+// reply is a whole answer in one allocation: the message, its question and
+// its one record (rr[0] points at rec).
+type reply[T any] struct {
+	m   dns.Msg
+	q   [1]dns.Question
+	rr  [1]dns.RR
+	rec T
+}
+
+// newReply starts the reply to r as dns.Msg.SetRcode does, without separate
+// allocations for the question and the record.
+func newReply[T any, PT interface {
+	*T
+	dns.RR
+}](r *dns.Msg, rcode int) *reply[T] {
+	rp := new(reply[T])
+	rp.rr[0] = PT(&rp.rec)
+	m := &rp.m
+	m.Id = r.Id
+	m.Response = true
+	m.Opcode = r.Opcode
+	if m.Opcode == dns.OpcodeQuery {
+		m.RecursionDesired = r.RecursionDesired
+		m.CheckingDisabled = r.CheckingDisabled
+	}
+	m.Authoritative = true
+	m.Rcode = rcode
+	rp.q[0] = r.Question[0]
+	m.Question = rp.q[:]
+	return rp
+}
+
+// negative writes NODATA (rcode NOERROR) or NXDOMAIN with the zone's SOA,
+// whose minimum (the negative caching TTL) is the answer TTL.
+func (v *VirtualConsul) negative(w dns.ResponseWriter, r *dns.Msg, z *zone, t *Table, rcode int) (int, error) {
+	rp := newReply[dns.SOA](r, rcode)
+	rp.rec = dns.SOA{
+		Hdr:     dns.RR_Header{Name: z.name, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: v.ttl},
+		Ns:      z.ns,
+		Mbox:    z.mbox,
+		Serial:  t.serial,
+		Refresh: 7200,
+		Retry:   1800,
+		Expire:  86400,
+		Minttl:  v.ttl,
+	}
+	rp.m.Ns = rp.rr[:]
+	w.WriteMsg(&rp.m)
+	return rcode, nil
+}
+
+// zone is one of the plugin's zones with its SOA names, made once.
+type zone struct {
+	name, ns, mbox string // name is a lowercased FQDN
+}
+
+func newZone(name string) zone {
+	host := "ns.dns." + name
+	if name == "." {
+		host = "ns.dns."
+	}
+	return zone{name: name, ns: host, mbox: "hostmaster." + host}
+}
+
+// match returns the longest of the plugin's zones that contains lname (a
+// lowercased FQDN) and the labels in front of it, without the joining dot.
+func (v *VirtualConsul) match(lname []byte) (z *zone, rel []byte, ok bool) {
+	for i := range v.zones { // longest first
+		z = &v.zones[i]
+		if z.name == "." {
+			if len(lname) > 1 {
+				return z, lname[:len(lname)-1], true
+			}
+			return z, nil, true
+		}
+		n := len(lname) - len(z.name)
+		if n >= 0 && string(lname[n:]) == z.name {
+			if n == 0 {
+				return z, nil, true // the apex: in the zone, never a virtual name
+			}
+			if lname[n-1] == '.' {
+				return z, lname[:n-1], true
+			}
+		}
+	}
+	return nil, nil, false
+}
+
+// counters returns the request counters for the server in ctx, resolving
+// them only when the server changes.
+func (v *VirtualConsul) counters(ctx context.Context) *counters {
+	server := metrics.WithServer(ctx)
+	if c := v.ctrs.Load(); c != nil && c.server == server {
+		return c
+	}
+	c := newCounters(server)
+	v.ctrs.Store(c)
+	return c
+}
