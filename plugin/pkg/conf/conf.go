@@ -1,0 +1,50 @@
+// Package conf holds the Corefile argument parsers that meshdns's plugins
+// share, so one spelling means the same thing in every plugin.
+package conf
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+)
+
+// MaxTTL is the largest TTL a record may carry (RFC 2181 §8).
+const MaxTTL = 1<<31 - 1
+
+// ParseTTL reads a TTL written as a Go duration in whole seconds ("30s",
+// "2m") or as plain seconds ("30"), from 0 to MaxTTL.
+func ParseTTL(s string) (uint32, error) {
+	var secs int64
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		secs = n
+	} else {
+		d, err := time.ParseDuration(s)
+		if err != nil || d%time.Second != 0 {
+			return 0, fmt.Errorf("invalid TTL %q (want whole seconds, e.g. 30s)", s)
+		}
+		secs = int64(d / time.Second)
+	}
+	if secs < 0 || secs > MaxTTL {
+		return 0, fmt.Errorf("invalid TTL %q (want 0s to %ds)", s, MaxTTL)
+	}
+	return uint32(secs), nil
+}
+
+// Path resolves a path argument: relative paths are taken from the server
+// block's `root` (as the stock file and hosts plugins do) and made absolute,
+// so logs and errors name the file unambiguously.
+func Path(c *caddy.Controller, p string) string {
+	if !filepath.IsAbs(p) {
+		if cfg := dnsserver.GetConfig(c); cfg != nil && cfg.Root != "" {
+			p = filepath.Join(cfg.Root, p)
+		}
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}

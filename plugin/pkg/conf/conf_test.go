@@ -1,0 +1,41 @@
+package conf
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+)
+
+func TestParseTTL(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want uint32
+		ok   bool
+	}{
+		{"30", 30, true}, {"30s", 30, true}, {"2m", 120, true}, {"0", 0, true}, {"0s", 0, true},
+		{"1.5s", 0, false}, {"-1", 0, false}, {"-5s", 0, false}, {"abc", 0, false},
+		{"2147483647", MaxTTL, true}, {"2147483648", 0, false}, {"1000000h", 0, false},
+	} {
+		got, err := ParseTTL(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseTTL(%q) = %d, %v; want %d, ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestPath(t *testing.T) {
+	c := caddy.NewTestController("dns", "x")
+	dnsserver.GetConfig(c).Root = "/srv/dns"
+	if got := Path(c, "data/t.json"); got != "/srv/dns/data/t.json" {
+		t.Errorf("relative to root: %q", got)
+	}
+	if got := Path(c, "/etc/t.json"); got != "/etc/t.json" {
+		t.Errorf("absolute: %q", got)
+	}
+	c2 := caddy.NewTestController("dns", "x")
+	if got := Path(c2, "t.json"); !filepath.IsAbs(got) || filepath.Base(got) != "t.json" {
+		t.Errorf("no root: %q", got)
+	}
+}
