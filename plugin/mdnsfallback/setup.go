@@ -14,6 +14,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/meshdns/meshdns/plugin/pkg/carry"
 
 	"github.com/docker/docker/client"
 )
@@ -263,29 +264,23 @@ func parseUpdater(c *caddy.Controller, args []string) (*updaterConfig, error) {
 	return u, nil
 }
 
-// carry holds the records of an instance across a reload (keyed by its
-// zones, API address and snapshot path), so a reload without a snapshot
-// loses nothing. It is taken by the new instance and cleared when the reload
-// fails.
-var carry struct {
-	mu sync.Mutex
-	m  map[string][]Record
-}
+// carried holds each instance's records across a reload (keyed by plugin,
+// zones, API address and snapshot path), so a reload without a snapshot loses
+// nothing. Each key is taken only by the instance that replaces its owner, so
+// two mdnsfallback server blocks keep their own records.
+var carried carry.Store[[]Record]
 
 func (p *MDNSFallback) carryKey() string {
-	return strings.Join(p.cfg.zones, ",") + "|" + p.cfg.api + "|" + p.cfg.snapshot
+	return pluginName + "|" + strings.Join(p.cfg.zones, ",") + "|" + p.cfg.api + "|" + p.cfg.snapshot
 }
 
 // lifecycle guards start and stop.
 var lifecycle sync.Mutex
 
 func (p *MDNSFallback) onStartup() error {
-	carry.mu.Lock()
-	recs, carried := carry.m[p.carryKey()]
-	carry.m = nil
-	carry.mu.Unlock()
+	recs, ok := carried.Take(p.carryKey())
 	switch {
-	case carried:
+	case ok:
 		p.db.Replace(recs)
 	case p.cfg.snapshot != "":
 		n, err := newSnapshotWriter(p.cfg.snapshot, p.db).load()
@@ -356,20 +351,13 @@ func (p *MDNSFallback) start() error {
 // onRestart stops this instance before a reload and hands its records to
 // the next one.
 func (p *MDNSFallback) onRestart() error {
-	carry.mu.Lock()
-	if carry.m == nil {
-		carry.m = map[string][]Record{}
-	}
-	carry.m[p.carryKey()] = p.db.Records("")
-	carry.mu.Unlock()
+	carried.Put(p.carryKey(), p.db.Records(""))
 	return p.shutdown()
 }
 
 // onRestartFailed brings this instance back when the reload failed.
 func (p *MDNSFallback) onRestartFailed() error {
-	carry.mu.Lock()
-	carry.m = nil
-	carry.mu.Unlock()
+	carried.Drop(p.carryKey())
 	return p.start()
 }
 
