@@ -40,7 +40,7 @@ func put(t testing.TB, p *MDNSFallback, id, addr, domain string, ttl uint32) {
 	}
 }
 
-const soaLine = "weave.local. 5 IN SOA ns.dns.weave.local. hostmaster.weave.local. 1 7200 1800 86400 5"
+const soaLine = "weave.local. 5 IN SOA ns.dns.weave.local. hostmaster.ns.dns.weave.local. 1 7200 1800 86400 5"
 
 func TestServeDNS(t *testing.T) {
 	p := newTestPlugin(nil)
@@ -68,7 +68,7 @@ func TestServeDNS(t *testing.T) {
 		{Qname: "weave.local.", Qtype: dns.TypeNS, Ns: []dns.RR{test.SOA(soaLine)}},
 		{Qname: "1.0.32.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{test.PTR("1.0.32.10.in-addr.arpa. 30 IN PTR web.weave.local.")}},
 		{Qname: "9.0.32.10.in-addr.arpa.", Qtype: dns.TypePTR, Rcode: dns.RcodeNameError, Ns: []dns.RR{
-			test.SOA("10.in-addr.arpa. 5 IN SOA ns.dns.10.in-addr.arpa. hostmaster.10.in-addr.arpa. 1 7200 1800 86400 5")}},
+			test.SOA("10.in-addr.arpa. 5 IN SOA ns.dns.10.in-addr.arpa. hostmaster.ns.dns.10.in-addr.arpa. 1 7200 1800 86400 5")}},
 		// not ours: next plugin (REFUSED from the test handler)
 		{Qname: "1.0.168.192.in-addr.arpa.", Qtype: dns.TypePTR, Rcode: dns.RcodeRefused},
 		{Qname: "example.org.", Qtype: dns.TypeA, Rcode: dns.RcodeRefused},
@@ -94,6 +94,35 @@ func TestServeDNS(t *testing.T) {
 		}
 		if !rec.Msg.Authoritative {
 			t.Errorf("%s: not authoritative", tc.Qname)
+		}
+	}
+}
+
+// TestServeDNSRootZone: in zone "." the SOA names are "ns.dns." and
+// "hostmaster.ns.dns.", and NXDOMAIN and NODATA answers pack.
+func TestServeDNSRootZone(t *testing.T) {
+	p := newTestPlugin(func(c *config) { c.zones = []string{"."} })
+	put(t, p, "c1", "10.32.0.1", "web.", 0)
+	const root = ". 5 IN SOA ns.dns. hostmaster.ns.dns. 1 7200 1800 86400 5"
+	for _, tc := range []test.Case{
+		{Qname: "nope.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(root)}},
+		{Qname: "web.", Qtype: dns.TypeAAAA, Ns: []dns.RR{test.SOA(root)}},
+		{Qname: ".", Qtype: dns.TypeSOA, Answer: []dns.RR{test.SOA(root)}},
+	} {
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		if _, err := p.ServeDNS(context.Background(), rec, tc.Msg()); err != nil {
+			t.Fatalf("%s: %v", tc.Qname, err)
+		}
+		if err := test.SortAndCheck(rec.Msg, tc); err != nil {
+			t.Errorf("%s %s: %v", tc.Qname, dns.TypeToString[tc.Qtype], err)
+		}
+		if _, err := rec.Msg.Pack(); err != nil {
+			t.Errorf("%s: reply does not pack: %v", tc.Qname, err)
+		}
+		for _, rr := range append(rec.Msg.Answer, rec.Msg.Ns...) {
+			if s, ok := rr.(*dns.SOA); ok && (s.Ns != "ns.dns." || s.Mbox != "hostmaster.ns.dns.") {
+				t.Errorf("%s: SOA names %s %s", tc.Qname, s.Ns, s.Mbox)
+			}
 		}
 	}
 }
