@@ -15,6 +15,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/meshdns/meshdns/plugin/pkg/carry"
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
 
 	"github.com/docker/docker/client"
 )
@@ -54,8 +55,8 @@ func setup(c *caddy.Controller) error {
 	return nil
 }
 
-// parse reads the stanza; it has no side effects apart from reading the
-// token file.
+// parse reads the stanza; it has no side effects (the token file is read at
+// start-up).
 func parse(c *caddy.Controller) (config, error) {
 	cfg := config{
 		api:         defaultAPI,
@@ -117,15 +118,7 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 		if err != nil {
 			return err
 		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return c.Errf("token_file: %v", err)
-		}
-		tok := strings.TrimSpace(string(b))
-		if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
-			return c.Errf("token_file %s: want one token on one line", f)
-		}
-		cfg.tokenFile, cfg.token = f, tok
+		cfg.tokenFile = conf.Path(c, f)
 	case "interface":
 		if len(args) == 0 {
 			return c.ArgErr()
@@ -136,27 +129,34 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 		if err != nil {
 			return err
 		}
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return c.Errf("%s: %q is not a duration", opt, s)
-		}
-		switch opt {
-		case "timeout":
+		if opt == "timeout" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return c.Errf("timeout: %q is not a duration", s)
+			}
 			if d <= 0 || d > 10*time.Second {
 				return c.Errf("timeout: %s is outside (0, 10s]", s)
 			}
 			cfg.timeout = d
-		case "ttl":
-			if d < time.Second || d > maxRecordTTL*time.Second {
+			return nil
+		}
+		// TTLs are seconds, written as a duration or a plain number, as
+		// in the other plugins.
+		secs, err := conf.ParseTTL(s)
+		if err != nil {
+			return c.Errf("%s: %v", opt, err)
+		}
+		if opt == "ttl" {
+			if secs < 1 || secs > maxRecordTTL {
 				return c.Errf("ttl: %s is outside [1s, 168h]", s)
 			}
-			cfg.ttl = uint32(d / time.Second)
-		case "negative_ttl":
-			if d < 0 || d > time.Hour {
-				return c.Errf("negative_ttl: %s is outside [0, 1h]", s)
-			}
-			cfg.negativeTTL = d
+			cfg.ttl = secs
+			return nil
 		}
+		if secs > 3600 {
+			return c.Errf("negative_ttl: %s is outside [0, 1h]", s)
+		}
+		cfg.negativeTTL = time.Duration(secs) * time.Second
 	case "cache", "max_records":
 		s, err := one()
 		if err != nil {
@@ -187,7 +187,7 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 		if err != nil {
 			return err
 		}
-		cfg.snapshot = f
+		cfg.snapshot = conf.Path(c, f)
 	case "fallthrough":
 		cfg.fall.SetZonesFromArgs(args)
 	case "updater":
@@ -278,6 +278,9 @@ func (p *MDNSFallback) carryKey() string {
 var lifecycle sync.Mutex
 
 func (p *MDNSFallback) onStartup() error {
+	if err := p.readToken(); err != nil {
+		return plugin.Error(pluginName, err)
+	}
 	recs, ok := carried.Take(p.carryKey())
 	switch {
 	case ok:
@@ -291,6 +294,25 @@ func (p *MDNSFallback) onStartup() error {
 		}
 	}
 	return p.start()
+}
+
+// readToken reads the API token from token_file; it runs in OnStartup, so a
+// reload picks up a new token and an unreadable file stops the start.
+func (p *MDNSFallback) readToken() error {
+	f := p.cfg.tokenFile
+	if f == "" {
+		return nil
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return fmt.Errorf("token_file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
+		return fmt.Errorf("token_file %s: want one token on one line", f)
+	}
+	p.cfg.token = tok
+	return nil
 }
 
 // start opens the listeners and goroutines; the database is already filled.
