@@ -2,7 +2,7 @@
 // local record database fed over HTTP answers names in its zones at once,
 // answers other hosts' multicast DNS questions for them, and asks the
 // network over mDNS (RFC 6762) for names it does not hold, caching what it
-// hears in a bounded LRU.
+// hears in a bounded, sharded LRU.
 //
 // Invariants: names are keyed as lowercased FQDNs; ServeDNS reads the
 // record database through lock-free copy-on-write shards; the mDNS cache
