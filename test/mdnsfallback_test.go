@@ -354,3 +354,46 @@ func TestMdnsfallbackReload(t *testing.T) {
 		return ""
 	})
 }
+
+// TestMdnsfallbackReloadTwoBlocks: with two mdnsfallback server blocks and
+// no snapshot, a reload keeps both blocks' records (each new instance takes
+// only its own block's carried records).
+func TestMdnsfallbackReloadTwoBlocks(t *testing.T) {
+	s := Start(t, `weave.local.:1053 {
+    bind 127.0.0.1
+    ready 127.0.0.1:8181
+    mdnsfallback {
+        api 127.0.0.1:6785
+    }
+}
+other.local.:1053 {
+    bind 127.0.0.1
+    mdnsfallback other.local. {
+        api 127.0.0.1:6786
+    }
+}
+`)
+	blocks := []struct{ api, name, ip string }{
+		{"http://" + s.Addr(6785), "web.weave.local", "10.32.0.10"},
+		{"http://" + s.Addr(6786), "db.other.local", "10.32.0.20"},
+	}
+	for _, b := range blocks {
+		if code, body := httpDo(t, "PUT", b.api+"/name/c1/"+b.ip+"?domain="+b.name, "", "", ""); code != 200 {
+			t.Fatalf("PUT %s: %d %s", b.name, code, body)
+		}
+	}
+	for i := 1; i <= 2; i++ {
+		s.Signal(syscall.SIGUSR1)
+		Eventually(t, 10*time.Second, func() string {
+			if n := strings.Count(s.Log(), "Reloading complete"); n < i {
+				return "reload not complete"
+			}
+			return ""
+		})
+		for _, b := range blocks {
+			if got := Rdata(Query(t, s.DNS(), b.name+".", dns.TypeA, "udp")); strings.Join(got, ",") != b.ip {
+				t.Fatalf("after reload %d: %s = %v, want %s", i, b.name, got, b.ip)
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -46,26 +47,68 @@ const (
 	cacheNegative                    // nobody answered recently
 )
 
-// answerCache is a bounded LRU of answers heard over mDNS, keyed by
+// answerCache is a bounded cache of answers heard over mDNS, keyed by
 // lowercased FQDN. It never holds more than max names of at most
 // maxAddrsPerName addresses each.
+//
+// Names are spread by hash over shards, each its own LRU under its own
+// mutex with a share of the bound, so concurrent queries for different names
+// do not queue on one lock. Small caches have one shard (an exact LRU);
+// larger ones one shard per minShardSize names, up to maxShards.
 type answerCache struct {
+	shards []cacheShard
+	mask   uint32
+	n      atomic.Int64 // names held, over all shards
+}
+
+// cacheShard is one LRU of the cache.
+type cacheShard struct {
 	mu  sync.Mutex
 	max int
 	m   map[string]*list.Element // value: *cacheEntry
 	lru *list.List               // front = most recently used
+	n   *atomic.Int64            // the cache's name count
+	_   [24]byte                 // 64 bytes a shard: mutexes on separate cache lines
 }
 
+const (
+	// minShardSize is the smallest share of the bound a shard gets, so
+	// per-shard LRU order stays close to global LRU order.
+	minShardSize = 256
+	maxShards    = 64
+)
+
 func newAnswerCache(max int) *answerCache {
-	return &answerCache{max: max, m: make(map[string]*list.Element), lru: list.New()}
+	n := 1
+	for n*2 <= maxShards && n*2*minShardSize <= max {
+		n *= 2
+	}
+	c := &answerCache{shards: make([]cacheShard, n), mask: uint32(n - 1)}
+	for i := range c.shards {
+		size := max / n
+		if i < max%n {
+			size++ // the shares add up to max exactly
+		}
+		c.shards[i] = cacheShard{max: size, m: make(map[string]*list.Element), lru: list.New(), n: &c.n}
+	}
+	return c
+}
+
+// shard returns name's shard (FNV-1a of the name, without allocating).
+func (c *answerCache) shard(name string) *cacheShard {
+	if c.mask == 0 {
+		return &c.shards[0]
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h ^= uint32(name[i])
+		h *= 16777619
+	}
+	return &c.shards[h&c.mask]
 }
 
 // Len returns the number of names held (positive and negative).
-func (c *answerCache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lru.Len()
-}
+func (c *answerCache) Len() int { return int(c.n.Load()) }
 
 // prune drops expired addresses; it reports whether e still says anything.
 func (e *cacheEntry) prune(now time.Time) bool {
@@ -85,6 +128,10 @@ func (e *cacheEntry) prune(now time.Time) bool {
 // lookup appends to out the A/AAAA records (as qtype asks, owner qname,
 // TTL the time left) that the cache holds for name.
 func (c *answerCache) lookup(name, qname string, qtype uint16, now time.Time, out []dns.RR) ([]dns.RR, cacheResult) {
+	return c.shard(name).lookup(name, qname, qtype, now, out)
+}
+
+func (c *cacheShard) lookup(name, qname string, qtype uint16, now time.Time, out []dns.RR) ([]dns.RR, cacheResult) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.m[name]
@@ -116,6 +163,10 @@ func (c *answerCache) lookup(name, qname string, qtype uint16, now time.Time, ou
 
 // has reports whether name has live addresses in the cache.
 func (c *answerCache) has(name string, now time.Time) bool {
+	return c.shard(name).has(name, now)
+}
+
+func (c *cacheShard) has(name string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.m[name]
@@ -130,7 +181,10 @@ func (c *answerCache) has(name string, now time.Time) bool {
 // the address; flush (the cache-flush bit) evicts older same-family
 // addresses of name first.
 func (c *answerCache) add(name string, addr netip.Addr, ttl uint32, flush bool, now time.Time) {
-	addr = addr.Unmap()
+	c.shard(name).add(name, addr.Unmap(), ttl, flush, now)
+}
+
+func (c *cacheShard) add(name string, addr netip.Addr, ttl uint32, flush bool, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.m[name]
@@ -192,6 +246,10 @@ func (c *answerCache) add(name string, addr netip.Addr, ttl uint32, flush bool, 
 // setNegative remembers until `until` that nobody answered for name, unless
 // the cache holds live addresses for it.
 func (c *answerCache) setNegative(name string, until, now time.Time) {
+	c.shard(name).setNegative(name, until, now)
+}
+
+func (c *cacheShard) setNegative(name string, until, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.m[name]
@@ -208,6 +266,10 @@ func (c *answerCache) setNegative(name string, until, now time.Time) {
 
 // forget drops name (a local record now owns it).
 func (c *answerCache) forget(name string) {
+	c.shard(name).forget(name)
+}
+
+func (c *cacheShard) forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.m[name]; ok {
@@ -215,18 +277,20 @@ func (c *answerCache) forget(name string) {
 	}
 }
 
-// insert adds an empty entry for name, evicting the least recently used
-// entry when the cache is full; c.mu is held.
-func (c *answerCache) insert(name string) *list.Element {
+// insert adds an empty entry for name, evicting the shard's least recently
+// used entry when the shard is full; c.mu is held.
+func (c *cacheShard) insert(name string) *list.Element {
 	for c.lru.Len() >= c.max && c.lru.Len() > 0 {
 		c.remove(c.lru.Back())
 	}
 	el := c.lru.PushFront(&cacheEntry{name: name})
 	c.m[name] = el
+	c.n.Add(1)
 	return el
 }
 
-func (c *answerCache) remove(el *list.Element) {
+func (c *cacheShard) remove(el *list.Element) {
 	delete(c.m, el.Value.(*cacheEntry).name)
 	c.lru.Remove(el)
+	c.n.Add(-1)
 }

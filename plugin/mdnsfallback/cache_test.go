@@ -2,6 +2,7 @@ package mdnsfallback
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,7 +79,7 @@ func TestCacheBounds(t *testing.T) {
 			c.lookup("n0.weave.local.", "n0.weave.local.", dns.TypeA, now, nil) // keep n0 recently used
 		}
 	}
-	if c.Len() != 100 || len(c.m) != 100 {
+	if c.Len() != 100 || c.mapLen() != 100 {
 		t.Fatalf("cache grew past its bound: %d", c.Len())
 	}
 	if c.has("n0.weave.local.", now) {
@@ -103,5 +104,62 @@ func TestCacheBounds(t *testing.T) {
 	rrs, _ := c.lookup("flood.weave.local.", "flood.weave.local.", dns.TypeA, now, nil)
 	if len(rrs) != maxAddrsPerName {
 		t.Fatalf("addresses per name: %d", len(rrs))
+	}
+}
+
+// mapLen counts the names in the shards' maps (Len is a separate counter).
+func (c *answerCache) mapLen() int {
+	n := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		if s.lru.Len() != len(s.m) {
+			panic("shard list and map disagree")
+		}
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// TestCacheShards: a large cache is sharded, the shares add up to the
+// bound, and it never holds more than the bound, also under concurrent use.
+func TestCacheShards(t *testing.T) {
+	for _, tc := range []struct{ max, shards int }{{1, 1}, {100, 1}, {511, 1}, {512, 2}, {4096, 16}, {1 << 20, maxShards}} {
+		c := newAnswerCache(tc.max)
+		sum := 0
+		for i := range c.shards {
+			sum += c.shards[i].max
+		}
+		if len(c.shards) != tc.shards || sum != tc.max {
+			t.Errorf("max %d: %d shards holding %d, want %d holding %d", tc.max, len(c.shards), sum, tc.shards, tc.max)
+		}
+	}
+	c := newAnswerCache(1000)
+	now := time.Unix(1000, 0)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5000; i++ {
+				name := fmt.Sprintf("g%d-n%d.weave.local.", g, i)
+				c.add(name, ip("10.0.0.1"), 60, false, now)
+				c.lookup(name, name, dns.TypeA, now, nil)
+				if i%7 == 0 {
+					c.forget(name)
+				}
+				if i%11 == 0 {
+					c.setNegative("neg"+name, now.Add(time.Second), now)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if c.Len() > 1000 || c.Len() != c.mapLen() {
+		t.Fatalf("len %d, maps %d, bound 1000", c.Len(), c.mapLen())
+	}
+	if c.Len() < 900 {
+		t.Fatalf("shards badly balanced: %d of 1000 used", c.Len())
 	}
 }

@@ -2,7 +2,7 @@
 // local record database fed over HTTP answers names in its zones at once,
 // answers other hosts' multicast DNS questions for them, and asks the
 // network over mDNS (RFC 6762) for names it does not hold, caching what it
-// hears in a bounded LRU.
+// hears in a bounded, sharded LRU.
 //
 // Invariants: names are keyed as lowercased FQDNs; ServeDNS reads the
 // record database through lock-free copy-on-write shards; the mDNS cache
@@ -24,6 +24,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnsutil"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
+	"github.com/meshdns/meshdns/plugin/pkg/soa"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -40,8 +41,11 @@ type MDNSFallback struct {
 	ready    atomic.Bool
 	stats    stats
 
-	reverseZones []string // reverse zones covering cfg.reverse, for the SOA
-	counters     sync.Map // server → *[numResults]prometheus.Counter
+	soas         []soa.Names // SOA names of cfg.zones, in the same order
+	reverseZones []string    // reverse zones covering cfg.reverse, for the SOA
+	reverseSOAs  []soa.Names // SOA names of reverseZones, in the same order
+	negTTL       uint32      // cfg.negativeTTL in seconds: the SOA's TTL and minimum
+	counters     sync.Map    // server → *[numResults]prometheus.Counter
 	api          *apiServer
 	snap         atomic.Pointer[snapshotWriter] // nil without snapshot or when stopped
 	updater      atomic.Pointer[updater]        // nil without updater or when stopped
@@ -80,8 +84,14 @@ func newMDNSFallback(cfg config) *MDNSFallback {
 	p.db = NewDB(cfg.zones, cfg.maxRecords)
 	p.cache = newAnswerCache(cfg.cacheSize)
 	p.inflight = newInflight(1024)
+	p.negTTL = uint32(cfg.negativeTTL / time.Second)
+	for _, z := range cfg.zones {
+		p.soas = append(p.soas, soa.For(z))
+	}
 	for _, pr := range cfg.reverse {
-		p.reverseZones = append(p.reverseZones, reverseZone(pr))
+		z := reverseZone(pr)
+		p.reverseZones = append(p.reverseZones, z)
+		p.reverseSOAs = append(p.reverseSOAs, soa.For(z))
 	}
 	p.db.onGone = p.sendGoodbyes
 	p.db.onPut = p.announce
@@ -116,8 +126,8 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 		}
 		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
 	}
-	zone := p.zoneOf(name)
-	if zone == "" {
+	zone := p.zoneSOA(name)
+	if zone == nil {
 		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
 	}
 	server := metrics.WithServer(ctx)
@@ -126,7 +136,7 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 		p.count(server, resLocal)
 		return p.reply(w, r, zone, p.entryRRs(e, qname, qtype, false))
 	}
-	if name == zone { // the apex: its SOA, NODATA for anything else, never mDNS
+	if name == zone.Zone { // the apex: its SOA, NODATA for anything else, never mDNS
 		if qtype == dns.TypeSOA {
 			return p.reply(w, r, zone, []dns.RR{p.soa(zone)})
 		}
@@ -215,7 +225,7 @@ func (p *MDNSFallback) count(server string, result int) {
 }
 
 // reply writes an authoritative answer; an empty one is NODATA with the SOA.
-func (p *MDNSFallback) reply(w dns.ResponseWriter, r *dns.Msg, zone string, answer []dns.RR) (int, error) {
+func (p *MDNSFallback) reply(w dns.ResponseWriter, r *dns.Msg, zone *soa.Names, answer []dns.RR) (int, error) {
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
@@ -229,7 +239,7 @@ func (p *MDNSFallback) reply(w dns.ResponseWriter, r *dns.Msg, zone string, answ
 
 // nxdomain answers NXDOMAIN with the SOA, or hands over to the next plugin
 // when fallthrough covers qname.
-func (p *MDNSFallback) nxdomain(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone, qname string) (int, error) {
+func (p *MDNSFallback) nxdomain(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone *soa.Names, qname string) (int, error) {
 	if p.cfg.fall.Through(qname) {
 		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
 	}
@@ -248,9 +258,18 @@ func (p *MDNSFallback) servePTR(ctx context.Context, w dns.ResponseWriter, r *dn
 	if !ok || !p.inReverse(addr) {
 		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
 	}
-	zone := plugin.Zones(p.reverseZones).Matches(lowerName(qname))
-	if zone == "" {
-		zone = lowerName(qname)
+	var zone *soa.Names
+	if z := plugin.Zones(p.reverseZones).Matches(lowerName(qname)); z != "" {
+		for i := range p.reverseZones {
+			if p.reverseZones[i] == z {
+				zone = &p.reverseSOAs[i]
+				break
+			}
+		}
+	}
+	if zone == nil { // cannot happen: inReverse matched one of the networks
+		n := soa.For(lowerName(qname))
+		zone = &n
 	}
 	names := p.db.ix.lookupPTR(addr)
 	if len(names) == 0 {
@@ -318,30 +337,33 @@ func (p *MDNSFallback) ttl(t uint32) uint32 {
 	return t
 }
 
-// soa is the synthesised SOA of zone; its minimum is the negative TTL.
-func (p *MDNSFallback) soa(zone string) dns.RR {
-	neg := uint32(p.cfg.negativeTTL / time.Second)
-	return &dns.SOA{
-		Hdr:     dns.RR_Header{Name: zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: neg},
-		Ns:      "ns.dns." + zone,
-		Mbox:    "hostmaster." + zone,
-		Serial:  1,
-		Refresh: 7200,
-		Retry:   1800,
-		Expire:  86400,
-		Minttl:  neg,
+// soa is the synthesised SOA of zone; its TTL and minimum are the negative
+// TTL. The names were built at setup, so this only copies strings.
+func (p *MDNSFallback) soa(zone *soa.Names) dns.RR {
+	return zone.New(p.negTTL, 1)
+}
+
+// zoneSOA returns the SOA names of the longest zone that holds name (a
+// lowercased FQDN), or nil.
+func (p *MDNSFallback) zoneSOA(name string) *soa.Names {
+	best := -1
+	for i, z := range p.cfg.zones {
+		if (best < 0 || len(z) > len(p.cfg.zones[best])) && inZone(name, z) {
+			best = i
+		}
 	}
+	if best < 0 {
+		return nil
+	}
+	return &p.soas[best]
 }
 
 // zoneOf returns the longest zone that holds name (a lowercased FQDN), or "".
 func (p *MDNSFallback) zoneOf(name string) string {
-	best := ""
-	for _, z := range p.cfg.zones {
-		if len(z) > len(best) && inZone(name, z) {
-			best = z
-		}
+	if z := p.zoneSOA(name); z != nil {
+		return z.Zone
 	}
-	return best
+	return ""
 }
 
 // inZone reports whether the lowercased FQDN name is zone or below it.

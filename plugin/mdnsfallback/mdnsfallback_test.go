@@ -40,7 +40,7 @@ func put(t testing.TB, p *MDNSFallback, id, addr, domain string, ttl uint32) {
 	}
 }
 
-const soaLine = "weave.local. 5 IN SOA ns.dns.weave.local. hostmaster.weave.local. 1 7200 1800 86400 5"
+const soaLine = "weave.local. 5 IN SOA ns.dns.weave.local. hostmaster.ns.dns.weave.local. 1 7200 1800 86400 5"
 
 func TestServeDNS(t *testing.T) {
 	p := newTestPlugin(nil)
@@ -68,7 +68,7 @@ func TestServeDNS(t *testing.T) {
 		{Qname: "weave.local.", Qtype: dns.TypeNS, Ns: []dns.RR{test.SOA(soaLine)}},
 		{Qname: "1.0.32.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{test.PTR("1.0.32.10.in-addr.arpa. 30 IN PTR web.weave.local.")}},
 		{Qname: "9.0.32.10.in-addr.arpa.", Qtype: dns.TypePTR, Rcode: dns.RcodeNameError, Ns: []dns.RR{
-			test.SOA("10.in-addr.arpa. 5 IN SOA ns.dns.10.in-addr.arpa. hostmaster.10.in-addr.arpa. 1 7200 1800 86400 5")}},
+			test.SOA("10.in-addr.arpa. 5 IN SOA ns.dns.10.in-addr.arpa. hostmaster.ns.dns.10.in-addr.arpa. 1 7200 1800 86400 5")}},
 		// not ours: next plugin (REFUSED from the test handler)
 		{Qname: "1.0.168.192.in-addr.arpa.", Qtype: dns.TypePTR, Rcode: dns.RcodeRefused},
 		{Qname: "example.org.", Qtype: dns.TypeA, Rcode: dns.RcodeRefused},
@@ -94,6 +94,35 @@ func TestServeDNS(t *testing.T) {
 		}
 		if !rec.Msg.Authoritative {
 			t.Errorf("%s: not authoritative", tc.Qname)
+		}
+	}
+}
+
+// TestServeDNSRootZone: in zone "." the SOA names are "ns.dns." and
+// "hostmaster.ns.dns.", and NXDOMAIN and NODATA answers pack.
+func TestServeDNSRootZone(t *testing.T) {
+	p := newTestPlugin(func(c *config) { c.zones = []string{"."} })
+	put(t, p, "c1", "10.32.0.1", "web.", 0)
+	const root = ". 5 IN SOA ns.dns. hostmaster.ns.dns. 1 7200 1800 86400 5"
+	for _, tc := range []test.Case{
+		{Qname: "nope.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(root)}},
+		{Qname: "web.", Qtype: dns.TypeAAAA, Ns: []dns.RR{test.SOA(root)}},
+		{Qname: ".", Qtype: dns.TypeSOA, Answer: []dns.RR{test.SOA(root)}},
+	} {
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		if _, err := p.ServeDNS(context.Background(), rec, tc.Msg()); err != nil {
+			t.Fatalf("%s: %v", tc.Qname, err)
+		}
+		if err := test.SortAndCheck(rec.Msg, tc); err != nil {
+			t.Errorf("%s %s: %v", tc.Qname, dns.TypeToString[tc.Qtype], err)
+		}
+		if _, err := rec.Msg.Pack(); err != nil {
+			t.Errorf("%s: reply does not pack: %v", tc.Qname, err)
+		}
+		for _, rr := range append(rec.Msg.Answer, rec.Msg.Ns...) {
+			if s, ok := rr.(*dns.SOA); ok && (s.Ns != "ns.dns." || s.Mbox != "hostmaster.ns.dns.") {
+				t.Errorf("%s: SOA names %s %s", tc.Qname, s.Ns, s.Mbox)
+			}
 		}
 	}
 }
@@ -185,7 +214,7 @@ func TestServeDNSMDNSQuery(t *testing.T) {
 }
 
 func BenchmarkServeDNS(b *testing.B) {
-	p := newTestPlugin(nil)
+	p := newTestPlugin(func(c *config) { c.cacheSize = defaultCache })
 	for i := 0; i < 1000; i++ {
 		put(b, p, "c", netip.AddrFrom4([4]byte{10, 32, byte(i >> 8), byte(i)}).String(), "web"+itoa3(i)+".weave.local", 0)
 	}
@@ -206,6 +235,25 @@ func BenchmarkServeDNS(b *testing.B) {
 			}
 		})
 	}
+	// Cache hits from all cores over 64 names: the case the sharded cache
+	// is for (one global mutex made every hit queue on it).
+	var msgs [64]*dns.Msg
+	for i := range msgs {
+		name := "far" + itoa3(i) + ".weave.local."
+		p.cache.add(name, netip.MustParseAddr("10.40.0.1"), 3600, true, time.Now())
+		msgs[i] = new(dns.Msg)
+		msgs[i].SetQuestion(name, dns.TypeA)
+	}
+	b.Run("cache-parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			w := &test.ResponseWriter{}
+			ctx := context.Background()
+			for i := 0; pb.Next(); i++ {
+				p.ServeDNS(ctx, w, msgs[i%len(msgs)])
+			}
+		})
+	})
 }
 
 func itoa3(i int) string {

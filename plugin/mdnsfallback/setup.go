@@ -14,6 +14,8 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/meshdns/meshdns/plugin/pkg/carry"
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
 
 	"github.com/docker/docker/client"
 )
@@ -53,8 +55,8 @@ func setup(c *caddy.Controller) error {
 	return nil
 }
 
-// parse reads the stanza; it has no side effects apart from reading the
-// token file.
+// parse reads the stanza; it has no side effects (the token file is read at
+// start-up).
 func parse(c *caddy.Controller) (config, error) {
 	cfg := config{
 		api:         defaultAPI,
@@ -116,15 +118,7 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 		if err != nil {
 			return err
 		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return c.Errf("token_file: %v", err)
-		}
-		tok := strings.TrimSpace(string(b))
-		if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
-			return c.Errf("token_file %s: want one token on one line", f)
-		}
-		cfg.tokenFile, cfg.token = f, tok
+		cfg.tokenFile = conf.Path(c, f)
 	case "interface":
 		if len(args) == 0 {
 			return c.ArgErr()
@@ -135,27 +129,34 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 		if err != nil {
 			return err
 		}
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return c.Errf("%s: %q is not a duration", opt, s)
-		}
-		switch opt {
-		case "timeout":
+		if opt == "timeout" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return c.Errf("timeout: %q is not a duration", s)
+			}
 			if d <= 0 || d > 10*time.Second {
 				return c.Errf("timeout: %s is outside (0, 10s]", s)
 			}
 			cfg.timeout = d
-		case "ttl":
-			if d < time.Second || d > maxRecordTTL*time.Second {
+			return nil
+		}
+		// TTLs are seconds, written as a duration or a plain number, as
+		// in the other plugins.
+		secs, err := conf.ParseTTL(s)
+		if err != nil {
+			return c.Errf("%s: %v", opt, err)
+		}
+		if opt == "ttl" {
+			if secs < 1 || secs > maxRecordTTL {
 				return c.Errf("ttl: %s is outside [1s, 168h]", s)
 			}
-			cfg.ttl = uint32(d / time.Second)
-		case "negative_ttl":
-			if d < 0 || d > time.Hour {
-				return c.Errf("negative_ttl: %s is outside [0, 1h]", s)
-			}
-			cfg.negativeTTL = d
+			cfg.ttl = secs
+			return nil
 		}
+		if secs > 3600 {
+			return c.Errf("negative_ttl: %s is outside [0, 1h]", s)
+		}
+		cfg.negativeTTL = time.Duration(secs) * time.Second
 	case "cache", "max_records":
 		s, err := one()
 		if err != nil {
@@ -186,7 +187,7 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 		if err != nil {
 			return err
 		}
-		cfg.snapshot = f
+		cfg.snapshot = conf.Path(c, f)
 	case "fallthrough":
 		cfg.fall.SetZonesFromArgs(args)
 	case "updater":
@@ -263,29 +264,26 @@ func parseUpdater(c *caddy.Controller, args []string) (*updaterConfig, error) {
 	return u, nil
 }
 
-// carry holds the records of an instance across a reload (keyed by its
-// zones, API address and snapshot path), so a reload without a snapshot
-// loses nothing. It is taken by the new instance and cleared when the reload
-// fails.
-var carry struct {
-	mu sync.Mutex
-	m  map[string][]Record
-}
+// carried holds each instance's records across a reload (keyed by plugin,
+// zones, API address and snapshot path), so a reload without a snapshot loses
+// nothing. Each key is taken only by the instance that replaces its owner, so
+// two mdnsfallback server blocks keep their own records.
+var carried carry.Store[[]Record]
 
 func (p *MDNSFallback) carryKey() string {
-	return strings.Join(p.cfg.zones, ",") + "|" + p.cfg.api + "|" + p.cfg.snapshot
+	return pluginName + "|" + strings.Join(p.cfg.zones, ",") + "|" + p.cfg.api + "|" + p.cfg.snapshot
 }
 
 // lifecycle guards start and stop.
 var lifecycle sync.Mutex
 
 func (p *MDNSFallback) onStartup() error {
-	carry.mu.Lock()
-	recs, carried := carry.m[p.carryKey()]
-	carry.m = nil
-	carry.mu.Unlock()
+	if err := p.readToken(); err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	recs, ok := carried.Take(p.carryKey())
 	switch {
-	case carried:
+	case ok:
 		p.db.Replace(recs)
 	case p.cfg.snapshot != "":
 		n, err := newSnapshotWriter(p.cfg.snapshot, p.db).load()
@@ -296,6 +294,25 @@ func (p *MDNSFallback) onStartup() error {
 		}
 	}
 	return p.start()
+}
+
+// readToken reads the API token from token_file; it runs in OnStartup, so a
+// reload picks up a new token and an unreadable file stops the start.
+func (p *MDNSFallback) readToken() error {
+	f := p.cfg.tokenFile
+	if f == "" {
+		return nil
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		return fmt.Errorf("token_file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" || strings.ContainsAny(tok, " \t\r\n") {
+		return fmt.Errorf("token_file %s: want one token on one line", f)
+	}
+	p.cfg.token = tok
+	return nil
 }
 
 // start opens the listeners and goroutines; the database is already filled.
@@ -356,20 +373,13 @@ func (p *MDNSFallback) start() error {
 // onRestart stops this instance before a reload and hands its records to
 // the next one.
 func (p *MDNSFallback) onRestart() error {
-	carry.mu.Lock()
-	if carry.m == nil {
-		carry.m = map[string][]Record{}
-	}
-	carry.m[p.carryKey()] = p.db.Records("")
-	carry.mu.Unlock()
+	carried.Put(p.carryKey(), p.db.Records(""))
 	return p.shutdown()
 }
 
 // onRestartFailed brings this instance back when the reload failed.
 func (p *MDNSFallback) onRestartFailed() error {
-	carry.mu.Lock()
-	carry.m = nil
-	carry.mu.Unlock()
+	carried.Drop(p.carryKey())
 	return p.start()
 }
 

@@ -97,3 +97,33 @@ func TestStartupBadInterface(t *testing.T) {
 		t.Fatal("ready after a failed start")
 	}
 }
+
+// TestLifecycleReloadTwoBlocks: two mdnsfallback server blocks reload at
+// once; each new instance takes only its own block's records, so the first
+// to start does not throw away the other's.
+func TestLifecycleReloadTwoBlocks(t *testing.T) {
+	zones := [][]string{{"weave.local."}, {"other.local."}}
+	var old, next [2]*MDNSFallback
+	for i, z := range zones {
+		old[i] = newTestPlugin(func(c *config) { c.zones = z })
+		if err := old[i].onStartup(); err != nil {
+			t.Fatal(err)
+		}
+		put(t, old[i], "c1", "10.32.0.1", "web."+z[0], 0)
+	}
+	for _, p := range old {
+		p.onRestart()
+	}
+	for i, z := range zones {
+		next[i] = newTestPlugin(func(c *config) { c.zones = z })
+		if err := next[i].onStartup(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, p := range next {
+		if p.db.Len() != 1 || p.db.ix.lookup("web."+zones[i][0]) == nil {
+			t.Errorf("block %s: records not carried: %v", zones[i][0], p.db.Records(""))
+		}
+		p.shutdown()
+	}
+}

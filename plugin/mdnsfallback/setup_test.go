@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
 )
 
 func TestParse(t *testing.T) {
@@ -44,7 +45,7 @@ func TestParse(t *testing.T) {
 			snapshot /tmp/x.json
 			fallthrough
 		}`, "", func(t *testing.T, c config) {
-			if strings.Join(c.zones, " ") != "example.com. other.test." || c.api != "127.0.0.1:7000" || c.token != "s3cret" ||
+			if strings.Join(c.zones, " ") != "example.com. other.test." || c.api != "127.0.0.1:7000" || c.tokenFile != tok || c.token != "" ||
 				strings.Join(c.interfaces, " ") != "eth0 weave eth1" || c.timeout != 100*time.Millisecond || c.ttl != 60 ||
 				c.cacheSize != 10 || c.negativeTTL != 0 || c.maxRecords != 5 || c.snapshot != "/tmp/x.json" ||
 				len(c.reverse) != 2 || c.reverse[0] != netip.MustParsePrefix("10.32.0.0/12") || !c.fall.Through("a.example.com.") {
@@ -58,8 +59,15 @@ func TestParse(t *testing.T) {
 		}},
 		{"mdnsfallback {\napi nohostport\n}", `api: "nohostport" is not HOST:PORT or off`, nil},
 		{"mdnsfallback {\napi\n}", "Wrong argument count", nil},
-		{"mdnsfallback {\ntoken_file /nonexistent/token\n}", "token_file: open /nonexistent/token", nil},
-		{"mdnsfallback {\ntoken_file " + empty + "\n}", "want one token on one line", nil},
+		{"mdnsfallback {\nttl 30\nnegative_ttl 10\n}", "", func(t *testing.T, c config) {
+			if c.ttl != 30 || c.negativeTTL != 10*time.Second {
+				t.Errorf("plain-second TTLs: ttl %d negative_ttl %v", c.ttl, c.negativeTTL)
+			}
+		}},
+		{"mdnsfallback {\nttl 1.5s\n}", `ttl: invalid TTL "1.5s"`, nil},
+		{"mdnsfallback {\nnegative_ttl 3601\n}", "negative_ttl: 3601 is outside", nil},
+		{"mdnsfallback {\nttl 0\n}", "ttl: 0 is outside", nil},
+		{"mdnsfallback {\ntoken_file " + empty + "\n}", "", nil}, // read at start-up
 		{"mdnsfallback {\ninterface\n}", "Wrong argument count", nil},
 		{"mdnsfallback {\ntimeout soon\n}", `timeout: "soon" is not a duration`, nil},
 		{"mdnsfallback {\ntimeout 0s\n}", "timeout: 0s is outside", nil},
@@ -91,6 +99,51 @@ func TestParse(t *testing.T) {
 		}
 		if err != nil && tc.err != "only once per server block" && !strings.Contains(err.Error(), "Testfile:") {
 			t.Errorf("test %d: error %q does not name the file and line", i, err)
+		}
+	}
+}
+
+// TestParseRoot: relative snapshot and token_file paths are taken from the
+// server block's root.
+func TestParseRoot(t *testing.T) {
+	c := caddy.NewTestController("dns", "mdnsfallback {\nsnapshot records.json\ntoken_file secret/token\n}")
+	dnsserver.GetConfig(c).Root = "/srv/dns"
+	cfg, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.snapshot != "/srv/dns/records.json" || cfg.tokenFile != "/srv/dns/secret/token" {
+		t.Fatalf("root not honoured: snapshot %q token_file %q", cfg.snapshot, cfg.tokenFile)
+	}
+}
+
+// TestStartupToken: the token file is read at start-up; an unreadable or
+// malformed one fails the start with an error that names it.
+func TestStartupToken(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte("s3cret\n"), 0o600)
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o600)
+	for _, tc := range []struct{ file, err string }{
+		{tok, ""},
+		{"/nonexistent/token", "token_file: open /nonexistent/token"},
+		{empty, "token_file " + empty + ": want one token on one line"},
+	} {
+		p := newTestPlugin(func(c *config) { c.api = ""; c.tokenFile = tc.file })
+		err := p.onStartup()
+		p.shutdown()
+		if tc.err == "" {
+			if err != nil || p.cfg.token != "s3cret" {
+				t.Errorf("%s: token %q, err %v", tc.file, p.cfg.token, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "plugin/mdnsfallback") {
+			t.Errorf("%s: want error containing %q, got %v", tc.file, tc.err, err)
+		}
+		if p.Ready() {
+			t.Errorf("%s: ready after a failed start", tc.file)
 		}
 	}
 }
