@@ -195,7 +195,7 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 			if resp.GetVersionInfo() == x.nacked {
 				// A control plane answers a NACK by sending the same version
 				// again at once: hold each repeated NACK (1s, doubling up to
-				// 30s) instead of spinning, and report it only once.
+				// xdsRetryMax, 10s) instead of spinning, and report it only once.
 				if !sleep(ctx, x.nackDelay) {
 					return got, ctx.Err()
 				}
