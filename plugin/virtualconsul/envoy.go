@@ -30,7 +30,7 @@ func init() { sourceTypes["envoy"] = newEnvoySource }
 //	    timeout DURATION
 //	    backoff DURATION
 //	}
-func newEnvoySource(c *caddy.Controller, args []string, _ func(string) string) (source, error) {
+func newEnvoySource(c *caddy.Controller, args []string) (source, error) {
 	if len(args) != 1 {
 		return nil, errors.New("want ADDRESS")
 	}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
 )
 
 const pluginName = "virtualconsul"
@@ -46,16 +46,6 @@ const (
 // parse reads the virtualconsul directive into a plugin with no side
 // effects: nothing is read and no goroutine starts until OnStartup.
 func parse(c *caddy.Controller) (*VirtualConsul, error) {
-	root := dnsserver.GetConfig(c).Root
-	abs := func(p string) string {
-		if !filepath.IsAbs(p) && root != "" {
-			p = filepath.Join(root, p)
-		}
-		if a, err := filepath.Abs(p); err == nil {
-			return a // logs and errors then name the file unambiguously
-		}
-		return p
-	}
 	v := &VirtualConsul{
 		ns: defaultNamespace, ap: defaultPartition, dc: defaultDatacenter,
 		ttl: uint32(defaultTTL / time.Second),
@@ -83,7 +73,7 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				if !ok {
 					return nil, c.Errf("unknown source type %q", args[0])
 				}
-				src, err := newSource(c, args[1:], abs)
+				src, err := newSource(c, args[1:])
 				if err != nil {
 					return nil, c.Errf("source %s: %v", args[0], err)
 				}
@@ -96,7 +86,7 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				if len(args) != 1 {
 					return nil, c.ArgErr()
 				}
-				v.snapshot = abs(args[0])
+				v.snapshot = conf.Path(c, args[0])
 				if st, err := os.Stat(filepath.Dir(v.snapshot)); err != nil || !st.IsDir() {
 					return nil, c.Errf("snapshot directory %q does not exist", filepath.Dir(v.snapshot))
 				}
@@ -119,7 +109,7 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				if len(args) != 1 {
 					return nil, c.ArgErr()
 				}
-				ttl, err := parseTTL(args[0])
+				ttl, err := conf.ParseTTL(args[0])
 				if err != nil {
 					return nil, c.Errf("ttl: %v", err)
 				}
@@ -149,27 +139,6 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 	}
 	sort.SliceStable(v.zones, func(i, j int) bool { return len(v.zones[i].name) > len(v.zones[j].name) })
 	return v, nil
-}
-
-// parseTTL reads a TTL as a Go duration ("5s", "1m") or whole seconds ("5").
-func parseTTL(s string) (uint32, error) {
-	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
-		return uint32(n), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, errInvalidTTL(s)
-	}
-	if d < 0 || d%time.Second != 0 || d/time.Second > 1<<31-1 {
-		return 0, errInvalidTTL(s)
-	}
-	return uint32(d / time.Second), nil
-}
-
-type errInvalidTTL string
-
-func (e errInvalidTTL) Error() string {
-	return "invalid duration " + strconv.Quote(string(e)) + " (want whole seconds, e.g. 5s)"
 }
 
 // lifecycle holds the running source between OnStartup and OnShutdown.

@@ -112,11 +112,11 @@ func TestParse(t *testing.T) {
 		{`virtualconsul {
 			source file a.json
 			ttl 1.5s
-		}`, `Testfile:3 - Error during parsing: ttl: invalid duration "1.5s"`, nil},
+		}`, `Testfile:3 - Error during parsing: ttl: invalid TTL "1.5s"`, nil},
 		{`virtualconsul {
 			source file a.json
 			ttl -5s
-		}`, `ttl: invalid duration "-5s"`, nil},
+		}`, `ttl: invalid TTL "-5s"`, nil},
 		{`virtualconsul {
 			source file a.json
 			authoritative yes
