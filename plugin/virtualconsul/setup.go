@@ -13,6 +13,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
+	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
 
 const pluginName = "virtualconsul"
@@ -135,9 +136,9 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 		v.remote.zone = v.metricZone
 	}
 	for _, z := range zones {
-		v.zones = append(v.zones, newZone(z))
+		v.zones = append(v.zones, soa.For(z))
 	}
-	sort.SliceStable(v.zones, func(i, j int) bool { return len(v.zones[i].name) > len(v.zones[j].name) })
+	sort.SliceStable(v.zones, func(i, j int) bool { return len(v.zones[i].Zone) > len(v.zones[j].Zone) })
 	return v, nil
 }
 

@@ -195,7 +195,7 @@ func TestLifecycle(t *testing.T) {
 func zoneNames(v *VirtualConsul) []string {
 	var out []string
 	for _, z := range v.zones {
-		out = append(out, z.name)
+		out = append(out, z.Zone)
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	_ "github.com/coredns/coredns/plugin/hosts" // for BenchmarkServeDNSHosts
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/meshdns/meshdns/plugin/pkg/soa"
 
 	"github.com/miekg/dns"
 )
@@ -32,7 +33,7 @@ func handler(t testing.TB, authoritative bool) *VirtualConsul {
 	}
 	v := &VirtualConsul{
 		Next:  test.NextHandler(dns.RcodeRefused, nil),
-		zones: []zone{newZone("corp.example."), newZone("consul.")}, ns: "default", ap: "default", dc: "dc1",
+		zones: []soa.Names{soa.For("corp.example."), soa.For("consul.")}, ns: "default", ap: "default", dc: "dc1",
 		ttl: 5, authoritative: authoritative, metricZone: "consul.",
 	}
 	v.table.Store(tbl)
@@ -41,7 +42,7 @@ func handler(t testing.TB, authoritative bool) *VirtualConsul {
 
 const passed = dns.RcodeRefused // what the next plugin answers in these tests
 
-func soa(zone string) dns.RR {
+func wantSOA(zone string) dns.RR {
 	return test.SOA(zone + " 5 IN SOA ns.dns." + zone + " hostmaster.ns.dns." + zone + " 1 7200 1800 86400 5")
 }
 
@@ -60,10 +61,10 @@ func TestServeDNS(t *testing.T) {
 		{Qname: "http.pay.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("http.pay.virtual.consul. 5 IN A 240.0.0.8")}},
 		{Qname: "web.virtual.consul.", Qtype: dns.TypeANY, Answer: []dns.RR{test.A("web.virtual.consul. 5 IN A 240.0.0.1")}},
 		// NODATA: the name exists, not for this type
-		{Qname: "web.virtual.consul.", Qtype: dns.TypeAAAA, Ns: []dns.RR{soa("consul.")}},
-		{Qname: "web.virtual.consul.", Qtype: dns.TypeTXT, Ns: []dns.RR{soa("consul.")}},
-		{Qname: "v6.virtual.consul.", Qtype: dns.TypeA, Ns: []dns.RR{soa("consul.")}},
-		{Qname: "web.virtual.corp.example.", Qtype: dns.TypeAAAA, Ns: []dns.RR{soa("corp.example.")}},
+		{Qname: "web.virtual.consul.", Qtype: dns.TypeAAAA, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "web.virtual.consul.", Qtype: dns.TypeTXT, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "v6.virtual.consul.", Qtype: dns.TypeA, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "web.virtual.corp.example.", Qtype: dns.TypeAAAA, Ns: []dns.RR{wantSOA("corp.example.")}},
 		// passed on
 		{Qname: "amb.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "nope.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
@@ -83,8 +84,8 @@ func TestServeDNS(t *testing.T) {
 
 func TestServeDNSAuthoritative(t *testing.T) {
 	runCases(t, handler(t, true), []test.Case{
-		{Qname: "nope.virtual.consul.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{soa("consul.")}},
-		{Qname: "nope.virtual.corp.example.", Qtype: dns.TypeAAAA, Rcode: dns.RcodeNameError, Ns: []dns.RR{soa("corp.example.")}},
+		{Qname: "nope.virtual.consul.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "nope.virtual.corp.example.", Qtype: dns.TypeAAAA, Rcode: dns.RcodeNameError, Ns: []dns.RR{wantSOA("corp.example.")}},
 		// still passed on: a named port without its entry, ambiguous, other forms
 		{Qname: "grpc.pay.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "amb.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
