@@ -10,6 +10,7 @@ package virtualconsul
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin"
@@ -32,9 +33,9 @@ type VirtualConsul struct {
 	snapshot      string       // snapshot path, "" for none
 	metricZone    string       // the zone label of the table metrics
 
-	table atomic.Pointer[Table]    // nil until a table is loaded
-	ctrs  atomic.Pointer[counters] // the last server's request counters
-	life  lifecycle                // the running source, between OnStartup and OnShutdown
+	table atomic.Pointer[Table] // nil until a table is loaded
+	ctrs  sync.Map              // server → *counters, resolved on the server's first query
+	life  lifecycle             // the running source, between OnStartup and OnShutdown
 }
 
 // Name implements plugin.Handler.
@@ -219,14 +220,14 @@ func (v *VirtualConsul) match(lname []byte) (z *soa.Names, rel []byte, ok bool) 
 	return nil, nil, false
 }
 
-// counters returns the request counters for the server in ctx, resolving
-// them only when the server changes.
+// counters returns the request counters for the server in ctx: after the
+// server's first query, a load only (no label lookup, no allocation), however
+// the servers of a multi-address block (bind A B) alternate.
 func (v *VirtualConsul) counters(ctx context.Context) *counters {
 	server := metrics.WithServer(ctx)
-	if c := v.ctrs.Load(); c != nil && c.server == server {
-		return c
+	if c, ok := v.ctrs.Load(server); ok {
+		return c.(*counters)
 	}
-	c := newCounters(server)
-	v.ctrs.Store(c)
-	return c
+	c, _ := v.ctrs.LoadOrStore(server, newCounters(server))
+	return c.(*counters)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // handler returns a plugin over a small table, with test.NextHandler
@@ -247,4 +248,48 @@ func FuzzServeDNS(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestServeDNSAllocsServers alternates the queries of two servers (a block
+// with bind A B): each server's counters are resolved once, so a hit stays
+// one allocation and each server counts its own queries.
+func TestServeDNSAllocsServers(t *testing.T) {
+	v := handler(t, false)
+	w := &test.ResponseWriter{}
+	m := new(dns.Msg)
+	m.SetQuestion("web.virtual.consul.", dns.TypeA)
+	a := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://127.0.0.1:1053"})
+	b := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://127.0.0.2:1053"})
+	hits := func(server string) float64 {
+		mfs, err := prometheus.DefaultGatherer.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "coredns_virtualconsul_requests_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["server"] == server && labels["result"] == resultHit {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	a0, b0 := hits("dns://127.0.0.1:1053"), hits("dns://127.0.0.2:1053")
+	got := testing.AllocsPerRun(200, func() {
+		_, _ = v.ServeDNS(a, w, m)
+		_, _ = v.ServeDNS(b, w, m)
+	})
+	if got > 2 {
+		t.Errorf("%.0f allocations per pair of hits from two servers, want at most 2", got)
+	}
+	if da, db := hits("dns://127.0.0.1:1053")-a0, hits("dns://127.0.0.2:1053")-b0; da != db || da < 200 {
+		t.Errorf("hits counted %v and %v, want the same (at least 200) per server", da, db)
+	}
 }
