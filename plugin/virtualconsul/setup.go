@@ -70,18 +70,16 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				if len(args) == 0 {
 					return nil, c.ArgErr()
 				}
-				newSource, ok := sourceTypes[args[0]]
-				if !ok {
+				var err error
+				if args[0] == "envoy" {
+					v.remote, err = newEnvoySource(c, args[1:]) // no table to sync: the handler asks the listener
+				} else if newSource, ok := sourceTypes[args[0]]; ok {
+					v.src, err = newSource(c, args[1:])
+				} else {
 					return nil, c.Errf("unknown source type %q", args[0])
 				}
-				src, err := newSource(c, args[1:])
 				if err != nil {
 					return nil, c.Errf("source %s: %v", args[0], err)
-				}
-				if e, ok := src.(*envoySource); ok {
-					v.remote = e // no table to sync: the handler asks the listener
-				} else {
-					v.src = src
 				}
 			case "snapshot":
 				if len(args) != 1 {
@@ -151,6 +149,12 @@ type lifecycle struct {
 
 // start loads the snapshot at once, then starts the source.
 func (v *VirtualConsul) start() error {
+	if v.remote != nil {
+		// A fresh listener state is not failing: clear a gauge the replaced
+		// instance (before a reload) may have left at 1.
+		sourceFailing.WithLabelValues(v.metricZone, "envoy").Set(0)
+		return nil
+	}
 	if v.snapshot != "" {
 		v.loadSnapshot()
 	}

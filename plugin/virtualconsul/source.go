@@ -17,10 +17,11 @@ type newSourceFunc func(c *caddy.Controller, args []string) (source, error)
 
 // A source keeps one plugin's table in step with one control plane, one file
 // each: a table file (file.go), the Consul catalog (consul.go), an ADS
-// stream (xds.go). The remote-listener mode (envoy.go) is registered here
-// too but syncs no table: the handler asks the listener per query. A source builds every table with a Builder (so every table passes
-// the same checks) and reports each attempt; the plugin swaps tables in,
-// counts, logs and writes the snapshot.
+// stream (xds.go). The remote-listener mode (source envoy, envoy.go) is not
+// a source: it syncs no table, the handler asks the listener per query, and
+// parse makes it itself. A source builds every table with a Builder (so
+// every table passes the same checks) and reports each attempt; the plugin
+// swaps tables in, counts, logs and writes the snapshot.
 type source interface {
 	// Name labels the source in metrics and logs ("file", "consul", "xds").
 	Name() string

@@ -261,25 +261,7 @@ func TestServeDNSAllocsServers(t *testing.T) {
 	a := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://127.0.0.1:1053"})
 	b := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://127.0.0.2:1053"})
 	hits := func(server string) float64 {
-		mfs, err := prometheus.DefaultGatherer.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != "coredns_virtualconsul_requests_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				labels := map[string]string{}
-				for _, l := range m.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				if labels["server"] == server && labels["result"] == resultHit {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-		return 0
+		return metricValue(t, "coredns_virtualconsul_requests_total", map[string]string{"server": server, "result": resultHit})
 	}
 	a0, b0 := hits("dns://127.0.0.1:1053"), hits("dns://127.0.0.2:1053")
 	got := testing.AllocsPerRun(200, func() {
@@ -292,4 +274,36 @@ func TestServeDNSAllocsServers(t *testing.T) {
 	if da, db := hits("dns://127.0.0.1:1053")-a0, hits("dns://127.0.0.2:1053")-b0; da != db || da < 200 {
 		t.Errorf("hits counted %v and %v, want the same (at least 200) per server", da, db)
 	}
+}
+
+// metricValue reads a counter or gauge of the default registry by its labels
+// (0 when absent).
+func metricValue(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue next
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
 }
