@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -170,8 +171,12 @@ func TestLifecycle(t *testing.T) {
 	if v.Ready() {
 		t.Fatal("ready before start")
 	}
+	before := runtime.NumGoroutine()
 	if err := v.start(); err != nil {
 		t.Fatal(err)
+	}
+	if n := runtime.NumGoroutine(); n <= before {
+		t.Fatalf("goroutines %d after start, %d before: the source does not run", n, before)
 	}
 	if !v.Ready() || v.table.Load().Len() != 1 {
 		t.Fatal("snapshot not loaded at start")
@@ -186,9 +191,9 @@ func TestLifecycle(t *testing.T) {
 	if err := v.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if v.life.cancel != nil {
-		t.Fatal("source still registered after stop")
-	}
+	// stop has waited for the source's goroutine to finish; give it the
+	// moment it needs to return after closing done.
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
 	_ = v.stop() // a second stop is harmless
 }
 
