@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/meshdns/meshdns/plugin/pkg/carry"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
@@ -28,6 +30,8 @@ func setup(c *caddy.Controller) error {
 		return plugin.Error(pluginName, err)
 	}
 	c.OnStartup(v.start)
+	c.OnRestart(v.handOver)
+	c.OnRestartFailed(v.keep)
 	c.OnShutdown(v.stop)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		v.Next = next
@@ -130,6 +134,9 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 		}
 	}
 	v.metricZone = zones[0]
+	// The server block's keys (zones and ports) tell apart two blocks that
+	// serve the same zones on different ports.
+	v.carryKey = pluginName + " " + strings.Join(c.ServerBlockKeys, " ") + " " + strings.Join(zones, " ")
 	if v.remote != nil {
 		v.remote.zone = v.metricZone
 	}
@@ -147,7 +154,31 @@ type lifecycle struct {
 	done   chan struct{}
 }
 
-// start loads the snapshot at once, then starts the source.
+// carried holds the serving tables across a reload (SIGUSR1), by carryKey;
+// tables are immutable, so the two instances may share one.
+var carried carry.Store[*Table]
+
+// handOver, before a reload, leaves the serving table for the instance
+// that replaces this one: a reload during a control-plane outage then keeps
+// answering, with or without a snapshot.
+func (v *VirtualConsul) handOver() error {
+	if t := v.table.Load(); t != nil {
+		carried.Put(v.carryKey, t)
+	} else {
+		carried.Drop(v.carryKey)
+	}
+	return nil
+}
+
+// keep, when a reload failed, takes back what handOver left: this instance
+// serves on with its own table, and no stale table waits for a later reload.
+func (v *VirtualConsul) keep() error {
+	carried.Drop(v.carryKey)
+	return nil
+}
+
+// start serves the table carried across a reload or else the snapshot at
+// once, then starts the source.
 func (v *VirtualConsul) start() error {
 	if v.remote != nil {
 		// A fresh listener state is not failing: clear a gauge the replaced
@@ -155,7 +186,10 @@ func (v *VirtualConsul) start() error {
 		sourceFailing.WithLabelValues(v.metricZone, "envoy").Set(0)
 		return nil
 	}
-	if v.snapshot != "" {
+	if t, ok := carried.Take(v.carryKey); ok {
+		v.swap(t) // at least as new as the snapshot
+		log.Infof("Carried %d entries across the reload", t.Len())
+	} else if v.snapshot != "" {
 		v.loadSnapshot()
 	}
 	if v.src == nil {
