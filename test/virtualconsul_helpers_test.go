@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // consulStandIn is the zone the stand-in "Consul servers" (a second meshdns
@@ -142,4 +143,17 @@ func wantShort(t *testing.T, addr, name, qtype string, want ...string) {
 	if got := shortAll(t, addr, name, qtype); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("%s %s = %v, want %v", name, qtype, got, want)
 	}
+}
+
+// waitReloaded waits for caddy's "Reloading complete", logged once the new
+// instance has started (its OnStartup ran) and the old one has stopped;
+// "[INFO] Reloading" alone is logged before the new instance starts.
+func waitReloaded(t *testing.T, s *Server) {
+	t.Helper()
+	Eventually(t, 10*time.Second, func() string {
+		if !strings.Contains(s.Log(), "Reloading complete") {
+			return "no \"Reloading complete\" in the log"
+		}
+		return ""
+	})
 }

@@ -264,17 +264,67 @@ func TestVirtualConsulSIGUSR1(t *testing.T) {
 	addr := s.DNS()
 	wantShort(t, addr, "web.virtual.consul", "A", "240.0.0.1")
 	s.Signal(syscall.SIGUSR1)
-	Eventually(t, 10*time.Second, func() string {
-		if !strings.Contains(s.Log(), "Reload") && !strings.Contains(s.Log(), "reload") {
-			return "no reload in the log"
-		}
-		return ""
-	})
+	waitReloaded(t, s)
 	wantShort(t, addr, "web.virtual.consul", "A", "240.0.0.1")
 	writeAtomic(t, filepath.Join(s.Dir, "table.json"), vcTable(map[string][]string{vcFull("web"): {"240.0.0.41"}}))
 	Eventually(t, 5*time.Second, func() string {
 		if got := DigShort(t, addr, "web.virtual.consul", "A"); strings.Join(got, " ") != "240.0.0.41" {
 			return "changed table not served after the reload: " + strings.Join(got, " ")
+		}
+		return ""
+	})
+	if s.Exited() {
+		t.Fatal("meshdns exited after SIGUSR1")
+	}
+}
+
+// TestVirtualConsulReloadCarry reloads the server (SIGUSR1) during an
+// outage with no snapshot configured: the table file is gone, so the new
+// instance's source fails, and the table the old instance served is carried
+// across and keeps answering (without it the names would go to the servers).
+func TestVirtualConsulReloadCarry(t *testing.T) {
+	consul := startConsulStandIn(t)
+	noSnapshot := strings.Replace(vcCorefile, "        snapshot vc-snapshot.json\n", "", 1)
+	if noSnapshot == vcCorefile {
+		t.Fatal("vcCorefile has no snapshot line to drop")
+	}
+	s := Start(t, noSnapshot, Options{
+		Files: map[string]string{"table.json": vcTable(demoVC)},
+		Ports: map[int]int{5399: consul.Port(1053)},
+	})
+	addr := s.DNS()
+	wantShort(t, addr, "web.virtual.consul", "A", "240.0.0.1")
+
+	// Outage: the table file goes; the old instance keeps serving.
+	if err := os.Remove(filepath.Join(s.Dir, "table.json")); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 5*time.Second, func() string {
+		if !strings.Contains(s.Log(), "Source file failing") {
+			return "the source has not noticed the table file is gone"
+		}
+		return ""
+	})
+	s.Signal(syscall.SIGUSR1)
+	waitReloaded(t, s)
+	wantShort(t, addr, "web.virtual.consul", "A", "240.0.0.1")
+	wantShort(t, addr, "api.virtual.team.ns.consul", "A", "240.0.0.2")
+	wantShort(t, addr, "v6.virtual.consul", "AAAA", "fd00::6")
+	if !strings.Contains(s.Log(), "Carried 7 entries across the reload") {
+		t.Errorf("no carry log line:\n%s", s.Log())
+	}
+	if got := s.Metric("coredns_virtualconsul_requests_total", `result="not_ready"`); got != 0 {
+		t.Errorf("not_ready counter = %v after the reload, want 0", got)
+	}
+	if got := s.Metric("coredns_virtualconsul_entries"); got != 7 {
+		t.Errorf("entries after the reload = %v, want 7", got)
+	}
+
+	// The control plane is back: the new instance's source takes over.
+	writeAtomic(t, filepath.Join(s.Dir, "table.json"), vcTable(map[string][]string{vcFull("web"): {"240.0.0.61"}}))
+	Eventually(t, 5*time.Second, func() string {
+		if got := DigShort(t, addr, "web.virtual.consul", "A"); strings.Join(got, " ") != "240.0.0.61" {
+			return "the recovered source's table not served: " + strings.Join(got, " ")
 		}
 		return ""
 	})

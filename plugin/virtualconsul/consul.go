@@ -13,6 +13,7 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/hashicorp/consul/api"
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
 )
 
 // Timing of the consul source.
@@ -42,7 +43,7 @@ func init() { sourceTypes["consul"] = newConsulSource }
 //
 // ADDRESS defaults to CONSUL_HTTP_ADDR, then 127.0.0.1:8500; the token to
 // token_file, then CONSUL_HTTP_TOKEN(_FILE).
-func newConsulSource(c *caddy.Controller, args []string, abs func(string) string) (source, error) {
+func newConsulSource(c *caddy.Controller, args []string) (source, error) {
 	if len(args) > 1 {
 		return nil, errors.New("want [ADDRESS]")
 	}
@@ -61,13 +62,13 @@ func newConsulSource(c *caddy.Controller, args []string, abs func(string) string
 			if len(args) != 1 {
 				return c.ArgErr()
 			}
-			s.tokenFile = abs(args[0])
+			s.tokenFile = conf.Path(c, args[0])
 		case "tls":
 			if len(args) != 3 {
 				return c.ArgErr()
 			}
 			for i, p := range args {
-				args[i] = abs(p)
+				args[i] = conf.Path(c, p)
 				if _, err := os.Stat(args[i]); err != nil {
 					return c.Errf("source consul: tls: %v", err)
 				}

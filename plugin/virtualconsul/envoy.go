@@ -22,15 +22,13 @@ const (
 	defaultEnvoyPort    = "8653" // Consul's virtual_dns listener
 )
 
-func init() { sourceTypes["envoy"] = newEnvoySource }
-
 // newEnvoySource reads
 //
 //	source envoy ADDRESS {
 //	    timeout DURATION
 //	    backoff DURATION
 //	}
-func newEnvoySource(c *caddy.Controller, args []string, _ func(string) string) (source, error) {
+func newEnvoySource(c *caddy.Controller, args []string) (*envoySource, error) {
 	if len(args) != 1 {
 		return nil, errors.New("want ADDRESS")
 	}
@@ -90,11 +88,6 @@ type envoySource struct {
 	failing atomic.Bool  // between a failure and the next answer, for logs and the gauge
 	zone    string       // the zone label of the failing gauge
 }
-
-func (e *envoySource) Name() string { return "envoy" }
-
-// Run does nothing: the remote-listener mode syncs no table.
-func (e *envoySource) Run(ctx context.Context, _ func(Sync)) { <-ctx.Done() }
 
 // fail opens (or extends, never shortens) the backoff window after a
 // failure at now.

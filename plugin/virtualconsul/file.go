@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
 )
 
 // defaultInterval is how often the file source checks its file.
@@ -20,11 +21,11 @@ const defaultInterval = 5 * time.Second
 func init() { sourceTypes["file"] = newFileSource }
 
 // newFileSource reads "source file PATH [INTERVAL]".
-func newFileSource(_ *caddy.Controller, args []string, abs func(string) string) (source, error) {
+func newFileSource(c *caddy.Controller, args []string) (source, error) {
 	if len(args) < 1 || len(args) > 2 {
 		return nil, errors.New("want PATH [INTERVAL]")
 	}
-	f := &fileSource{path: abs(args[0]), interval: defaultInterval}
+	f := &fileSource{path: conf.Path(c, args[0]), interval: defaultInterval}
 	if len(args) == 2 {
 		d, err := time.ParseDuration(args[1])
 		if err != nil || d <= 0 {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
 
 // collect runs one sync of f and returns what it reported.
@@ -87,7 +89,7 @@ func TestSnapshotCorrupt(t *testing.T) {
 		t.Fatalf("corrupt snapshot error = %v", err)
 	}
 	// The plugin logs it, ignores it and is not ready.
-	v := &VirtualConsul{snapshot: snap, zones: []zone{newZone("consul.")}, metricZone: "consul."}
+	v := &VirtualConsul{snapshot: snap, zones: []soa.Names{soa.For("consul.")}, metricZone: "consul."}
 	if err := v.start(); err != nil {
 		t.Fatal(err)
 	}

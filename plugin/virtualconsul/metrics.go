@@ -59,7 +59,6 @@ var (
 // counters are one server's request counters, resolved once so that the
 // query path only increments (no label lookup, no lock).
 type counters struct {
-	server                                              string
 	hit, nodata, miss, ambiguous, passthrough, notReady prometheus.Counter
 	remoteError, backoff                                prometheus.Counter
 }
@@ -67,8 +66,7 @@ type counters struct {
 func newCounters(server string) *counters {
 	c := func(result string) prometheus.Counter { return requestCount.WithLabelValues(server, result) }
 	return &counters{
-		server: server,
-		hit:    c(resultHit), nodata: c(resultNodata), miss: c(resultMiss),
+		hit: c(resultHit), nodata: c(resultNodata), miss: c(resultMiss),
 		ambiguous: c(resultAmbiguous), passthrough: c(resultPassthrough), notReady: c(resultNotReady),
 		remoteError: c(resultRemoteError), backoff: c(resultBackoff),
 	}

@@ -5,7 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +13,9 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/meshdns/meshdns/plugin/pkg/carry"
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
+	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
 
 const pluginName = "virtualconsul"
@@ -27,6 +30,8 @@ func setup(c *caddy.Controller) error {
 		return plugin.Error(pluginName, err)
 	}
 	c.OnStartup(v.start)
+	c.OnRestart(v.handOver)
+	c.OnRestartFailed(v.keep)
 	c.OnShutdown(v.stop)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		v.Next = next
@@ -46,16 +51,6 @@ const (
 // parse reads the virtualconsul directive into a plugin with no side
 // effects: nothing is read and no goroutine starts until OnStartup.
 func parse(c *caddy.Controller) (*VirtualConsul, error) {
-	root := dnsserver.GetConfig(c).Root
-	abs := func(p string) string {
-		if !filepath.IsAbs(p) && root != "" {
-			p = filepath.Join(root, p)
-		}
-		if a, err := filepath.Abs(p); err == nil {
-			return a // logs and errors then name the file unambiguously
-		}
-		return p
-	}
 	v := &VirtualConsul{
 		ns: defaultNamespace, ap: defaultPartition, dc: defaultDatacenter,
 		ttl: uint32(defaultTTL / time.Second),
@@ -79,24 +74,22 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				if len(args) == 0 {
 					return nil, c.ArgErr()
 				}
-				newSource, ok := sourceTypes[args[0]]
-				if !ok {
+				var err error
+				if args[0] == "envoy" {
+					v.remote, err = newEnvoySource(c, args[1:]) // no table to sync: the handler asks the listener
+				} else if newSource, ok := sourceTypes[args[0]]; ok {
+					v.src, err = newSource(c, args[1:])
+				} else {
 					return nil, c.Errf("unknown source type %q", args[0])
 				}
-				src, err := newSource(c, args[1:], abs)
 				if err != nil {
 					return nil, c.Errf("source %s: %v", args[0], err)
-				}
-				if e, ok := src.(*envoySource); ok {
-					v.remote = e // no table to sync: the handler asks the listener
-				} else {
-					v.src = src
 				}
 			case "snapshot":
 				if len(args) != 1 {
 					return nil, c.ArgErr()
 				}
-				v.snapshot = abs(args[0])
+				v.snapshot = conf.Path(c, args[0])
 				if st, err := os.Stat(filepath.Dir(v.snapshot)); err != nil || !st.IsDir() {
 					return nil, c.Errf("snapshot directory %q does not exist", filepath.Dir(v.snapshot))
 				}
@@ -119,7 +112,7 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				if len(args) != 1 {
 					return nil, c.ArgErr()
 				}
-				ttl, err := parseTTL(args[0])
+				ttl, err := conf.ParseTTL(args[0])
 				if err != nil {
 					return nil, c.Errf("ttl: %v", err)
 				}
@@ -141,35 +134,17 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 		}
 	}
 	v.metricZone = zones[0]
+	// The server block's keys (zones and ports) tell apart two blocks that
+	// serve the same zones on different ports.
+	v.carryKey = pluginName + " " + strings.Join(c.ServerBlockKeys, " ") + " " + strings.Join(zones, " ")
 	if v.remote != nil {
 		v.remote.zone = v.metricZone
 	}
 	for _, z := range zones {
-		v.zones = append(v.zones, newZone(z))
+		v.zones = append(v.zones, soa.For(z))
 	}
-	sort.SliceStable(v.zones, func(i, j int) bool { return len(v.zones[i].name) > len(v.zones[j].name) })
+	sort.SliceStable(v.zones, func(i, j int) bool { return len(v.zones[i].Zone) > len(v.zones[j].Zone) })
 	return v, nil
-}
-
-// parseTTL reads a TTL as a Go duration ("5s", "1m") or whole seconds ("5").
-func parseTTL(s string) (uint32, error) {
-	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
-		return uint32(n), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, errInvalidTTL(s)
-	}
-	if d < 0 || d%time.Second != 0 || d/time.Second > 1<<31-1 {
-		return 0, errInvalidTTL(s)
-	}
-	return uint32(d / time.Second), nil
-}
-
-type errInvalidTTL string
-
-func (e errInvalidTTL) Error() string {
-	return "invalid duration " + strconv.Quote(string(e)) + " (want whole seconds, e.g. 5s)"
 }
 
 // lifecycle holds the running source between OnStartup and OnShutdown.
@@ -179,9 +154,42 @@ type lifecycle struct {
 	done   chan struct{}
 }
 
-// start loads the snapshot at once, then starts the source.
+// carried holds the serving tables across a reload (SIGUSR1), by carryKey;
+// tables are immutable, so the two instances may share one.
+var carried carry.Store[*Table]
+
+// handOver, before a reload, leaves the serving table for the instance
+// that replaces this one: a reload during a control-plane outage then keeps
+// answering, with or without a snapshot.
+func (v *VirtualConsul) handOver() error {
+	if t := v.table.Load(); t != nil {
+		carried.Put(v.carryKey, t)
+	} else {
+		carried.Drop(v.carryKey)
+	}
+	return nil
+}
+
+// keep, when a reload failed, takes back what handOver left: this instance
+// serves on with its own table, and no stale table waits for a later reload.
+func (v *VirtualConsul) keep() error {
+	carried.Drop(v.carryKey)
+	return nil
+}
+
+// start serves the table carried across a reload or else the snapshot at
+// once, then starts the source.
 func (v *VirtualConsul) start() error {
-	if v.snapshot != "" {
+	if v.remote != nil {
+		// A fresh listener state is not failing: clear a gauge the replaced
+		// instance (before a reload) may have left at 1.
+		sourceFailing.WithLabelValues(v.metricZone, "envoy").Set(0)
+		return nil
+	}
+	if t, ok := carried.Take(v.carryKey); ok {
+		v.swap(t) // at least as new as the snapshot
+		log.Infof("Carried %d entries across the reload", t.Len())
+	} else if v.snapshot != "" {
 		v.loadSnapshot()
 	}
 	if v.src == nil {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -112,11 +113,11 @@ func TestParse(t *testing.T) {
 		{`virtualconsul {
 			source file a.json
 			ttl 1.5s
-		}`, `Testfile:3 - Error during parsing: ttl: invalid duration "1.5s"`, nil},
+		}`, `Testfile:3 - Error during parsing: ttl: invalid TTL "1.5s"`, nil},
 		{`virtualconsul {
 			source file a.json
 			ttl -5s
-		}`, `ttl: invalid duration "-5s"`, nil},
+		}`, `ttl: invalid TTL "-5s"`, nil},
 		{`virtualconsul {
 			source file a.json
 			authoritative yes
@@ -170,8 +171,12 @@ func TestLifecycle(t *testing.T) {
 	if v.Ready() {
 		t.Fatal("ready before start")
 	}
+	before := runtime.NumGoroutine()
 	if err := v.start(); err != nil {
 		t.Fatal(err)
+	}
+	if n := runtime.NumGoroutine(); n <= before {
+		t.Fatalf("goroutines %d after start, %d before: the source does not run", n, before)
 	}
 	if !v.Ready() || v.table.Load().Len() != 1 {
 		t.Fatal("snapshot not loaded at start")
@@ -186,16 +191,16 @@ func TestLifecycle(t *testing.T) {
 	if err := v.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if v.life.cancel != nil {
-		t.Fatal("source still registered after stop")
-	}
+	// stop has waited for the source's goroutine to finish; give it the
+	// moment it needs to return after closing done.
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
 	_ = v.stop() // a second stop is harmless
 }
 
 func zoneNames(v *VirtualConsul) []string {
 	var out []string
 	for _, z := range v.zones {
-		out = append(out, z.name)
+		out = append(out, z.Zone)
 	}
 	return out
 }
@@ -231,5 +236,65 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met after 5s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestCarry hands the table across a reload as CoreDNS does (OnRestart on
+// the old instance, OnStartup on the new one) with a dead source and no
+// snapshot; a failed reload takes it back; another block's key gets nothing.
+func TestCarry(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "table.json")
+	newVC := func(keys ...string) *VirtualConsul {
+		t.Helper()
+		c := caddy.NewTestController("dns", `virtualconsul {
+			source file `+file+` 10ms
+		}`)
+		c.ServerBlockKeys = keys
+		v, err := parse(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	old := newVC("consul.:1053")
+	writeTable(t, file, map[string]string{webKey: "240.0.0.1"})
+	if err := old.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer old.stop()
+	waitFor(t, old.Ready)
+	if err := os.Remove(file); err != nil { // the control plane goes away
+		t.Fatal(err)
+	}
+
+	// A reload that fails: the old instance keeps its table, nothing waits.
+	_ = old.handOver()
+	_ = old.keep()
+	if v := newVC("consul.:1053"); v.start() != nil || v.Ready() {
+		t.Fatal("a failed reload left its table for the next instance")
+	} else {
+		_ = v.stop()
+	}
+
+	// A reload that succeeds: the new instance serves the old table at once.
+	_ = old.handOver()
+	other := newVC("consul.:1054") // the same zone in another block
+	if err := other.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer other.stop()
+	if other.Ready() {
+		t.Fatal("another server block took the table")
+	}
+	next := newVC("consul.:1053")
+	if err := next.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer next.stop()
+	if !next.Ready() || next.table.Load() != old.table.Load() {
+		t.Fatal("the table was not carried across the reload")
+	}
+	if _, ok := carried.Take(next.carryKey); ok {
+		t.Fatal("the carried table was left behind after the new instance took it")
 	}
 }

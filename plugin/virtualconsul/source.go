@@ -12,16 +12,16 @@ var sourceTypes = map[string]newSourceFunc{}
 
 // newSourceFunc makes a source from the rest of its Corefile line (args);
 // c is positioned on that line, for a source that wants more (c.Errf for
-// its own errors). abs makes a path absolute (relative to the server's
-// root). A plain error is reported with the Corefile's file and line.
-type newSourceFunc func(c *caddy.Controller, args []string, abs func(string) string) (source, error)
+// its own errors; conf.Path for its paths). A plain error is reported with the Corefile's file and line.
+type newSourceFunc func(c *caddy.Controller, args []string) (source, error)
 
 // A source keeps one plugin's table in step with one control plane, one file
 // each: a table file (file.go), the Consul catalog (consul.go), an ADS
-// stream (xds.go). The remote-listener mode (envoy.go) is registered here
-// too but syncs no table: the handler asks the listener per query. A source builds every table with a Builder (so every table passes
-// the same checks) and reports each attempt; the plugin swaps tables in,
-// counts, logs and writes the snapshot.
+// stream (xds.go). The remote-listener mode (source envoy, envoy.go) is not
+// a source: it syncs no table, the handler asks the listener per query, and
+// parse makes it itself. A source builds every table with a Builder (so
+// every table passes the same checks) and reports each attempt; the plugin
+// swaps tables in, counts, logs and writes the snapshot.
 type source interface {
 	// Name labels the source in metrics and logs ("file", "consul", "xds").
 	Name() string

@@ -406,3 +406,38 @@ func TestSourcesStop(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvoyGaugeResetAtStart: an instance that failed leaves the gauge at 1;
+// the instance a reload starts has not failed, so its start clears it.
+func TestEnvoyGaugeResetAtStart(t *testing.T) {
+	const zone = "envoyreset."
+	failing := map[string]string{"zone": zone, "source": "envoy"}
+	parseEnvoy := func() *VirtualConsul {
+		t.Helper()
+		v, err := parse(caddy.NewTestController("dns", `virtualconsul `+zone+` {
+			source envoy 127.0.0.1:1
+		}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.remote == nil || v.src != nil {
+			t.Fatalf("source envoy: remote %v, src %v", v.remote, v.src)
+		}
+		return v
+	}
+	old := parseEnvoy()
+	if err := old.start(); err != nil {
+		t.Fatal(err)
+	}
+	old.remote.fail(time.Now(), context.DeadlineExceeded)
+	if got := metricValue(t, "coredns_virtualconsul_source_failing", failing); got != 1 {
+		t.Fatalf("failing gauge after a failure = %v, want 1", got)
+	}
+	_ = old.stop()
+	if err := parseEnvoy().start(); err != nil {
+		t.Fatal(err)
+	}
+	if got := metricValue(t, "coredns_virtualconsul_source_failing", failing); got != 0 {
+		t.Errorf("failing gauge after the new instance started = %v, want 0", got)
+	}
+}

@@ -10,10 +10,12 @@ package virtualconsul
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
+	"github.com/meshdns/meshdns/plugin/pkg/soa"
 
 	"github.com/miekg/dns"
 )
@@ -22,18 +24,19 @@ import (
 type VirtualConsul struct {
 	Next plugin.Handler
 
-	zones         []zone // longest first
-	ns, ap, dc    string // this workload's identity, expands short names
+	zones         []soa.Names // longest first, with their SOA names made once
+	ns, ap, dc    string      // this workload's identity, expands short names
 	ttl           uint32
 	authoritative bool
 	src           source       // nil when only a snapshot is configured, or in remote-listener mode
 	remote        *envoySource // the remote-listener mode (source envoy), else nil
 	snapshot      string       // snapshot path, "" for none
 	metricZone    string       // the zone label of the table metrics
+	carryKey      string       // the key of the table carried across a reload
 
-	table atomic.Pointer[Table]    // nil until a table is loaded
-	ctrs  atomic.Pointer[counters] // the last server's request counters
-	life  lifecycle                // the running source, between OnStartup and OnShutdown
+	table atomic.Pointer[Table] // nil until a table is loaded
+	ctrs  sync.Map              // server → *counters, resolved on the server's first query
+	life  lifecycle             // the running source, between OnStartup and OnShutdown
 }
 
 // Name implements plugin.Handler.
@@ -103,7 +106,7 @@ const (
 // looked is what lookup found for a question.
 type looked struct {
 	outcome int
-	zone    *zone
+	zone    *soa.Names
 	table   *Table
 	vip     *vip
 	key     string // the canonical key with its final dot, in remote-listener mode
@@ -186,49 +189,27 @@ func newReply[T any, PT interface {
 
 // negative writes NODATA (rcode NOERROR) or NXDOMAIN with the zone's SOA,
 // whose minimum (the negative caching TTL) is the answer TTL.
-func (v *VirtualConsul) negative(w dns.ResponseWriter, r *dns.Msg, z *zone, t *Table, rcode int) (int, error) {
+func (v *VirtualConsul) negative(w dns.ResponseWriter, r *dns.Msg, z *soa.Names, t *Table, rcode int) (int, error) {
 	rp := newReply[dns.SOA](r, rcode)
-	rp.rec = dns.SOA{
-		Hdr:     dns.RR_Header{Name: z.name, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: v.ttl},
-		Ns:      z.ns,
-		Mbox:    z.mbox,
-		Serial:  t.serial,
-		Refresh: 7200,
-		Retry:   1800,
-		Expire:  86400,
-		Minttl:  v.ttl,
-	}
+	z.Fill(&rp.rec, v.ttl, t.serial)
 	rp.m.Ns = rp.rr[:]
 	w.WriteMsg(&rp.m)
 	return rcode, nil
 }
 
-// zone is one of the plugin's zones with its SOA names, made once.
-type zone struct {
-	name, ns, mbox string // name is a lowercased FQDN
-}
-
-func newZone(name string) zone {
-	host := "ns.dns." + name
-	if name == "." {
-		host = "ns.dns."
-	}
-	return zone{name: name, ns: host, mbox: "hostmaster." + host}
-}
-
 // match returns the longest of the plugin's zones that contains lname (a
 // lowercased FQDN) and the labels in front of it, without the joining dot.
-func (v *VirtualConsul) match(lname []byte) (z *zone, rel []byte, ok bool) {
+func (v *VirtualConsul) match(lname []byte) (z *soa.Names, rel []byte, ok bool) {
 	for i := range v.zones { // longest first
 		z = &v.zones[i]
-		if z.name == "." {
+		if z.Zone == "." {
 			if len(lname) > 1 {
 				return z, lname[:len(lname)-1], true
 			}
 			return z, nil, true
 		}
-		n := len(lname) - len(z.name)
-		if n >= 0 && string(lname[n:]) == z.name {
+		n := len(lname) - len(z.Zone)
+		if n >= 0 && string(lname[n:]) == z.Zone {
 			if n == 0 {
 				return z, nil, true // the apex: in the zone, never a virtual name
 			}
@@ -240,14 +221,14 @@ func (v *VirtualConsul) match(lname []byte) (z *zone, rel []byte, ok bool) {
 	return nil, nil, false
 }
 
-// counters returns the request counters for the server in ctx, resolving
-// them only when the server changes.
+// counters returns the request counters for the server in ctx: after the
+// server's first query, a load only (no label lookup, no allocation), however
+// the servers of a multi-address block (bind A B) alternate.
 func (v *VirtualConsul) counters(ctx context.Context) *counters {
 	server := metrics.WithServer(ctx)
-	if c := v.ctrs.Load(); c != nil && c.server == server {
-		return c
+	if c, ok := v.ctrs.Load(server); ok {
+		return c.(*counters)
 	}
-	c := newCounters(server)
-	v.ctrs.Store(c)
-	return c
+	c, _ := v.ctrs.LoadOrStore(server, newCounters(server))
+	return c.(*counters)
 }

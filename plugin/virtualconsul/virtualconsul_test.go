@@ -9,8 +9,10 @@ import (
 	_ "github.com/coredns/coredns/plugin/hosts" // for BenchmarkServeDNSHosts
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/meshdns/meshdns/plugin/pkg/soa"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // handler returns a plugin over a small table, with test.NextHandler
@@ -32,7 +34,7 @@ func handler(t testing.TB, authoritative bool) *VirtualConsul {
 	}
 	v := &VirtualConsul{
 		Next:  test.NextHandler(dns.RcodeRefused, nil),
-		zones: []zone{newZone("corp.example."), newZone("consul.")}, ns: "default", ap: "default", dc: "dc1",
+		zones: []soa.Names{soa.For("corp.example."), soa.For("consul.")}, ns: "default", ap: "default", dc: "dc1",
 		ttl: 5, authoritative: authoritative, metricZone: "consul.",
 	}
 	v.table.Store(tbl)
@@ -41,7 +43,7 @@ func handler(t testing.TB, authoritative bool) *VirtualConsul {
 
 const passed = dns.RcodeRefused // what the next plugin answers in these tests
 
-func soa(zone string) dns.RR {
+func wantSOA(zone string) dns.RR {
 	return test.SOA(zone + " 5 IN SOA ns.dns." + zone + " hostmaster.ns.dns." + zone + " 1 7200 1800 86400 5")
 }
 
@@ -60,10 +62,10 @@ func TestServeDNS(t *testing.T) {
 		{Qname: "http.pay.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("http.pay.virtual.consul. 5 IN A 240.0.0.8")}},
 		{Qname: "web.virtual.consul.", Qtype: dns.TypeANY, Answer: []dns.RR{test.A("web.virtual.consul. 5 IN A 240.0.0.1")}},
 		// NODATA: the name exists, not for this type
-		{Qname: "web.virtual.consul.", Qtype: dns.TypeAAAA, Ns: []dns.RR{soa("consul.")}},
-		{Qname: "web.virtual.consul.", Qtype: dns.TypeTXT, Ns: []dns.RR{soa("consul.")}},
-		{Qname: "v6.virtual.consul.", Qtype: dns.TypeA, Ns: []dns.RR{soa("consul.")}},
-		{Qname: "web.virtual.corp.example.", Qtype: dns.TypeAAAA, Ns: []dns.RR{soa("corp.example.")}},
+		{Qname: "web.virtual.consul.", Qtype: dns.TypeAAAA, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "web.virtual.consul.", Qtype: dns.TypeTXT, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "v6.virtual.consul.", Qtype: dns.TypeA, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "web.virtual.corp.example.", Qtype: dns.TypeAAAA, Ns: []dns.RR{wantSOA("corp.example.")}},
 		// passed on
 		{Qname: "amb.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "nope.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
@@ -83,8 +85,8 @@ func TestServeDNS(t *testing.T) {
 
 func TestServeDNSAuthoritative(t *testing.T) {
 	runCases(t, handler(t, true), []test.Case{
-		{Qname: "nope.virtual.consul.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{soa("consul.")}},
-		{Qname: "nope.virtual.corp.example.", Qtype: dns.TypeAAAA, Rcode: dns.RcodeNameError, Ns: []dns.RR{soa("corp.example.")}},
+		{Qname: "nope.virtual.consul.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "nope.virtual.corp.example.", Qtype: dns.TypeAAAA, Rcode: dns.RcodeNameError, Ns: []dns.RR{wantSOA("corp.example.")}},
 		// still passed on: a named port without its entry, ambiguous, other forms
 		{Qname: "grpc.pay.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "amb.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
@@ -246,4 +248,62 @@ func FuzzServeDNS(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestServeDNSAllocsServers alternates the queries of two servers (a block
+// with bind A B): each server's counters are resolved once, so a hit stays
+// one allocation and each server counts its own queries.
+func TestServeDNSAllocsServers(t *testing.T) {
+	v := handler(t, false)
+	w := &test.ResponseWriter{}
+	m := new(dns.Msg)
+	m.SetQuestion("web.virtual.consul.", dns.TypeA)
+	a := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://127.0.0.1:1053"})
+	b := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://127.0.0.2:1053"})
+	hits := func(server string) float64 {
+		return metricValue(t, "coredns_virtualconsul_requests_total", map[string]string{"server": server, "result": resultHit})
+	}
+	a0, b0 := hits("dns://127.0.0.1:1053"), hits("dns://127.0.0.2:1053")
+	got := testing.AllocsPerRun(200, func() {
+		_, _ = v.ServeDNS(a, w, m)
+		_, _ = v.ServeDNS(b, w, m)
+	})
+	if got > 2 {
+		t.Errorf("%.0f allocations per pair of hits from two servers, want at most 2", got)
+	}
+	if da, db := hits("dns://127.0.0.1:1053")-a0, hits("dns://127.0.0.2:1053")-b0; da != db || da < 200 {
+		t.Errorf("hits counted %v and %v, want the same (at least 200) per server", da, db)
+	}
+}
+
+// metricValue reads a counter or gauge of the default registry by its labels
+// (0 when absent).
+func metricValue(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue next
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
 }

@@ -16,6 +16,7 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	dnsfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/udp/dns_filter/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -48,7 +49,7 @@ func init() { sourceTypes["xds"] = newXDSSource }
 //	    cluster NAME
 //	    tls CA CERT KEY
 //	}
-func newXDSSource(c *caddy.Controller, args []string, abs func(string) string) (source, error) {
+func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 	if len(args) != 1 {
 		return nil, errors.New("want ADDRESS")
 	}
@@ -77,7 +78,7 @@ func newXDSSource(c *caddy.Controller, args []string, abs func(string) string) (
 				return c.ArgErr()
 			}
 			for i := range args {
-				args[i] = abs(args[i])
+				args[i] = conf.Path(c, args[i])
 			}
 			cfg, err := loadClientTLS(args[0], args[1], args[2])
 			if err != nil {
@@ -195,7 +196,7 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 			if resp.GetVersionInfo() == x.nacked {
 				// A control plane answers a NACK by sending the same version
 				// again at once: hold each repeated NACK (1s, doubling up to
-				// 30s) instead of spinning, and report it only once.
+				// xdsRetryMax, 10s) instead of spinning, and report it only once.
 				if !sleep(ctx, x.nackDelay) {
 					return got, ctx.Err()
 				}
