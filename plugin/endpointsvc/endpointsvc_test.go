@@ -46,7 +46,8 @@ func newTestPlugin(t testing.TB, includeUnhealthy bool, fallZones ...string) *En
 		e.Fall.SetZonesFromArgs(fallZones)
 	}
 	e.finish(fakeLookup)
-	e.apply("test", loadState(t, "testdata/state.json"), false)
+	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	e.resolveHosts(context.Background(), false) // apply leaves hostnames to the refresher
 	return e
 }
 
@@ -217,7 +218,8 @@ func TestServeDNSTwoZones(t *testing.T) {
 	e := newTestPlugin(t, false)
 	e.Zones = []string{"svc.orch.", "mesh.example."}
 	e.finish(fakeLookup)
-	e.apply("test", loadState(t, "testdata/state.json"), false)
+	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	e.resolveHosts(context.Background(), false) // apply leaves hostnames to the refresher
 	checkCase(t, e, test.Case{Qname: "_http._tcp.atlas.mesh.example.", Qtype: dns.TypeSRV,
 		Answer: []dns.RR{
 			test.SRV("_http._tcp.atlas.mesh.example. 30 IN SRV 0 10 31081 node-1.node.mesh.example."),

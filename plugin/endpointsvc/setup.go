@@ -332,7 +332,7 @@ func (e *Endpointsvc) finish(lookup lookupFunc) {
 	for _, z := range e.Zones {
 		e.soas = append(e.soas, soaNames{ns: "ns.dns." + z, mbox: "hostmaster." + z})
 	}
-	e.zone, e.zones = e.Zones[0], e.Zones
+	e.kick = make(chan struct{}, 1)
 	e.counters = make([]atomic.Pointer[requestCounters], len(e.Zones))
 	e.refresh = time.Duration(e.ttl) * time.Second
 	if e.refresh < time.Second {

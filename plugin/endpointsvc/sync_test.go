@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,7 +72,8 @@ func TestRefreshHosts(t *testing.T) {
 	}
 	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
 	e.finish(lookup)
-	e.apply("test", loadState(t, "testdata/state.json"), false)
+	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	e.resolveHosts(context.Background(), false) // apply leaves hostnames to the refresher
 	want := func(ip string) {
 		t.Helper()
 		checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("hosty.svc.orch. 30 IN A " + ip)}})
@@ -87,4 +89,28 @@ func TestRefreshHosts(t *testing.T) {
 	mu.Unlock()
 	e.refreshHosts(context.Background())
 	want("198.51.100.44") // a failed lookup keeps the last good addresses
+}
+
+// TestApplyNoLookup checks that apply builds the table from cached
+// addresses only and leaves the lookup to the refresher.
+func TestApplyNoLookup(t *testing.T) {
+	var calls atomic.Int32
+	lookup := func(_ context.Context, host string) ([]netip.Addr, error) {
+		calls.Add(1)
+		return []netip.Addr{netip.MustParseAddr("198.51.100.4")}, nil
+	}
+	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
+	e.finish(lookup)
+	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("apply made %d lookups, want 0", n)
+	}
+	checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Ns: []dns.RR{test.SOA("svc.orch. 30 IN SOA ns.dns.svc.orch. hostmaster.svc.orch. 0 7200 1800 86400 30")}})
+	select {
+	case <-e.kick:
+	default:
+		t.Fatal("apply did not ask the refresher for the new hostname")
+	}
+	e.resolveHosts(context.Background(), false)
+	checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("hosty.svc.orch. 30 IN A 198.51.100.4")}})
 }
