@@ -40,6 +40,16 @@ func setup(c *caddy.Controller) error {
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
+	// a reload hands the table over (tables are immutable), so that the new
+	// instance answers even when its source is down and there is no snapshot
+	c.OnRestart(func() error {
+		e.handOver()
+		return nil
+	})
+	c.OnRestartFailed(func() error {
+		carryStore.Drop(e.carryKey)
+		return nil
+	})
 	c.OnStartup(func() error {
 		e.start(e.source)
 		return nil
@@ -322,6 +332,7 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 		return nil, c.Err(errNoSource.Error())
 	}
 	e.finish(nil)
+	e.carryKey = carryKey(c, e)
 	return e, nil
 }
 
@@ -340,6 +351,16 @@ func (e *Endpointsvc) finish(lookup lookupFunc) {
 	}
 	e.resolver = newHostResolver(lookup)
 	e.upstream = upstream.New()
+}
+
+// carryKey names what a table depends on besides the state: the server
+// (port and bind addresses), the zones and the options buildTable reads.
+func carryKey(c *caddy.Controller, e *Endpointsvc) string {
+	server := ""
+	if cfg := dnsserver.GetConfig(c); cfg != nil {
+		server = fmt.Sprintf("%v:%s", cfg.ListenHosts, cfg.Port)
+	}
+	return fmt.Sprintf("%s %s %v unhealthy=%v endpoint=%v", pluginName, server, e.Zones, e.includeUnhealthy, e.endpointMode)
 }
 
 // parseTTL accepts a duration ("30s", "2m") or plain seconds ("30").

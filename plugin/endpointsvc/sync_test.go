@@ -114,3 +114,25 @@ func TestApplyNoLookup(t *testing.T) {
 	e.resolveHosts(context.Background(), false)
 	checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("hosty.svc.orch. 30 IN A 198.51.100.4")}})
 }
+
+// TestHandOver checks that a reload's new instance serves the old one's
+// table, once, under the same key only.
+func TestHandOver(t *testing.T) {
+	old := newTestPlugin(t, false)
+	old.carryKey = "test handover"
+	old.handOver()
+	other := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{carryKey: "test other"}}
+	other.finish(fakeLookup)
+	if other.takeOver() {
+		t.Fatal("took over a table of another key")
+	}
+	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{carryKey: "test handover"}}
+	e.finish(fakeLookup)
+	if !e.takeOver() || e.tbl.Load() != old.tbl.Load() {
+		t.Fatal("the old table was not taken over")
+	}
+	checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("hosty.svc.orch. 30 IN A 198.51.100.4")}})
+	if e.takeOver() {
+		t.Fatal("a carried table was taken twice")
+	}
+}
