@@ -10,6 +10,7 @@ package endpointsvc
 import (
 	"context"
 	"net"
+	"sync"
 	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin"
@@ -35,9 +36,9 @@ type Endpointsvc struct {
 
 	soas []soaNames // per zone, precomputed SOA names
 
-	// counters caches the requests_total counters per zone for the last
-	// server seen (a plugin instance normally serves one server).
-	counters []atomic.Pointer[requestCounters]
+	// counters holds the requests_total counters: server → *serverCounters,
+	// resolved on the first query per server and zone, then only loaded.
+	counters sync.Map
 
 	*syncer // includeUnhealthy, snapshotPath and the served table
 }
@@ -140,10 +141,15 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 // count increments requests_total for zone number zi and result.
 func (e *Endpointsvc) count(ctx context.Context, zi, result int) {
 	server := metrics.WithServer(ctx)
-	rc := e.counters[zi].Load()
-	if rc == nil || rc.server != server {
-		rc = newRequestCounters(server, e.Zones[zi])
-		e.counters[zi].Store(rc)
+	v, ok := e.counters.Load(server)
+	if !ok {
+		v, _ = e.counters.LoadOrStore(server, &serverCounters{zones: make([]atomic.Pointer[requestCounters], len(e.Zones))})
+	}
+	z := &v.(*serverCounters).zones[zi]
+	rc := z.Load()
+	if rc == nil {
+		z.CompareAndSwap(nil, newRequestCounters(server, e.Zones[zi]))
+		rc = z.Load()
 	}
 	rc.c[result].Inc()
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
@@ -226,4 +227,29 @@ func TestServeDNSTwoZones(t *testing.T) {
 			test.SRV("_http._tcp.atlas.mesh.example. 30 IN SRV 0 10 31082 node-1.node.mesh.example."),
 		},
 		Extra: []dns.RR{test.A("node-1.node.mesh.example. 30 IN A 192.0.2.10")}})
+}
+
+// TestCountTwoServers checks that queries alternating between two servers
+// count under each server and allocate nothing once each server was seen.
+func TestCountTwoServers(t *testing.T) {
+	e := newTestPlugin(t, false)
+	ctxA := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://127.0.0.1:7001"})
+	ctxB := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://127.0.0.1:7002"})
+	e.count(ctxA, 0, resultAnswer)
+	e.count(ctxB, 0, resultAnswer)
+	if n := testing.AllocsPerRun(100, func() {
+		e.count(ctxA, 0, resultAnswer)
+		e.count(ctxB, 0, resultAnswer)
+	}); n != 0 {
+		t.Errorf("count allocates %v times per pair of queries, want 0", n)
+	}
+	for _, srv := range []string{"dns://127.0.0.1:7001", "dns://127.0.0.1:7002"} {
+		v, ok := e.counters.Load(srv)
+		if !ok {
+			t.Fatalf("no counters for server %q", srv)
+		}
+		if rc := v.(*serverCounters).zones[0].Load(); rc == nil || rc.server != srv || rc.zone != "svc.orch." {
+			t.Errorf("counters of server %q: %+v", srv, rc)
+		}
+	}
 }

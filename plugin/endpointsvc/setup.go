@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -344,7 +343,7 @@ func (e *Endpointsvc) finish(lookup lookupFunc) {
 		e.soas = append(e.soas, soaNames{ns: "ns.dns." + z, mbox: "hostmaster." + z})
 	}
 	e.kick = make(chan struct{}, 1)
-	e.counters = make([]atomic.Pointer[requestCounters], len(e.Zones))
+	e.counters.Clear() // their zone numbers change with e.Zones
 	e.refresh = time.Duration(e.ttl) * time.Second
 	if e.refresh < time.Second {
 		e.refresh = time.Second
