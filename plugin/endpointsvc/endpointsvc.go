@@ -18,6 +18,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/pkg/upstream"
 	"github.com/coredns/coredns/request"
+	"github.com/meshdns/meshdns/plugin/pkg/soa"
 
 	"github.com/miekg/dns"
 )
@@ -34,7 +35,7 @@ type Endpointsvc struct {
 	source    Source
 	upstream  *upstream.Upstream // chases CNAME targets through the server
 
-	soas []soaNames // per zone, precomputed SOA names
+	soas []soa.Names // per zone, precomputed SOA names
 
 	// counters holds the requests_total counters: server → *serverCounters,
 	// resolved on the first query per server and zone, then only loaded.
@@ -42,8 +43,6 @@ type Endpointsvc struct {
 
 	*syncer // includeUnhealthy, snapshotPath and the served table
 }
-
-type soaNames struct{ ns, mbox string }
 
 // ServeDNS implements plugin.Handler.
 func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
@@ -220,17 +219,12 @@ func (e *Endpointsvc) srv(owner string, zi int, targets []srvTarget) (answer, ex
 	return answer, extra
 }
 
+// soa is zone number zi's SOA record with owner (the zone, or the query's
+// spelling of it).
 func (e *Endpointsvc) soa(zi int, owner string, serial uint32) dns.RR {
-	return &dns.SOA{
-		Hdr:     dns.RR_Header{Name: owner, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: e.ttl},
-		Ns:      e.soas[zi].ns,
-		Mbox:    e.soas[zi].mbox,
-		Serial:  serial,
-		Refresh: 7200,
-		Retry:   1800,
-		Expire:  86400,
-		Minttl:  e.ttl,
-	}
+	rr := e.soas[zi].New(e.ttl, serial)
+	rr.Hdr.Name = owner
+	return rr
 }
 
 // chaseKey marks a context that is chasing a CNAME target; its value is the

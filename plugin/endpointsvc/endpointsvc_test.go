@@ -52,7 +52,7 @@ func newTestPlugin(t testing.TB, includeUnhealthy bool, fallZones ...string) *En
 	return e
 }
 
-const soaRR = "svc.orch. 30 IN SOA ns.dns.svc.orch. hostmaster.svc.orch. 0 7200 1800 86400 30"
+const soaRR = "svc.orch. 30 IN SOA ns.dns.svc.orch. hostmaster.ns.dns.svc.orch. 0 7200 1800 86400 30"
 
 var serveCases = []test.Case{
 	// two healthy tasks on one node: one A, SRV with both host ports
@@ -250,6 +250,30 @@ func TestCountTwoServers(t *testing.T) {
 		}
 		if rc := v.(*serverCounters).zones[0].Load(); rc == nil || rc.server != srv || rc.zone != "svc.orch." {
 			t.Errorf("counters of server %q: %+v", srv, rc)
+		}
+	}
+}
+
+// TestSOARootZone checks that zone "." gets an SOA that packs (it used to
+// be "ns.dns..").
+func TestSOARootZone(t *testing.T) {
+	e := &Endpointsvc{Zones: []string{"."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
+	e.finish(fakeLookup)
+	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	for _, qname := range []string{".", "no-such-name."} {
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		if _, err := e.ServeDNS(context.Background(), rec, new(dns.Msg).SetQuestion(qname, dns.TypeSOA)); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Msg == nil {
+			t.Fatalf("%s: no reply", qname)
+		}
+		if _, err := rec.Msg.Pack(); err != nil {
+			t.Fatalf("%s: reply does not pack: %v\n%s", qname, err, rec.Msg)
+		}
+		rrs := append(rec.Msg.Answer, rec.Msg.Ns...)
+		if len(rrs) != 1 || rrs[0].(*dns.SOA).Ns != "ns.dns." || rrs[0].Header().Name != "." {
+			t.Errorf("%s: SOA %v, want ns.dns. for zone .", qname, rrs)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	pkgtls "github.com/coredns/coredns/plugin/pkg/tls"
 	"github.com/coredns/coredns/plugin/pkg/upstream"
+	"github.com/meshdns/meshdns/plugin/pkg/soa"
 
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -340,7 +341,7 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 func (e *Endpointsvc) finish(lookup lookupFunc) {
 	e.soas = e.soas[:0]
 	for _, z := range e.Zones {
-		e.soas = append(e.soas, soaNames{ns: "ns.dns." + z, mbox: "hostmaster." + z})
+		e.soas = append(e.soas, soa.For(z))
 	}
 	e.kick = make(chan struct{}, 1)
 	e.counters.Clear() // their zone numbers change with e.Zones

@@ -105,7 +105,7 @@ func TestApplyNoLookup(t *testing.T) {
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("apply made %d lookups, want 0", n)
 	}
-	checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Ns: []dns.RR{test.SOA("svc.orch. 30 IN SOA ns.dns.svc.orch. hostmaster.svc.orch. 0 7200 1800 86400 30")}})
+	checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Ns: []dns.RR{test.SOA("svc.orch. 30 IN SOA ns.dns.svc.orch. hostmaster.ns.dns.svc.orch. 0 7200 1800 86400 30")}})
 	select {
 	case <-e.kick:
 	default:
