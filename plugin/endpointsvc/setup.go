@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	pkgtls "github.com/coredns/coredns/plugin/pkg/tls"
 	"github.com/coredns/coredns/plugin/pkg/upstream"
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -68,16 +68,7 @@ func setup(c *caddy.Controller) error {
 // parse reads one endpointsvc block. It has no side effects: the source
 // does nothing until start.
 func parse(c *caddy.Controller) (*Endpointsvc, error) {
-	root := ""
-	if cfg := dnsserver.GetConfig(c); cfg != nil {
-		root = cfg.Root
-	}
-	path := func(p string) string {
-		if !filepath.IsAbs(p) && root != "" {
-			return filepath.Join(root, p)
-		}
-		return p
-	}
+	path := func(p string) string { return conf.Path(c, p) }
 	e := &Endpointsvc{namespace: DefaultNamespace, ttl: defaultTTL, syncer: &syncer{}}
 	blocks := 0
 	var file *fileSource
@@ -223,9 +214,12 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 				if len(a) != 1 {
 					return nil, c.ArgErr()
 				}
-				ttl, err := parseTTL(a[0])
+				ttl, err := conf.ParseTTL(a[0])
 				if err != nil {
-					return nil, c.Errf("bad ttl %q: %v", a[0], err)
+					return nil, c.Err(err.Error())
+				}
+				if ttl > maxTTL {
+					return nil, c.Errf("invalid TTL %q (want 0s to %ds)", a[0], maxTTL)
 				}
 				e.ttl = ttl
 			case "snapshot":
@@ -361,27 +355,6 @@ func carryKey(c *caddy.Controller, e *Endpointsvc) string {
 		server = fmt.Sprintf("%v:%s", cfg.ListenHosts, cfg.Port)
 	}
 	return fmt.Sprintf("%s %s %v unhealthy=%v endpoint=%v", pluginName, server, e.Zones, e.includeUnhealthy, e.endpointMode)
-}
-
-// parseTTL accepts a duration ("30s", "2m") or plain seconds ("30").
-func parseTTL(s string) (uint32, error) {
-	var secs int64
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		secs = n
-	} else {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return 0, errors.New("want a duration such as 30s")
-		}
-		if d%time.Second != 0 {
-			return 0, errors.New("want whole seconds")
-		}
-		secs = int64(d / time.Second)
-	}
-	if secs < 0 || secs > maxTTL {
-		return 0, fmt.Errorf("want 0s to %ds", maxTTL)
-	}
-	return uint32(secs), nil
 }
 
 // parseSize accepts bytes with an optional k, m or g suffix (powers of 1024).
