@@ -136,3 +136,43 @@ func TestHandOver(t *testing.T) {
 		t.Fatal("a carried table was taken twice")
 	}
 }
+
+// oneShot delivers one state, then waits for the end.
+type oneShot struct{ st *State }
+
+func (o oneShot) Name() string { return "oneshot" }
+func (o oneShot) Run(ctx context.Context, s Sink) {
+	s.Update(o.st)
+	<-ctx.Done()
+}
+
+// TestStartStopHangingLookup checks that start-up does not wait on a
+// hostname lookup and that stop cancels one in flight.
+func TestStartStopHangingLookup(t *testing.T) {
+	looking := make(chan struct{}, 1)
+	lookup := func(ctx context.Context, host string) ([]netip.Addr, error) {
+		select {
+		case looking <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
+	e.finish(lookup)
+	e.resolver.timeout = time.Minute
+	began := time.Now()
+	e.start(oneShot{loadState(t, "testdata/state.json")})
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("start took %v", d)
+	}
+	if e.tbl.Load() == nil {
+		t.Fatal("no table after start")
+	}
+	<-looking
+	began = time.Now()
+	e.stop()
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("stop took %v with a lookup in flight", d)
+	}
+}
