@@ -313,3 +313,40 @@ func TestEndpointsvcOrchTLSAndReload(t *testing.T) {
 		t.Errorf("%d reloads completed, want 3", n)
 	}
 }
+
+// A reload (SIGUSR1) while the orch source is dead and there is no snapshot
+// keeps answering: the old instance hands its table to the new one.
+func TestEndpointsvcReloadDeadSourceNoSnapshot(t *testing.T) {
+	state := esvcState([]string{"atlas"}, esvcNodes, []esvcTask{{"t-1", "atlas", "node-1", "running", "healthy", 31081}})
+	orch := &fakeOrch{state: state, version: 1, hits: map[string]int{}}
+	ts := httptest.NewServer(orch)
+	defer ts.Close()
+	apiPort := ts.Listener.Addr().(*net.TCPAddr).Port
+	s := Start(t, esvcCorefile("source orch "+ts.URL+"/state 200ms\ntimeout 300ms\nmax_backoff 400ms"),
+		Options{Ports: map[int]int{apiPort: apiPort}})
+	addr := s.DNS()
+	expectAnswers(t, addr, "atlas.svc.orch.", dns.TypeA, "192.0.2.10")
+
+	ts.Close() // the control plane is gone: connections are refused
+	for i := 1; i <= 2; i++ {
+		s.Signal(syscall.SIGUSR1)
+		Eventually(t, 10*time.Second, func() string {
+			if n := strings.Count(s.Log(), "Reloading complete"); n < i {
+				return fmt.Sprintf("%d reloads complete, want %d", n, i)
+			}
+			return ""
+		})
+		if s.Exited() {
+			t.Fatal("meshdns exited on reload")
+		}
+		for j := 0; j < 5; j++ {
+			if got := answers(t, addr, "atlas.svc.orch.", dns.TypeA); strings.Join(got, ",") != "192.0.2.10" {
+				t.Fatalf("after reload %d: answers %q, want the carried table's", i, got)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if n := strings.Count(s.Log(), "carried over the reload"); n != 2 {
+		t.Errorf("%d tables carried over, want 2:\n%s", n, s.Log())
+	}
+}

@@ -42,7 +42,8 @@ func benchPlugin(b *testing.B) *Endpointsvc {
 	if err := st.Validate(); err != nil {
 		b.Fatal(err)
 	}
-	e.apply("bench", st, false)
+	e.apply(context.Background(), "bench", st, false)
+	e.resolveHosts(context.Background(), false) // apply leaves hostnames to the refresher
 	return e
 }
 

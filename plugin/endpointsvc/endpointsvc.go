@@ -10,6 +10,7 @@ package endpointsvc
 import (
 	"context"
 	"net"
+	"sync"
 	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin"
@@ -17,6 +18,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/pkg/upstream"
 	"github.com/coredns/coredns/request"
+	"github.com/meshdns/meshdns/plugin/pkg/soa"
 
 	"github.com/miekg/dns"
 )
@@ -33,16 +35,14 @@ type Endpointsvc struct {
 	source    Source
 	upstream  *upstream.Upstream // chases CNAME targets through the server
 
-	soas []soaNames // per zone, precomputed SOA names
+	soas []soa.Names // per zone, precomputed SOA names
 
-	// counters caches the requests_total counters per zone for the last
-	// server seen (a plugin instance normally serves one server).
-	counters []atomic.Pointer[requestCounters]
+	// counters holds the requests_total counters: server → *serverCounters,
+	// resolved on the first query per server and zone, then only loaded.
+	counters sync.Map
 
 	*syncer // includeUnhealthy, snapshotPath and the served table
 }
-
-type soaNames struct{ ns, mbox string }
 
 // ServeDNS implements plugin.Handler.
 func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
@@ -140,10 +140,15 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 // count increments requests_total for zone number zi and result.
 func (e *Endpointsvc) count(ctx context.Context, zi, result int) {
 	server := metrics.WithServer(ctx)
-	rc := e.counters[zi].Load()
-	if rc == nil || rc.server != server {
-		rc = newRequestCounters(server, e.Zones[zi])
-		e.counters[zi].Store(rc)
+	v, ok := e.counters.Load(server)
+	if !ok {
+		v, _ = e.counters.LoadOrStore(server, &serverCounters{zones: make([]atomic.Pointer[requestCounters], len(e.Zones))})
+	}
+	z := &v.(*serverCounters).zones[zi]
+	rc := z.Load()
+	if rc == nil {
+		z.CompareAndSwap(nil, newRequestCounters(server, e.Zones[zi]))
+		rc = z.Load()
 	}
 	rc.c[result].Inc()
 }
@@ -214,17 +219,12 @@ func (e *Endpointsvc) srv(owner string, zi int, targets []srvTarget) (answer, ex
 	return answer, extra
 }
 
+// soa is zone number zi's SOA record with owner (the zone, or the query's
+// spelling of it).
 func (e *Endpointsvc) soa(zi int, owner string, serial uint32) dns.RR {
-	return &dns.SOA{
-		Hdr:     dns.RR_Header{Name: owner, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: e.ttl},
-		Ns:      e.soas[zi].ns,
-		Mbox:    e.soas[zi].mbox,
-		Serial:  serial,
-		Refresh: 7200,
-		Retry:   1800,
-		Expire:  86400,
-		Minttl:  e.ttl,
-	}
+	rr := e.soas[zi].New(e.ttl, serial)
+	rr.Hdr.Name = owner
+	return rr
 }
 
 // chaseKey marks a context that is chasing a CNAME target; its value is the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/test"
@@ -46,11 +47,12 @@ func newTestPlugin(t testing.TB, includeUnhealthy bool, fallZones ...string) *En
 		e.Fall.SetZonesFromArgs(fallZones)
 	}
 	e.finish(fakeLookup)
-	e.apply("test", loadState(t, "testdata/state.json"), false)
+	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	e.resolveHosts(context.Background(), false) // apply leaves hostnames to the refresher
 	return e
 }
 
-const soaRR = "svc.orch. 30 IN SOA ns.dns.svc.orch. hostmaster.svc.orch. 0 7200 1800 86400 30"
+const soaRR = "svc.orch. 30 IN SOA ns.dns.svc.orch. hostmaster.ns.dns.svc.orch. 0 7200 1800 86400 30"
 
 var serveCases = []test.Case{
 	// two healthy tasks on one node: one A, SRV with both host ports
@@ -217,11 +219,61 @@ func TestServeDNSTwoZones(t *testing.T) {
 	e := newTestPlugin(t, false)
 	e.Zones = []string{"svc.orch.", "mesh.example."}
 	e.finish(fakeLookup)
-	e.apply("test", loadState(t, "testdata/state.json"), false)
+	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	e.resolveHosts(context.Background(), false) // apply leaves hostnames to the refresher
 	checkCase(t, e, test.Case{Qname: "_http._tcp.atlas.mesh.example.", Qtype: dns.TypeSRV,
 		Answer: []dns.RR{
 			test.SRV("_http._tcp.atlas.mesh.example. 30 IN SRV 0 10 31081 node-1.node.mesh.example."),
 			test.SRV("_http._tcp.atlas.mesh.example. 30 IN SRV 0 10 31082 node-1.node.mesh.example."),
 		},
 		Extra: []dns.RR{test.A("node-1.node.mesh.example. 30 IN A 192.0.2.10")}})
+}
+
+// TestCountTwoServers checks that queries alternating between two servers
+// count under each server and allocate nothing once each server was seen.
+func TestCountTwoServers(t *testing.T) {
+	e := newTestPlugin(t, false)
+	ctxA := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://127.0.0.1:7001"})
+	ctxB := context.WithValue(context.Background(), dnsserver.Key{}, &dnsserver.Server{Addr: "dns://127.0.0.1:7002"})
+	e.count(ctxA, 0, resultAnswer)
+	e.count(ctxB, 0, resultAnswer)
+	if n := testing.AllocsPerRun(100, func() {
+		e.count(ctxA, 0, resultAnswer)
+		e.count(ctxB, 0, resultAnswer)
+	}); n != 0 {
+		t.Errorf("count allocates %v times per pair of queries, want 0", n)
+	}
+	for _, srv := range []string{"dns://127.0.0.1:7001", "dns://127.0.0.1:7002"} {
+		v, ok := e.counters.Load(srv)
+		if !ok {
+			t.Fatalf("no counters for server %q", srv)
+		}
+		if rc := v.(*serverCounters).zones[0].Load(); rc == nil || rc.server != srv || rc.zone != "svc.orch." {
+			t.Errorf("counters of server %q: %+v", srv, rc)
+		}
+	}
+}
+
+// TestSOARootZone checks that zone "." gets an SOA that packs (it used to
+// be "ns.dns..").
+func TestSOARootZone(t *testing.T) {
+	e := &Endpointsvc{Zones: []string{"."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
+	e.finish(fakeLookup)
+	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	for _, qname := range []string{".", "no-such-name."} {
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		if _, err := e.ServeDNS(context.Background(), rec, new(dns.Msg).SetQuestion(qname, dns.TypeSOA)); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Msg == nil {
+			t.Fatalf("%s: no reply", qname)
+		}
+		if _, err := rec.Msg.Pack(); err != nil {
+			t.Fatalf("%s: reply does not pack: %v\n%s", qname, err, rec.Msg)
+		}
+		rrs := append(rec.Msg.Answer, rec.Msg.Ns...)
+		if len(rrs) != 1 || rrs[0].(*dns.SOA).Ns != "ns.dns." || rrs[0].Header().Name != "." {
+			t.Errorf("%s: SOA %v, want ns.dns. for zone .", qname, rrs)
+		}
+	}
 }

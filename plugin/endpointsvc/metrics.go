@@ -1,6 +1,8 @@
 package endpointsvc
 
 import (
+	"sync/atomic"
+
 	"github.com/coredns/coredns/plugin"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,6 +73,12 @@ type requestCounters struct {
 	server string
 	zone   string
 	c      [nResults]prometheus.Counter
+}
+
+// serverCounters are one server's requestCounters, per zone (nil until the
+// zone's first query).
+type serverCounters struct {
+	zones []atomic.Pointer[requestCounters]
 }
 
 func newRequestCounters(server, zone string) *requestCounters {

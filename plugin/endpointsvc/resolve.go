@@ -21,10 +21,11 @@ func defaultLookup(ctx context.Context, host string) ([]netip.Addr, error) {
 
 // hostResolver resolves hostname advertise addresses off the hot path and
 // keeps the last good result of each hostname, so a failing lookup does not
-// take addresses away. It is used only under Endpointsvc.mu.
+// take addresses away. Lookups run without any lock; mu guards the cache.
 type hostResolver struct {
 	lookup  lookupFunc
 	timeout time.Duration
+	mu      sync.Mutex
 	cache   map[string][]netip.Addr // fqdn → sorted addresses (last good)
 }
 
@@ -33,6 +34,54 @@ func newHostResolver(lookup lookupFunc) *hostResolver {
 		lookup = defaultLookup
 	}
 	return &hostResolver{lookup: lookup, timeout: 2 * time.Second, cache: map[string][]netip.Addr{}}
+}
+
+// cached returns the cached addresses of hosts and reports whether any host
+// was never looked up; it forgets hosts that are no longer asked for.
+func (r *hostResolver) cached(hosts []string) (map[string][]netip.Addr, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	want := make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		want[h] = true
+	}
+	for h := range r.cache {
+		if !want[h] {
+			delete(r.cache, h)
+		}
+	}
+	out := make(map[string][]netip.Addr, len(hosts))
+	missing := false
+	for _, h := range hosts {
+		ips, ok := r.cache[h]
+		if !ok {
+			missing = true
+			continue
+		}
+		out[h] = ips
+	}
+	return out, missing
+}
+
+// snapshot returns a copy of the cache (the address slices are not
+// modified once cached, so they are shared).
+func (r *hostResolver) snapshot() map[string][]netip.Addr {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := make(map[string][]netip.Addr, len(r.cache))
+	for h, ips := range r.cache {
+		m[h] = ips
+	}
+	return m
+}
+
+// restore fills the cache from a snapshot.
+func (r *hostResolver) restore(m map[string][]netip.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for h, ips := range m {
+		r.cache[h] = ips
+	}
 }
 
 // hostnames returns the distinct hostname advertise addresses of st's nodes.
@@ -49,16 +98,18 @@ func hostnames(st *State) []string {
 	return out
 }
 
-// resolve returns the addresses of hosts. Hosts already cached are looked up
-// again only when refresh is set. It reports whether any result changed, and
-// forgets hosts that are no longer asked for.
-func (r *hostResolver) resolve(ctx context.Context, hosts []string, refresh bool) (map[string][]netip.Addr, bool) {
+// resolve looks hosts up and caches the results. Hosts already cached are
+// looked up again only when refresh is set. It reports whether any cached
+// result changed.
+func (r *hostResolver) resolve(ctx context.Context, hosts []string, refresh bool) bool {
 	var todo []string
+	r.mu.Lock()
 	for _, h := range hosts {
 		if _, ok := r.cache[h]; refresh || !ok {
 			todo = append(todo, h)
 		}
 	}
+	r.mu.Unlock()
 	results := make([][]netip.Addr, len(todo))
 	oks := make([]bool, len(todo))
 	var wg sync.WaitGroup
@@ -82,6 +133,11 @@ func (r *hostResolver) resolve(ctx context.Context, hosts []string, refresh bool
 		}()
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	changed := false
 	for i, h := range todo {
 		old, had := r.cache[h]
@@ -96,17 +152,5 @@ func (r *hostResolver) resolve(ctx context.Context, hosts []string, refresh bool
 			changed = true
 		}
 	}
-	want := make(map[string]bool, len(hosts))
-	for _, h := range hosts {
-		want[h] = true
-	}
-	out := make(map[string][]netip.Addr, len(hosts))
-	for h, ips := range r.cache {
-		if !want[h] {
-			delete(r.cache, h)
-			continue
-		}
-		out[h] = ips
-	}
-	return out, changed
+	return changed
 }

@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -16,6 +14,8 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	pkgtls "github.com/coredns/coredns/plugin/pkg/tls"
 	"github.com/coredns/coredns/plugin/pkg/upstream"
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
+	"github.com/meshdns/meshdns/plugin/pkg/soa"
 
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -40,6 +40,16 @@ func setup(c *caddy.Controller) error {
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
+	// a reload hands the table over (tables are immutable), so that the new
+	// instance answers even when its source is down and there is no snapshot
+	c.OnRestart(func() error {
+		e.handOver()
+		return nil
+	})
+	c.OnRestartFailed(func() error {
+		carryStore.Drop(e.carryKey)
+		return nil
+	})
 	c.OnStartup(func() error {
 		e.start(e.source)
 		return nil
@@ -58,16 +68,7 @@ func setup(c *caddy.Controller) error {
 // parse reads one endpointsvc block. It has no side effects: the source
 // does nothing until start.
 func parse(c *caddy.Controller) (*Endpointsvc, error) {
-	root := ""
-	if cfg := dnsserver.GetConfig(c); cfg != nil {
-		root = cfg.Root
-	}
-	path := func(p string) string {
-		if !filepath.IsAbs(p) && root != "" {
-			return filepath.Join(root, p)
-		}
-		return p
-	}
+	path := func(p string) string { return conf.Path(c, p) }
 	e := &Endpointsvc{namespace: DefaultNamespace, ttl: defaultTTL, syncer: &syncer{}}
 	blocks := 0
 	var file *fileSource
@@ -213,9 +214,12 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 				if len(a) != 1 {
 					return nil, c.ArgErr()
 				}
-				ttl, err := parseTTL(a[0])
+				ttl, err := conf.ParseTTL(a[0])
 				if err != nil {
-					return nil, c.Errf("bad ttl %q: %v", a[0], err)
+					return nil, c.Err(err.Error())
+				}
+				if ttl > maxTTL {
+					return nil, c.Errf("invalid TTL %q (want 0s to %ds)", a[0], maxTTL)
 				}
 				e.ttl = ttl
 			case "snapshot":
@@ -322,6 +326,7 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 		return nil, c.Err(errNoSource.Error())
 	}
 	e.finish(nil)
+	e.carryKey = carryKey(c, e)
 	return e, nil
 }
 
@@ -330,10 +335,10 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 func (e *Endpointsvc) finish(lookup lookupFunc) {
 	e.soas = e.soas[:0]
 	for _, z := range e.Zones {
-		e.soas = append(e.soas, soaNames{ns: "ns.dns." + z, mbox: "hostmaster." + z})
+		e.soas = append(e.soas, soa.For(z))
 	}
-	e.zone, e.zones = e.Zones[0], e.Zones
-	e.counters = make([]atomic.Pointer[requestCounters], len(e.Zones))
+	e.kick = make(chan struct{}, 1)
+	e.counters.Clear() // their zone numbers change with e.Zones
 	e.refresh = time.Duration(e.ttl) * time.Second
 	if e.refresh < time.Second {
 		e.refresh = time.Second
@@ -342,25 +347,14 @@ func (e *Endpointsvc) finish(lookup lookupFunc) {
 	e.upstream = upstream.New()
 }
 
-// parseTTL accepts a duration ("30s", "2m") or plain seconds ("30").
-func parseTTL(s string) (uint32, error) {
-	var secs int64
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		secs = n
-	} else {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return 0, errors.New("want a duration such as 30s")
-		}
-		if d%time.Second != 0 {
-			return 0, errors.New("want whole seconds")
-		}
-		secs = int64(d / time.Second)
+// carryKey names what a table depends on besides the state: the server
+// (port and bind addresses), the zones and the options buildTable reads.
+func carryKey(c *caddy.Controller, e *Endpointsvc) string {
+	server := ""
+	if cfg := dnsserver.GetConfig(c); cfg != nil {
+		server = fmt.Sprintf("%v:%s", cfg.ListenHosts, cfg.Port)
 	}
-	if secs < 0 || secs > maxTTL {
-		return 0, fmt.Errorf("want 0s to %ds", maxTTL)
-	}
-	return uint32(secs), nil
+	return fmt.Sprintf("%s %s %v unhealthy=%v endpoint=%v", pluginName, server, e.Zones, e.includeUnhealthy, e.endpointMode)
 }
 
 // parseSize accepts bytes with an optional k, m or g suffix (powers of 1024).

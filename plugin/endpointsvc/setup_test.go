@@ -2,6 +2,7 @@ package endpointsvc
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ func TestParse(t *testing.T) {
 			source file state.json
 		}`, chk: func(t *testing.T, e *Endpointsvc) {
 			f := e.source.(*fileSource)
-			if e.Zones[0] != "svc.orch." || e.ttl != 30 || e.namespace != "default" || f.path != "state.json" || f.interval != 5*time.Second {
+			if e.Zones[0] != "svc.orch." || e.ttl != 30 || e.namespace != "default" || f.path != abs(t, "state.json") || f.interval != 5*time.Second {
 				t.Errorf("defaults: %+v %+v", e, f)
 			}
 		}},
@@ -85,8 +86,8 @@ func TestParse(t *testing.T) {
 		{in: "endpointsvc {\nsource consul x\n}", err: `unknown source "consul"`},
 		{in: "endpointsvc {\nsource orch ftp://x/\n}", err: `bad orch URL "ftp://x/"`},
 		{in: "endpointsvc {\nsource file a.json 1ms\n}", err: `bad interval "1ms"`},
-		{in: "endpointsvc {\nsource file a.json\nttl 1.5s\n}", err: `bad ttl "1.5s": want whole seconds`},
-		{in: "endpointsvc {\nsource file a.json\nttl forever\n}", err: `bad ttl "forever"`},
+		{in: "endpointsvc {\nsource file a.json\nttl 1.5s\n}", err: `invalid TTL "1.5s" (want whole seconds`},
+		{in: "endpointsvc {\nsource file a.json\nttl forever\n}", err: `invalid TTL "forever"`},
 		{in: "endpointsvc {\nsource file a.json\nttl 100000\n}", err: `want 0s to 86400s`},
 		{in: "endpointsvc {\nsource file a.json\nnamespace node\n}", err: `bad namespace "node"`},
 		{in: "endpointsvc {\nsource file a.json\nnamespace a_b\n}", err: `bad namespace "a_b"`},
@@ -120,4 +121,14 @@ func TestParseErrorNamesLine(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Testfile:3") {
 		t.Fatalf("error %v does not name file and line", err)
 	}
+}
+
+// abs is p made absolute as conf.Path does without a root.
+func abs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

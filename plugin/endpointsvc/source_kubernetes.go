@@ -279,6 +279,7 @@ func (k *kubeSource) build(s Sink, svcInf, sliceInf, nodeInf cache.SharedIndexIn
 	} else {
 		k.hash, k.have = h, true
 	}
+	st.raw = b // the snapshot writes these bytes instead of encoding st again
 	s.Update(st)
 }
 

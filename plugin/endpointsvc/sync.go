@@ -8,28 +8,30 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meshdns/meshdns/plugin/pkg/carry"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
 )
 
 // syncer owns the served table and everything that changes it: it applies
 // states from the source and from the snapshot, re-resolves hostname
 // advertise addresses every TTL, and writes the snapshot. Only tbl and
-// ready are read by the hot path.
+// ready are read by the hot path. Its methods are on Endpointsvc, which
+// holds the zones.
 type syncer struct {
 	tbl   atomic.Pointer[table]
 	ready atomic.Bool
 
-	zones            []string // the plugin's zones (SRV target names are built per zone)
-	zone             string   // metrics label: the first zone
 	includeUnhealthy bool
 	endpointMode     bool // addresses endpoint: answer the tasks' own addresses
 	snapshotPath     string
 	refresh          time.Duration // hostname re-resolution period (the TTL)
+	carryKey         string        // identifies this instance's table across a reload
 
-	mu       sync.Mutex // serialises apply and refresh; never taken by ServeDNS
+	mu       sync.Mutex // serialises table builds; never taken by ServeDNS nor held during lookups
 	state    *State
 	resolver *hostResolver
 	serial   uint32
+	kick     chan struct{} // asks the refresher to resolve hostnames not cached yet
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -42,69 +44,114 @@ type syncer struct {
 // instance does not answer SERVFAIL right after a reload.
 const firstSyncWait = 3 * time.Second
 
+// carried is what a reload hands from the old instance to the new one: the
+// immutable table, the state it was built from (when it has hostnames) and
+// the resolved hostnames.
+type carried struct {
+	tbl   *table
+	state *State
+	hosts map[string][]netip.Addr
+}
+
+var carryStore carry.Store[*carried]
+
 // apply builds a table from st, swaps it in, and persists st when it came
-// from a source (not from the snapshot itself).
-func (s *syncer) apply(source string, st *State, persistIt bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// from a source (not from the snapshot itself). It does no lookups:
+// hostnames not resolved yet are left to the refresher. Once ctx is done it
+// does nothing.
+func (e *Endpointsvc) apply(ctx context.Context, source string, st *State, persistIt bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
 	start := time.Now()
-	resolved, _ := s.resolver.resolve(context.Background(), hostnames(st), false)
-	s.swap(st, resolved)
-	log.Infof("Synced %d services, %d endpoints from %s in %v", s.tbl.Load().nServices, s.tbl.Load().nEndpts, source, time.Since(start).Round(time.Microsecond))
-	if persistIt && s.snapshotPath != "" {
-		b, err := json.Marshal(st)
+	e.swap(st)
+	log.Infof("Synced %d services, %d endpoints from %s in %v", e.tbl.Load().nServices, e.tbl.Load().nEndpts, source, time.Since(start).Round(time.Microsecond))
+	if persistIt && e.snapshotPath != "" {
+		b, err := st.raw, error(nil)
+		if b == nil {
+			b, err = json.Marshal(st)
+		}
 		if err == nil {
-			err = persist.WriteFile(s.snapshotPath, b)
+			err = persist.WriteFile(e.snapshotPath, b)
 		}
 		if err != nil {
-			log.Warningf("Writing snapshot %q: %v", s.snapshotPath, err)
+			log.Warningf("Writing snapshot %q: %v", e.snapshotPath, err)
 		}
 	}
 }
 
-// swap builds and publishes a table; s.mu is held.
-func (s *syncer) swap(st *State, resolved map[string][]netip.Addr) {
-	s.serial++
-	if now := uint32(time.Now().Unix()); now > s.serial {
-		s.serial = now
+// swap builds and publishes a table from st and the cached hostname
+// addresses, and asks the refresher for hostnames not cached yet; e.mu is
+// held.
+func (e *Endpointsvc) swap(st *State) {
+	hosts := hostnames(st)
+	resolved, missing := e.resolver.cached(hosts)
+	e.serial++
+	if now := uint32(time.Now().Unix()); now > e.serial {
+		e.serial = now
 	}
-	t := buildTable(st, s.zones, s.includeUnhealthy, s.endpointMode, resolved, s.serial)
-	s.state = nil
-	if len(resolved) > 0 {
-		s.state = st // kept only to rebuild when a hostname's addresses change
+	t := buildTable(st, e.Zones, e.includeUnhealthy, e.endpointMode, resolved, e.serial)
+	e.state = nil
+	if len(hosts) > 0 {
+		e.state = st // kept only to rebuild when a hostname's addresses change
 	}
-	s.tbl.Store(t)
-	s.ready.Store(true)
-	servicesGauge.WithLabelValues(s.zone).Set(float64(t.nServices))
-	cnameConflicts.WithLabelValues(s.zone).Set(float64(t.nConflicts))
-	endpointsGauge.WithLabelValues(s.zone).Set(float64(t.nEndpts))
+	e.publish(t)
+	if missing {
+		select {
+		case e.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// publish swaps t in and updates the gauges.
+func (e *Endpointsvc) publish(t *table) {
+	e.tbl.Store(t)
+	e.ready.Store(true)
+	zone := e.Zones[0]
+	servicesGauge.WithLabelValues(zone).Set(float64(t.nServices))
+	cnameConflicts.WithLabelValues(zone).Set(float64(t.nConflicts))
+	endpointsGauge.WithLabelValues(zone).Set(float64(t.nEndpts))
 }
 
 // refreshHosts re-resolves the current state's hostnames and rebuilds the
 // table when an address changed.
-func (s *syncer) refreshHosts(ctx context.Context) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state == nil {
+func (e *Endpointsvc) refreshHosts(ctx context.Context) { e.resolveHosts(ctx, true) }
+
+// resolveHosts looks up the current state's hostnames (all of them with
+// refresh, else those not cached yet) without holding e.mu, and rebuilds
+// the table when an address changed.
+func (e *Endpointsvc) resolveHosts(ctx context.Context, refresh bool) {
+	e.mu.Lock()
+	st := e.state
+	e.mu.Unlock()
+	if st == nil {
 		return
 	}
-	hosts := hostnames(s.state)
+	hosts := hostnames(st)
 	if len(hosts) == 0 {
 		return
 	}
-	resolved, changed := s.resolver.resolve(ctx, hosts, true)
-	if changed && ctx.Err() == nil {
-		s.swap(s.state, resolved)
-		log.Infof("Hostname advertise addresses changed; rebuilt the table")
+	if !e.resolver.resolve(ctx, hosts, refresh) {
+		return
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.state == nil || ctx.Err() != nil {
+		return
+	}
+	e.swap(e.state)
+	log.Infof("Hostname advertise addresses changed; rebuilt the table")
 }
 
 // loadSnapshot applies the snapshot file, if there is a valid one.
-func (s *syncer) loadSnapshot() {
-	if s.snapshotPath == "" {
+func (e *Endpointsvc) loadSnapshot(ctx context.Context) {
+	if e.snapshotPath == "" {
 		return
 	}
-	b, err := persist.ReadFile(s.snapshotPath)
+	b, err := persist.ReadFile(e.snapshotPath)
 	if err != nil || b == nil {
 		if err != nil {
 			log.Warningf("Reading snapshot: %v", err)
@@ -113,86 +160,126 @@ func (s *syncer) loadSnapshot() {
 	}
 	st, err := DecodeState(b)
 	if err != nil {
-		log.Warningf("Ignoring snapshot %q: %v", s.snapshotPath, err)
+		log.Warningf("Ignoring snapshot %q: %v", e.snapshotPath, err)
 		return
 	}
-	s.apply("snapshot", st, false)
+	e.apply(ctx, "snapshot", st, false)
 }
 
-// start loads the snapshot and runs the source and the hostname refresher
-// until stop.
-func (s *syncer) start(src Source) {
-	s.loadSnapshot()
+// handOver keeps the served table for the instance a reload starts.
+func (e *Endpointsvc) handOver() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t := e.tbl.Load(); t != nil {
+		carryStore.Put(e.carryKey, &carried{tbl: t, state: e.state, hosts: e.resolver.snapshot()})
+	}
+}
+
+// takeOver serves the table the previous instance handed over, if any.
+func (e *Endpointsvc) takeOver() bool {
+	c, ok := carryStore.Take(e.carryKey)
+	if !ok {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.resolver.restore(c.hosts)
+	e.state, e.serial = c.state, c.tbl.serial
+	e.publish(c.tbl)
+	log.Infof("Serving %d services, %d endpoints carried over the reload", c.tbl.nServices, c.tbl.nEndpts)
+	return true
+}
+
+// start serves the carried table or loads the snapshot, and runs the
+// source and the hostname refresher until stop.
+func (e *Endpointsvc) start(src Source) {
 	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.first = make(chan struct{})
-	s.once = sync.Once{}
-	s.wg.Add(2)
+	e.cancel = cancel
+	if !e.takeOver() {
+		e.loadSnapshot(ctx)
+	}
+	e.first = make(chan struct{})
+	e.once = sync.Once{}
+	e.wg.Add(2)
 	go func() {
-		defer s.wg.Done()
-		src.Run(ctx, &sink{s: s, source: src.Name()})
+		defer e.wg.Done()
+		src.Run(ctx, &sink{e: e, ctx: ctx, source: src.Name()})
 	}()
 	go func() {
-		defer s.wg.Done()
-		for sleep(ctx, s.refresh) {
-			s.refreshHosts(ctx)
+		defer e.wg.Done()
+		e.resolveHosts(ctx, false)
+		t := time.NewTimer(e.refresh)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-e.kick:
+				e.resolveHosts(ctx, false)
+			case <-t.C:
+				e.resolveHosts(ctx, true)
+				t.Reset(e.refresh)
+			}
 		}
 	}()
-	if s.tbl.Load() == nil {
+	if e.tbl.Load() == nil {
 		t := time.NewTimer(firstSyncWait)
 		defer t.Stop()
 		select {
-		case <-s.first:
+		case <-e.first:
 		case <-t.C:
 		}
 	}
 }
 
 // firstResult notes that the source reported for the first time.
-func (s *syncer) firstResult() { s.once.Do(func() { close(s.first) }) }
+func (e *Endpointsvc) firstResult() { e.once.Do(func() { close(e.first) }) }
 
 // stop ends the goroutines started by start and waits for them.
-func (s *syncer) stop() {
-	if s.cancel != nil {
-		s.cancel()
-		s.wg.Wait()
-		s.cancel = nil
+func (e *Endpointsvc) stop() {
+	if e.cancel != nil {
+		e.cancel()
+		e.wg.Wait()
+		e.cancel = nil
 	}
 }
 
-// sink is a source's view of the syncer: it counts and logs results.
+// sink is a source's view of the plugin: it counts and logs results.
 type sink struct {
-	s       *syncer
+	e       *Endpointsvc
+	ctx     context.Context // the source's: done once stop is called
 	source  string
 	lastErr string // last failure logged, "" while healthy
 }
 
 func (k *sink) Update(st *State) {
-	syncCount.WithLabelValues(k.s.zone, k.source, "updated").Inc()
-	lastSync.WithLabelValues(k.s.zone, k.source).SetToCurrentTime()
+	zone := k.e.Zones[0]
+	syncCount.WithLabelValues(zone, k.source, "updated").Inc()
+	lastSync.WithLabelValues(zone, k.source).SetToCurrentTime()
 	k.recovered()
-	k.s.apply(k.source, st, true)
-	k.s.firstResult()
+	k.e.apply(k.ctx, k.source, st, true)
+	k.e.firstResult()
 }
 
 func (k *sink) Unchanged() {
-	syncCount.WithLabelValues(k.s.zone, k.source, "unchanged").Inc()
-	lastSync.WithLabelValues(k.s.zone, k.source).SetToCurrentTime()
+	zone := k.e.Zones[0]
+	syncCount.WithLabelValues(zone, k.source, "unchanged").Inc()
+	lastSync.WithLabelValues(zone, k.source).SetToCurrentTime()
 	k.recovered()
-	k.s.firstResult()
+	k.e.firstResult()
 }
 
 func (k *sink) Failed(err error) {
-	syncCount.WithLabelValues(k.s.zone, k.source, "error").Inc()
+	syncCount.WithLabelValues(k.e.Zones[0], k.source, "error").Inc()
 	if msg := err.Error(); msg != k.lastErr {
 		k.lastErr = msg
-		if k.s.ready.Load() {
+		if k.e.ready.Load() {
 			log.Warningf("Source %s failing, keeping the last good state: %v", k.source, err)
 		} else {
 			log.Errorf("Source %s failing, no state to serve yet: %v", k.source, err)
 		}
 	}
-	k.s.firstResult()
+	k.e.firstResult()
 }
 
 func (k *sink) recovered() {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,7 +72,8 @@ func TestRefreshHosts(t *testing.T) {
 	}
 	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
 	e.finish(lookup)
-	e.apply("test", loadState(t, "testdata/state.json"), false)
+	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	e.resolveHosts(context.Background(), false) // apply leaves hostnames to the refresher
 	want := func(ip string) {
 		t.Helper()
 		checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("hosty.svc.orch. 30 IN A " + ip)}})
@@ -87,4 +89,90 @@ func TestRefreshHosts(t *testing.T) {
 	mu.Unlock()
 	e.refreshHosts(context.Background())
 	want("198.51.100.44") // a failed lookup keeps the last good addresses
+}
+
+// TestApplyNoLookup checks that apply builds the table from cached
+// addresses only and leaves the lookup to the refresher.
+func TestApplyNoLookup(t *testing.T) {
+	var calls atomic.Int32
+	lookup := func(_ context.Context, host string) ([]netip.Addr, error) {
+		calls.Add(1)
+		return []netip.Addr{netip.MustParseAddr("198.51.100.4")}, nil
+	}
+	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
+	e.finish(lookup)
+	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("apply made %d lookups, want 0", n)
+	}
+	checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Ns: []dns.RR{test.SOA("svc.orch. 30 IN SOA ns.dns.svc.orch. hostmaster.ns.dns.svc.orch. 0 7200 1800 86400 30")}})
+	select {
+	case <-e.kick:
+	default:
+		t.Fatal("apply did not ask the refresher for the new hostname")
+	}
+	e.resolveHosts(context.Background(), false)
+	checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("hosty.svc.orch. 30 IN A 198.51.100.4")}})
+}
+
+// TestHandOver checks that a reload's new instance serves the old one's
+// table, once, under the same key only.
+func TestHandOver(t *testing.T) {
+	old := newTestPlugin(t, false)
+	old.carryKey = "test handover"
+	old.handOver()
+	other := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{carryKey: "test other"}}
+	other.finish(fakeLookup)
+	if other.takeOver() {
+		t.Fatal("took over a table of another key")
+	}
+	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{carryKey: "test handover"}}
+	e.finish(fakeLookup)
+	if !e.takeOver() || e.tbl.Load() != old.tbl.Load() {
+		t.Fatal("the old table was not taken over")
+	}
+	checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("hosty.svc.orch. 30 IN A 198.51.100.4")}})
+	if e.takeOver() {
+		t.Fatal("a carried table was taken twice")
+	}
+}
+
+// oneShot delivers one state, then waits for the end.
+type oneShot struct{ st *State }
+
+func (o oneShot) Name() string { return "oneshot" }
+func (o oneShot) Run(ctx context.Context, s Sink) {
+	s.Update(o.st)
+	<-ctx.Done()
+}
+
+// TestStartStopHangingLookup checks that start-up does not wait on a
+// hostname lookup and that stop cancels one in flight.
+func TestStartStopHangingLookup(t *testing.T) {
+	looking := make(chan struct{}, 1)
+	lookup := func(ctx context.Context, host string) ([]netip.Addr, error) {
+		select {
+		case looking <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
+	e.finish(lookup)
+	e.resolver.timeout = time.Minute
+	began := time.Now()
+	e.start(oneShot{loadState(t, "testdata/state.json")})
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("start took %v", d)
+	}
+	if e.tbl.Load() == nil {
+		t.Fatal("no table after start")
+	}
+	<-looking
+	began = time.Now()
+	e.stop()
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("stop took %v with a lookup in flight", d)
+	}
 }
