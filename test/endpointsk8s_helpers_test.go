@@ -103,13 +103,7 @@ func startKubeAPI(t testing.TB) *kubeAPI {
 	go func() { _ = k.etcd.Wait(); close(etcdDone) }()
 	t.Cleanup(func() {
 		k.StopAPI()
-		_ = k.etcd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-etcdDone:
-		case <-time.After(5 * time.Second):
-			_ = k.etcd.Process.Kill()
-			<-etcdDone
-		}
+		stopProcess(k.etcd, etcdDone, 5*time.Second)
 		if t.Failed() {
 			t.Logf("etcd log:\n%s", etcdLog.String())
 		}
@@ -211,13 +205,7 @@ func (k *kubeAPI) StopAPI() {
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	stopProcess(cmd, done, 10*time.Second)
 	if k.t.Failed() {
 		k.t.Logf("kube-apiserver log (tail):\n%s", tail(k.apiLog.String(), 40))
 	}

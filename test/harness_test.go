@@ -164,10 +164,16 @@ func (s *Server) Stop() {
 	if cmd == nil {
 		return
 	}
+	stopProcess(cmd, done, 5*time.Second)
+}
+
+// stopProcess ends a process the test started: SIGTERM to its PID, then
+// SIGKILL when it has not exited (done closed) within grace.
+func stopProcess(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(grace):
 		_ = cmd.Process.Kill()
 		<-done
 	}
