@@ -18,10 +18,15 @@ import (
 
 // Timing of the consul source.
 const (
-	consulWait     = 5 * time.Minute        // blocking query wait
-	consulMinGap   = 500 * time.Millisecond // at most two catalog rounds a second
-	consulRetryMin = 500 * time.Millisecond // first retry after an error
-	consulRetryMax = 10 * time.Second       // retries back off up to this
+	consulWait = 5 * time.Minute // blocking query wait
+	// consulPendingWait bounds the wait while some proxy has no VIP yet:
+	// Consul reads the VIP from its virtual-IP table, which it may fill after
+	// the proxy registered (e.g. once a leader enabled virtual IPs), and
+	// that change does not move the services index the query blocks on.
+	consulPendingWait = time.Second
+	consulMinGap      = 500 * time.Millisecond // at most two catalog rounds a second
+	consulRetryMin    = 500 * time.Millisecond // first retry after an error
+	consulRetryMax    = 10 * time.Second       // retries back off up to this
 )
 
 // consulProxyFilter selects the catalog services that carry virtual IPs: the
@@ -132,6 +137,10 @@ type consulSource struct {
 	// Run's goroutine only:
 	last  [32]byte // hash of the entries of the last table reported
 	built bool
+	// pending: the last round saw a proxy without its VIP, so the next
+	// round waits at most consulPendingWait and reads the proxies again
+	// even when the services index did not move.
+	pending bool
 }
 
 func (s *consulSource) Name() string { return "consul" }
@@ -215,13 +224,17 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 	cat := client.Catalog()
 	qctx, cancel := context.WithTimeout(ctx, consulWait+consulWait/16+15*time.Second)
 	defer cancel()
+	wait := consulWait
+	if s.pending {
+		wait = consulPendingWait
+	}
 	proxies, meta, err := cat.Services((&api.QueryOptions{
-		Filter: s.filter(), WaitIndex: index, WaitTime: consulWait,
+		Filter: s.filter(), WaitIndex: index, WaitTime: wait,
 	}).WithContext(qctx))
 	if err != nil {
 		return 0, Sync{}, err
 	}
-	if index != 0 && meta.LastIndex == index && s.built {
+	if index != 0 && meta.LastIndex == index && s.built && !s.pending {
 		return index, Sync{Result: SyncUnchanged}, nil // the wait ended with no change
 	}
 	names := make([]string, 0, len(proxies))
@@ -229,10 +242,11 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	entries, err := s.read(qctx, cat, names, dc)
+	entries, pending, err := s.read(qctx, cat, names, dc)
 	if err != nil {
 		return 0, Sync{}, err
 	}
+	s.pending = pending
 	sort.Slice(entries, func(i, j int) bool {
 		if entries[i].Name != entries[j].Name {
 			return entries[i].Name < entries[j].Name
@@ -259,10 +273,11 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 const consulReaders = 8
 
 // read reads the catalog entries of the proxies names, consulReaders at a
-// time, and returns their VIP entries.
-func (s *consulSource) read(ctx context.Context, cat *api.Catalog, names []string, dc string) ([]Entry, error) {
+// time, and returns their VIP entries and whether a proxy lacked its VIP.
+func (s *consulSource) read(ctx context.Context, cat *api.Catalog, names []string, dc string) ([]Entry, bool, error) {
 	type result struct {
 		entries []Entry
+		pending bool
 		err     error
 	}
 	results := make([]result, len(names))
@@ -278,7 +293,7 @@ func (s *consulSource) read(ctx context.Context, cat *api.Catalog, names []strin
 					results[i].err = fmt.Errorf("catalog service %s: %w", names[i], err)
 					continue
 				}
-				results[i].entries = s.entries(svcs, dc)
+				results[i].entries, results[i].pending = s.entries(svcs, dc)
 			}
 		}()
 	}
@@ -288,13 +303,15 @@ func (s *consulSource) read(ctx context.Context, cat *api.Catalog, names []strin
 	close(next)
 	wg.Wait()
 	var entries []Entry
+	pending := false
 	for _, r := range results {
 		if r.err != nil {
-			return nil, r.err
+			return nil, false, r.err
 		}
 		entries = append(entries, r.entries...)
+		pending = pending || r.pending
 	}
-	return entries, nil
+	return entries, pending, nil
 }
 
 // filter selects the proxies of the catalog the source reads: every connect
@@ -311,19 +328,20 @@ func (s *consulSource) filter() string {
 	return consulProxyFilter + " and (" + strings.Join(ups, " or ") + ")"
 }
 
-// entries returns the VIP entries of a proxy's catalog entries.
-func (s *consulSource) entries(svcs []*api.CatalogService, dc string) []Entry {
-	var out []Entry
+// entries returns the VIP entries of a proxy's catalog entries, and whether
+// one of the wanted proxies has no VIP (yet).
+func (s *consulSource) entries(svcs []*api.CatalogService, dc string) (out []Entry, pending bool) {
 	for _, e := range svcs {
 		if e.ServiceProxy == nil { // the services were filtered to proxies; be sure
 			continue
 		}
-		vip, ok := e.ServiceTaggedAddresses[consulVirtualTag]
 		dest := strings.ToLower(e.ServiceProxy.DestinationServiceName)
-		if !ok || vip.Address == "" || dest == "" {
+		if dest == "" || (s.upstreams != nil && !s.upstreams[dest]) {
 			continue
 		}
-		if s.upstreams != nil && !s.upstreams[dest] {
+		vip, ok := e.ServiceTaggedAddresses[consulVirtualTag]
+		if !ok || vip.Address == "" {
+			pending = true
 			continue
 		}
 		ns, ap, edc := strings.ToLower(e.Namespace), strings.ToLower(e.Partition), strings.ToLower(e.Datacenter)
@@ -342,7 +360,7 @@ func (s *consulSource) entries(svcs []*api.CatalogService, dc string) []Entry {
 		}
 		out = append(out, Entry{Name: name, Addresses: []string{vip.Address}})
 	}
-	return out
+	return out, pending
 }
 
 // consulDatacenter asks the agent for its datacenter.

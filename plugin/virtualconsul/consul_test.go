@@ -21,6 +21,7 @@ type fakeConsul struct {
 	failing  bool
 	waits    []string // the index and wait of every services query
 	services []time.Time
+	noVIP    bool // the proxy has no consul-virtual address (yet)
 }
 
 func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -41,6 +42,9 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
 		fmt.Fprint(w, `{"web-sidecar-proxy": []}`)
+	case r.URL.Path == "/v1/catalog/service/web-sidecar-proxy" && f.noVIP:
+		w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
+		fmt.Fprint(w, `[{"ServiceProxy": {"DestinationServiceName": "web"}}]`)
 	case r.URL.Path == "/v1/catalog/service/web-sidecar-proxy":
 		w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
 		fmt.Fprintf(w, `[{"ServiceTaggedAddresses": {"consul-virtual": {"Address": "240.0.0.%d", "Port": 20000}},
@@ -109,5 +113,48 @@ func TestConsulSourceRun(t *testing.T) {
 	}
 	if errs < 2 || errs > 4 {
 		t.Fatalf("%d errors reported in 2s of failures, want 2-4 (0.5s, 1s backoff)", errs)
+	}
+}
+
+// TestConsulSourceLateVIP: Consul may fill a proxy's VIP after the proxy
+// registered without moving the services index the source blocks on; while
+// a proxy lacks its VIP the source re-reads within a bounded short wait, and
+// goes back to the long wait once every VIP is there.
+func TestConsulSourceLateVIP(t *testing.T) {
+	f := &fakeConsul{frozen: true, noVIP: true}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	s := &consulSource{address: srv.URL}
+	got := make(chan Sync, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx, func(sy Sync) {
+		select {
+		case got <- sy:
+		default:
+		}
+	})
+	if sy := <-got; sy.Result != SyncOK || sy.Table.Len() != 0 {
+		t.Fatalf("first sync %+v, want an empty table", sy)
+	}
+	f.mu.Lock()
+	f.noVIP = false // the VIP appears; the services index stays where it was
+	f.mu.Unlock()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case sy := <-got:
+			if sy.Result == SyncOK && sy.Table.Len() == 1 {
+				f.mu.Lock()
+				waits := append([]string(nil), f.waits...)
+				f.mu.Unlock()
+				if !strings.HasSuffix(waits[len(waits)-1], "/1000ms") {
+					t.Fatalf("pending rounds waited %v, want 1s", waits)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("the late VIP never reached the table")
+		}
 	}
 }

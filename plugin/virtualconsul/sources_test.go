@@ -191,7 +191,10 @@ func TestConsulEntries(t *testing.T) {
 		proxy("novip", "", "", "", ""),
 		{ServiceName: "plain"},
 	}
-	got := (&consulSource{}).entries(svcs, "dc9")
+	got, pending := (&consulSource{}).entries(svcs, "dc9")
+	if !pending {
+		t.Error("a proxy without its VIP did not mark the round pending")
+	}
 	want := []Entry{
 		{Name: "web.virtual.default.ns.default.ap.dc9.dc.consul", Addresses: []string{"240.0.0.1"}},
 		{Name: "api.virtual.team.ns.part.ap.dc2.dc.consul", Addresses: []string{"240.0.0.2"}},
@@ -199,8 +202,8 @@ func TestConsulEntries(t *testing.T) {
 	if len(got) != len(want) || got[0].Name != want[0].Name || got[1].Name != want[1].Name || got[1].Addresses[0] != "240.0.0.2" {
 		t.Fatalf("entries = %+v, want %+v", got, want)
 	}
-	if got := (&consulSource{upstreams: map[string]bool{"api": true}}).entries(svcs, "dc1"); len(got) != 1 || !strings.HasPrefix(got[0].Name, "api.") {
-		t.Fatalf("upstreams api: %+v", got)
+	if got, pending := (&consulSource{upstreams: map[string]bool{"api": true}}).entries(svcs, "dc1"); len(got) != 1 || !strings.HasPrefix(got[0].Name, "api.") || pending {
+		t.Fatalf("upstreams api: %+v (pending %v: novip is not an upstream)", got, pending)
 	}
 }
 
@@ -367,7 +370,8 @@ func FuzzConsulEntries(f *testing.F) {
 		if json.Unmarshal(data, &svcs) != nil {
 			return
 		}
-		_, _ = Build((&consulSource{}).entries(svcs, "dc1")) // an invalid entry is an error, never a panic
+		entries, _ := (&consulSource{}).entries(svcs, "dc1")
+		_, _ = Build(entries) // an invalid entry is an error, never a panic
 	})
 }
 
