@@ -18,6 +18,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	"github.com/coredns/coredns/plugin/pkg/upstream"
 	"github.com/coredns/coredns/request"
+
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 
 	"github.com/miekg/dns"

@@ -14,6 +14,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	pkgtls "github.com/coredns/coredns/plugin/pkg/tls"
 	"github.com/coredns/coredns/plugin/pkg/upstream"
+
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 

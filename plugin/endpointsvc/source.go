@@ -3,7 +3,6 @@ package endpointsvc
 import (
 	"context"
 	"crypto/sha256"
-	"time"
 )
 
 // Source feeds states into the plugin. Sources know nothing of DNS or of
@@ -35,15 +34,3 @@ type Sink interface {
 type contentHash [sha256.Size]byte
 
 func hashOf(b []byte) contentHash { return sha256.Sum256(b) }
-
-// sleep waits d or until ctx is done; it reports false when ctx is done.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

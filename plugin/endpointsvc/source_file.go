@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/meshdns/meshdns/plugin/pkg/pause"
 )
 
 // fileSource reads the state JSON from a file and re-reads it when its
@@ -26,7 +28,7 @@ func (f *fileSource) Name() string { return "file" }
 func (f *fileSource) Run(ctx context.Context, s Sink) {
 	for {
 		f.check(s)
-		if !sleep(ctx, f.interval) {
+		if !pause.Sleep(ctx, f.interval) {
 			return
 		}
 	}

@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshdns/meshdns/plugin/pkg/pause"
 )
 
 // kubeSource watches Services, EndpointSlices and Nodes through one shared
@@ -80,7 +82,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 	client, err := k.client()
 	for err != nil {
 		s.Failed(err)
-		if !sleep(ctx, kubeRetryConfig) {
+		if !pause.Sleep(ctx, kubeRetryConfig) {
 			return
 		}
 		client, err = k.client()
@@ -188,7 +190,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			if !synced {
 				continue
 			}
-			if !sleep(ctx, debounce) {
+			if !pause.Sleep(ctx, debounce) {
 				return
 			}
 			select { // changes that came during the debounce are in this build

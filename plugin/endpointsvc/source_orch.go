@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/meshdns/meshdns/plugin/pkg/pause"
 )
 
 // orchSource polls an orchestrator's HTTP API for the state JSON. It sends
@@ -61,7 +63,7 @@ func (o *orchSource) Run(ctx context.Context, s Sink) {
 		} else {
 			failures = 0
 		}
-		if !sleep(ctx, backoff(o.interval, o.maxBackoff, failures)) {
+		if !pause.Sleep(ctx, backoff(o.interval, o.maxBackoff, failures)) {
 			return
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/coredns/coredns/plugin"
+
+	"github.com/meshdns/meshdns/plugin/pkg/pause"
 )
 
 // The container updater keeps the record database in step with the
@@ -262,7 +264,7 @@ func (u *updater) run(ctx context.Context) {
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, backoffCap)
+		backoff = pause.Double(backoff, backoffInitial, backoffCap)
 	}
 }
 

@@ -13,7 +13,9 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/hashicorp/consul/api"
+
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
+	"github.com/meshdns/meshdns/plugin/pkg/pause"
 )
 
 // Timing of the consul source.
@@ -171,7 +173,7 @@ func (s *consulSource) Run(ctx context.Context, report func(Sync)) {
 		round  time.Time
 	)
 	for ctx.Err() == nil {
-		if gap := consulMinGap - time.Since(round); gap > 0 && !sleep(ctx, gap) {
+		if gap := consulMinGap - time.Since(round); gap > 0 && !pause.Sleep(ctx, gap) {
 			return
 		}
 		round = time.Now()
@@ -193,8 +195,8 @@ func (s *consulSource) Run(ctx context.Context, report func(Sync)) {
 		if err != nil {
 			report(Sync{Result: SyncError, Err: fmt.Errorf("consul %s: %w", s.display(), err)})
 			client, dc = nil, "" // the agent may come back as another one
-			retry = min(max(2*retry, consulRetryMin), consulRetryMax)
-			if !sleep(ctx, retry) {
+			retry = pause.Double(retry, consulRetryMin, consulRetryMax)
+			if !pause.Sleep(ctx, retry) {
 				return
 			}
 			continue
@@ -376,16 +378,4 @@ func consulDatacenter(ctx context.Context, client *api.Client) (string, error) {
 		return "", errors.New("the agent reports no datacenter")
 	}
 	return strings.ToLower(dc), nil
-}
-
-// sleep waits d or until ctx is done; false when ctx is done.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -16,7 +16,6 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	dnsfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/udp/dns_filter/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,6 +23,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
+	"github.com/meshdns/meshdns/plugin/pkg/pause"
 )
 
 // xDS names.
@@ -145,8 +147,8 @@ func (x *xdsSource) Run(ctx context.Context, report func(Sync)) {
 		if got {
 			retry = 0 // the stream worked: start the backoff over
 		}
-		retry = min(max(2*retry, xdsRetryMin), xdsRetryMax)
-		if !sleep(ctx, retry) {
+		retry = pause.Double(retry, xdsRetryMin, xdsRetryMax)
+		if !pause.Sleep(ctx, retry) {
 			return
 		}
 	}
@@ -197,7 +199,7 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 				// A control plane answers a NACK by sending the same version
 				// again at once: hold each repeated NACK (1s, doubling up to
 				// xdsRetryMax, 10s) instead of spinning, and report it only once.
-				if !sleep(ctx, x.nackDelay) {
+				if !pause.Sleep(ctx, x.nackDelay) {
 					return got, ctx.Err()
 				}
 				x.nackDelay = min(2*x.nackDelay, xdsRetryMax)
