@@ -9,7 +9,6 @@ package endpointsvc
 
 import (
 	"context"
-	"net"
 	"sync"
 	"sync/atomic"
 
@@ -86,9 +85,9 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 			}
 			switch qtype {
 			case dns.TypeA:
-				answer = e.a(owner, se.v4)
+				answer = e.a(owner, se.addrs)
 			case dns.TypeAAAA:
-				answer = e.aaaa(owner, se.v6)
+				answer = e.aaaa(owner, se.addrs)
 			case dns.TypeSRV:
 				answer, extra = e.srv(owner, zi, se.srv)
 			}
@@ -107,9 +106,9 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 			exists = true
 			switch qtype {
 			case dns.TypeA:
-				answer = e.a(owner, ne.v4)
+				answer = e.a(owner, ne.addrs)
 			case dns.TypeAAAA:
-				answer = e.aaaa(owner, ne.v6)
+				answer = e.aaaa(owner, ne.addrs)
 			}
 		}
 	}
@@ -157,27 +156,29 @@ func (e *Endpointsvc) count(ctx context.Context, zi, result int) {
 // Name implements plugin.Handler.
 func (e *Endpointsvc) Name() string { return pluginName }
 
-func (e *Endpointsvc) a(owner string, ips []net.IP) []dns.RR {
-	if len(ips) == 0 {
+func (e *Endpointsvc) a(owner string, a addrs) []dns.RR {
+	n := a.n4()
+	if n == 0 {
 		return nil
 	}
-	rrs := make([]dns.RR, len(ips))
-	recs := make([]dns.A, len(ips))
-	for i, ip := range ips {
-		recs[i] = dns.A{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: e.ttl}, A: ip}
+	rrs := make([]dns.RR, n)
+	recs := make([]dns.A, n)
+	for i := range recs {
+		recs[i] = dns.A{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: e.ttl}, A: a.ip4(i)}
 		rrs[i] = &recs[i]
 	}
 	return rrs
 }
 
-func (e *Endpointsvc) aaaa(owner string, ips []net.IP) []dns.RR {
-	if len(ips) == 0 {
+func (e *Endpointsvc) aaaa(owner string, a addrs) []dns.RR {
+	n := a.n6()
+	if n == 0 {
 		return nil
 	}
-	rrs := make([]dns.RR, len(ips))
-	recs := make([]dns.AAAA, len(ips))
-	for i, ip := range ips {
-		recs[i] = dns.AAAA{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: e.ttl}, AAAA: ip}
+	rrs := make([]dns.RR, n)
+	recs := make([]dns.AAAA, n)
+	for i := range recs {
+		recs[i] = dns.AAAA{Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: e.ttl}, AAAA: a.ip6(i)}
 		rrs[i] = &recs[i]
 	}
 	return rrs
@@ -194,7 +195,7 @@ func (e *Endpointsvc) srv(owner string, zi int, targets []srvTarget) (answer, ex
 	n4, n6 := 0, 0
 	for i, t := range targets {
 		if i == 0 || t.node != targets[i-1].node {
-			n4, n6 = n4+len(t.node.v4), n6+len(t.node.v6)
+			n4, n6 = n4+t.node.n4(), n6+t.node.n6()
 		}
 	}
 	answer = make([]dns.RR, len(targets))
@@ -204,12 +205,12 @@ func (e *Endpointsvc) srv(owner string, zi int, targets []srvTarget) (answer, ex
 	for i, t := range targets {
 		target := t.node.targets[zi]
 		if i == 0 || t.node != targets[i-1].node {
-			for _, ip := range t.node.v4 {
-				as[0] = dns.A{Hdr: dns.RR_Header{Name: target, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: e.ttl}, A: ip}
+			for j := range t.node.n4() {
+				as[0] = dns.A{Hdr: dns.RR_Header{Name: target, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: e.ttl}, A: t.node.ip4(j)}
 				extra, as = append(extra, &as[0]), as[1:]
 			}
-			for _, ip := range t.node.v6 {
-				aaaas[0] = dns.AAAA{Hdr: dns.RR_Header{Name: target, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: e.ttl}, AAAA: ip}
+			for j := range t.node.n6() {
+				aaaas[0] = dns.AAAA{Hdr: dns.RR_Header{Name: target, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: e.ttl}, AAAA: t.node.ip6(j)}
 				extra, aaaas = append(extra, &aaaas[0]), aaaas[1:]
 			}
 		}

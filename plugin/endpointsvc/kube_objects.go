@@ -1,7 +1,9 @@
 package endpointsvc
 
 import (
+	"net/netip"
 	"strings"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -35,9 +37,10 @@ type kServicePort struct {
 type kSlice struct {
 	kMeta
 	service     string // "namespace/name" from the kubernetes.io/service-name label, lowercased
-	addressType string // IPv4, IPv6, FQDN
+	addressType string // IPv4, IPv6, FQDN (one of the constants: never the decoder's copy)
 	ports       []kSlicePort
 	endpoints   []kEndpoint
+	fqdns       []string // addressType FQDN only: endpoint i's name, parallel to endpoints
 }
 
 type kSlicePort struct {
@@ -47,12 +50,44 @@ type kSlicePort struct {
 
 // kEndpoint keeps the first address (the API declares an endpoint's
 // addresses fungible) and the conditions, resolved: ready nil means true,
-// serving nil means the same as ready, terminating nil means false.
+// serving nil means the same as ready, terminating nil means false. It holds
+// no string of its own, so 50,000 endpoints are one allocation per slice:
+// the address is packed (IPv4 v4-mapped; an FQDN slice's name is in
+// kSlice.fqdns) and the node name is interned, as
+// thousands of endpoints share a few hundred nodes.
 type kEndpoint struct {
-	address                     string
-	nodeName                    string
+	ip                          [16]byte
+	node                        unique.Handle[string] // lowercased nodeName; zero: none
 	ready, serving, terminating bool
 }
+
+// nodeName is the endpoint's lowercased node name, or "".
+func (e *kEndpoint) nodeName() string {
+	if e.node == (unique.Handle[string]{}) {
+		return ""
+	}
+	return e.node.Value()
+}
+
+// address is endpoint i of slice s as text.
+func (s *kSlice) address(i int) string {
+	if s.addressType == addressFQDN {
+		return s.fqdns[i]
+	}
+	return netip.AddrFrom16(s.endpoints[i].ip).Unmap().String()
+}
+
+// The address types the transform keeps (constants, so that no slice holds
+// its own copy of the word).
+const (
+	addressIPv4 = "IPv4"
+	addressIPv6 = "IPv6"
+	addressFQDN = "FQDN"
+)
+
+// intern returns the canonical copy of s, so that the namespace names of
+// thousands of objects share their bytes.
+func intern(s string) string { return unique.Make(s).Value() }
 
 // kNode is the slim form of a v1.Node.
 type kNode struct {
@@ -62,7 +97,7 @@ type kNode struct {
 }
 
 func slimMeta(m *metav1.ObjectMeta) kMeta {
-	return kMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion}
+	return kMeta{Name: m.Name, Namespace: intern(m.Namespace), ResourceVersion: m.ResourceVersion}
 }
 
 // transformService converts a *v1.Service into a *kService; anything else
@@ -103,7 +138,16 @@ func transformSlice(namespaces map[string]bool) func(any) (any, error) {
 			return k, nil // belongs to no Service we serve
 		}
 		k.service = strings.ToLower(s.Namespace + "/" + svc)
-		k.addressType = string(s.AddressType)
+		switch s.AddressType {
+		case discoveryv1.AddressTypeIPv4:
+			k.addressType = addressIPv4
+		case discoveryv1.AddressTypeIPv6:
+			k.addressType = addressIPv6
+		case discoveryv1.AddressTypeFQDN:
+			k.addressType = addressFQDN
+		default:
+			return k, nil // an address type we cannot answer with
+		}
 		if len(s.Ports) > 0 {
 			k.ports = make([]kSlicePort, 0, len(s.Ports))
 			for _, p := range s.Ports {
@@ -122,12 +166,17 @@ func transformSlice(namespaces map[string]bool) func(any) (any, error) {
 		}
 		k.endpoints = make([]kEndpoint, 0, len(s.Endpoints))
 		for _, ep := range s.Endpoints {
-			if len(ep.Addresses) == 0 {
-				continue
+			if len(ep.Addresses) == 0 || !validEndpointAddress(k.addressType, ep.Addresses[0]) {
+				continue // nothing to answer with
 			}
-			e := kEndpoint{address: ep.Addresses[0], ready: true}
-			if ep.NodeName != nil {
-				e.nodeName = strings.ToLower(*ep.NodeName)
+			e := kEndpoint{ready: true}
+			if k.addressType == addressFQDN {
+				k.fqdns = append(k.fqdns, strings.Clone(ep.Addresses[0]))
+			} else {
+				e.ip = netip.MustParseAddr(ep.Addresses[0]).As16() // validated above; IPv4 is v4-mapped
+			}
+			if ep.NodeName != nil && *ep.NodeName != "" {
+				e.node = unique.Make(strings.ToLower(*ep.NodeName))
 			}
 			c := ep.Conditions
 			if c.Ready != nil {
@@ -141,6 +190,9 @@ func transformSlice(namespaces map[string]bool) func(any) (any, error) {
 				e.terminating = *c.Terminating
 			}
 			k.endpoints = append(k.endpoints, e)
+		}
+		if len(k.endpoints) < cap(k.endpoints)/2 {
+			k.endpoints = append([]kEndpoint(nil), k.endpoints...) // most were dropped: do not keep the room
 		}
 		return k, nil
 	}

@@ -113,20 +113,18 @@ func kubeState(services []*kService, slices []*kSlice, nodes []*kNode, nodeAddre
 			}
 		}
 		prefix := strings.ToLower(sl.Namespace) + "/" + sl.Name + "/"
-		for i, ep := range sl.endpoints {
-			if !validEndpointAddress(sl.addressType, ep.address) {
-				continue
-			}
+		for i := range sl.endpoints {
+			ep := &sl.endpoints[i]
 			t := Task{
 				ID:            prefix + strconv.Itoa(i),
 				ServiceID:     sl.service,
 				DesiredStatus: StatusRunning,
 				ActualStatus:  StatusUnhealthy,
 				Ports:         ports,
-				Address:       ep.address,
+				Address:       sl.address(i), // the transform kept only valid addresses
 			}
-			if known[ep.nodeName] {
-				t.NodeID = ep.nodeName
+			if node := ep.nodeName(); known[node] {
+				t.NodeID = node
 			}
 			if ep.terminating {
 				t.DesiredStatus = StatusStopped

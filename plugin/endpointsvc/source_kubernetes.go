@@ -2,19 +2,19 @@ package endpointsvc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"runtime/debug"
-	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	corev1informers "k8s.io/client-go/informers/core/v1"
+	discoveryv1informers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -49,7 +49,6 @@ const (
 	kubeProbeInterval        = 2 * time.Second  // while failing or not synced
 	kubeHealthyProbeInterval = 10 * time.Second // while healthy
 	kubeRetryConfig          = 5 * time.Second
-	sliceServiceIndex        = "service"
 )
 
 func (k *kubeSource) Name() string { return "kubernetes" }
@@ -107,8 +106,14 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			o.LabelSelector = k.labels
 		})
 	})
-	sliceInf := factory.Discovery().V1().EndpointSlices().Informer()
-	nodeInf := factory.Core().V1().Nodes().Informer()
+	// No indexers: the stock informers' namespace index costs a set entry
+	// per object, and the build reads every object anyway.
+	sliceInf := factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return discoveryv1informers.NewFilteredEndpointSliceInformer(c, namespace, resync, cache.Indexers{}, nil)
+	})
+	nodeInf := factory.InformerFor(&corev1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return corev1informers.NewNodeInformer(c, resync, cache.Indexers{})
+	})
 
 	dirty := make(chan struct{}, 1)
 	errs := make(chan error, 1)
@@ -156,12 +161,6 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			regs = append(regs, reg)
 		}
 	}
-	_ = sliceInf.AddIndexers(cache.Indexers{sliceServiceIndex: func(obj any) ([]string, error) {
-		if sl, ok := obj.(*kSlice); ok && sl.service != "" {
-			return []string{sl.service}, nil
-		}
-		return nil, nil
-	}})
 
 	fctx, cancel := context.WithCancel(ctx)
 	factory.Start(fctx.Done())
@@ -265,45 +264,37 @@ func probe(ctx context.Context, client kubernetes.Interface) error {
 // build maps the informers' stores onto a state and hands it to s, or
 // reports it unchanged.
 func (k *kubeSource) build(s Sink, svcInf, sliceInf, nodeInf cache.SharedIndexInformer) {
-	st := k.state(svcInf.GetStore(), sliceInf.GetIndexer(), nodeInf.GetStore())
+	st := k.state(svcInf.GetStore(), sliceInf.GetStore(), nodeInf.GetStore())
 	if err := st.Validate(); err != nil {
 		s.Failed(err)
 		return
 	}
-	b, err := json.Marshal(st)
-	if err != nil {
-		s.Failed(err)
-		return
-	}
-	if h := hashOf(b); k.have && h == k.hash {
+	// The hash is taken over the fields, not over a JSON encoding: the
+	// encoding of a large cluster is several times the table's size, and
+	// only a snapshot needs it (apply encodes it then).
+	if h := st.hash(); k.have && h == k.hash {
 		s.Unchanged()
 		return
 	} else {
 		k.hash, k.have = h, true
 	}
-	st.raw = b // the snapshot writes these bytes instead of encoding st again
 	s.Update(st)
 }
 
 // state reads the slim objects out of the stores: every selected Service,
-// the slices of those Services (through the service index) and every node.
-func (k *kubeSource) state(svcs cache.Store, slices cache.Indexer, nodes cache.Store) *State {
+// every slice that belongs to a Service (kubeState keeps those of the
+// selected ones) and every node.
+func (k *kubeSource) state(svcs, slices, nodes cache.Store) *State {
 	var ks []*kService
-	var kl []*kSlice
-	keys := svcs.ListKeys()
-	sort.Strings(keys)
-	for _, key := range keys {
-		obj, ok, _ := svcs.GetByKey(key)
-		s, _ := obj.(*kService)
-		if !ok || s == nil || s.skip || s.externalName {
-			continue
+	for _, o := range svcs.List() {
+		if s, ok := o.(*kService); ok && !s.skip && !s.externalName {
+			ks = append(ks, s)
 		}
-		ks = append(ks, s)
-		objs, _ := slices.ByIndex(sliceServiceIndex, key)
-		for _, o := range objs {
-			if sl, ok := o.(*kSlice); ok {
-				kl = append(kl, sl)
-			}
+	}
+	var kl []*kSlice
+	for _, o := range slices.List() {
+		if sl, ok := o.(*kSlice); ok && sl.service != "" {
+			kl = append(kl, sl)
 		}
 	}
 	var kn []*kNode

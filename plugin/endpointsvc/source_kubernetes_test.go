@@ -390,11 +390,26 @@ func TestKubeTransformsAreSlim(t *testing.T) {
 	sl := kubeSlice("default", "web-1", "Web", discoveryv1.AddressTypeIPv4, discoveryv1.Endpoint{}, ep("10.0.0.1", "N1"))
 	y, _ := transformSlice(nil)(sl)
 	ks := y.(*kSlice)
-	if ks.service != "default/web" || len(ks.endpoints) != 1 || ks.endpoints[0].nodeName != "n1" || ks.GetLabels() != nil {
+	if ks.service != "default/web" || len(ks.endpoints) != 1 || ks.endpoints[0].nodeName() != "n1" || ks.address(0) != "10.0.0.1" || ks.GetLabels() != nil {
 		t.Errorf("slim slice: %+v", ks)
 	}
-	// invalid addresses are skipped by the mapping, not by the transform
+	// no endpoint keeps strings of its own: the node name is interned
+	sl2 := kubeSlice("default", "web-3", "web", discoveryv1.AddressTypeIPv6, ep("FD00::2", "n1"))
+	y, _ = transformSlice(nil)(sl2)
+	if ks2 := y.(*kSlice); ks2.endpoints[0].node != ks.endpoints[0].node || ks2.address(0) != "fd00::2" || ks2.addressType != addressIPv6 {
+		t.Errorf("slim IPv6 slice: %+v", ks2)
+	}
+	fq := kubeSlice("default", "web-4", "web", discoveryv1.AddressTypeFQDN, ep("ingress.example.com", ""))
+	y, _ = transformSlice(nil)(fq)
+	if kf := y.(*kSlice); len(kf.endpoints) != 1 || kf.address(0) != "ingress.example.com" || kf.endpoints[0].nodeName() != "" {
+		t.Errorf("slim FQDN slice: %+v", kf)
+	}
+	// addresses that do not fit the slice's type are dropped by the
+	// transform, and so never mapped
 	bad := kubeSlice("default", "web-2", "web", discoveryv1.AddressTypeIPv4, ep("fd00::1", "n1"), ep("not-an-ip", "n1"))
+	if y, _ := transformSlice(nil)(bad); len(y.(*kSlice).endpoints) != 0 {
+		t.Errorf("bad addresses kept: %+v", y)
+	}
 	st := mapObjects(t, []any{kubeService("default", "web", corev1.ServiceTypeClusterIP)}, []any{bad}, nil, nil)
 	if len(st.Tasks) != 0 {
 		t.Errorf("bad addresses mapped: %+v", st.Tasks)

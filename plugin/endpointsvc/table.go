@@ -22,13 +22,22 @@ type svcKey struct{ namespace, name string }
 
 type portKey struct{ name, proto string }
 
-// addrs are distinct addresses in a fixed order (sorted bytewise).
+// addrs are distinct addresses in a fixed order (sorted bytewise), packed
+// end to end (4 bytes per IPv4 address, 16 per IPv6 address) in one
+// allocation: ServeDNS slices records out of them without copying.
 type addrs struct {
-	v4 []net.IP
-	v6 []net.IP
+	v4 []byte
+	v6 []byte
 }
 
 func (a addrs) empty() bool { return len(a.v4) == 0 && len(a.v6) == 0 }
+
+// ip4 and ip6 return address i of a family; the capacity is capped, so no
+// append through a record can reach the next address.
+func (a addrs) ip4(i int) net.IP { return net.IP(a.v4[4*i : 4*i+4 : 4*i+4]) }
+func (a addrs) ip6(i int) net.IP { return net.IP(a.v6[16*i : 16*i+16 : 16*i+16]) }
+func (a addrs) n4() int          { return len(a.v4) / 4 }
+func (a addrs) n6() int          { return len(a.v6) / 16 }
 
 type svcEntry struct {
 	addrs             // node mode: the endpoints' nodes' advertise addresses; endpoint mode: the endpoints' own
@@ -180,34 +189,41 @@ func nodeAddrs(address string, resolved map[string][]netip.Addr) addrs {
 }
 
 func appendAddrs(ips []netip.Addr, a addrs) []netip.Addr {
-	for _, ip := range a.v4 {
-		x, _ := netip.AddrFromSlice(ip)
-		ips = append(ips, x.Unmap())
+	for i := range a.n4() {
+		ips = append(ips, netip.AddrFrom4([4]byte(a.v4[4*i:])))
 	}
-	for _, ip := range a.v6 {
-		x, _ := netip.AddrFromSlice(ip)
-		ips = append(ips, x)
+	for i := range a.n6() {
+		ips = append(ips, netip.AddrFrom16([16]byte(a.v6[16*i:])))
 	}
 	return ips
 }
 
-// toAddrs sorts and deduplicates ips and splits them by family.
+// toAddrs sorts and deduplicates ips and packs them by family.
 func toAddrs(ips []netip.Addr) addrs {
-	sort.Slice(ips, func(i, j int) bool { return ips[i].Less(ips[j]) })
-	var a addrs
 	for i, ip := range ips {
-		if i > 0 && ip == ips[i-1] {
-			continue
-		}
-		if ip.Is4() || ip.Is4In6() {
-			b := ip.Unmap().As4()
-			a.v4 = append(a.v4, net.IP(b[:]))
-		} else {
-			b := ip.As16()
-			a.v6 = append(a.v6, net.IP(b[:]))
+		ips[i] = ip.Unmap()
+	}
+	sort.Slice(ips, func(i, j int) bool { return ips[i].Less(ips[j]) })
+	n4, n6 := 0, 0
+	for i, ip := range ips {
+		switch {
+		case i > 0 && ip == ips[i-1]:
+		case ip.Is4():
+			n4++
+		default:
+			n6++
 		}
 	}
-	return a
+	if n4+n6 == 0 {
+		return addrs{}
+	}
+	buf := make([]byte, 0, 4*n4+16*n6)
+	for i, ip := range ips { // IPv4 sorts before IPv6
+		if i == 0 || ip != ips[i-1] {
+			buf = append(buf, ip.AsSlice()...)
+		}
+	}
+	return addrs{v4: buf[: 4*n4 : 4*n4], v6: buf[4*n4:]}
 }
 
 // sortTargets orders targets by node name then port and drops duplicates
