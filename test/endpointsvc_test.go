@@ -291,9 +291,14 @@ func TestEndpointsvcOrchTLSAndReload(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	for i := 0; i < 3; i++ {
+	for i := 1; i <= 3; i++ {
 		s.Signal(syscall.SIGUSR1)
-		time.Sleep(700 * time.Millisecond)
+		Eventually(t, 10*time.Second, func() string {
+			if n := strings.Count(s.Log(), "Reloading complete"); n < i {
+				return fmt.Sprintf("reload %d not complete (%d so far)", i, n)
+			}
+			return ""
+		})
 		expectAnswers(t, addr, "atlas.svc.orch.", dns.TypeA, "192.0.2.10")
 	}
 	close(stop)

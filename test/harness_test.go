@@ -201,6 +201,13 @@ func (s *Server) Exited() bool {
 	}
 }
 
+// PID is the process's PID.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd.Process.Pid
+}
+
 // Log returns what the process printed so far.
 func (s *Server) Log() string { return s.log.String() }
 

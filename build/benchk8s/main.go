@@ -45,6 +45,8 @@ var (
 	secs      = flag.Int("secs", 6, "seconds per dnsperf run")
 	rounds    = flag.Int("rounds", 2, "rounds (each runs both plugins)")
 	profile   = flag.String("profile", "", "directory to save a heap profile (after GC) of each plugin into")
+	logs      = flag.String("logs", "", "directory to write each meshdns log into (GODEBUG=gctrace=1 in the environment traces its GC)")
+	memstats  = flag.Bool("memstats", false, "print the Go runtime's memory statistics and the largest mappings after sync")
 )
 
 type proc struct {
@@ -58,8 +60,14 @@ var (
 	procs   []*proc
 )
 
-func start(dir, name string, args ...string) *proc {
+func start(dir, name string, args ...string) *proc { return startEnv(nil, dir, name, args...) }
+
+// startEnv starts name with env added to the environment.
+func startEnv(env []string, dir, name string, args ...string) *proc {
 	p := &proc{cmd: exec.Command(name, args...), done: make(chan struct{})}
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Dir = dir
 	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -147,63 +155,94 @@ func main() {
 		{"kubernetes", "    kubernetes cluster.local {\n        kubeconfig " + kubeconfig + "\n    }\n"},
 		{"endpointsvc", "    endpointsvc svc.cluster.local {\n        source kubernetes " + kubeconfig + "\n        addresses endpoint\n    }\n"},
 	}
+	// Each variant runs as shipped (meshdns releases the executable's
+	// start-up pages once every plugin has started) and, in round 1, once
+	// more with MESHDNS_KEEP_STARTUP_PAGES=1, so that the figures with the
+	// binary's whole start-up footprint are in the same run.
 	type result struct {
-		rss, anon, heap float64
-		sync            time.Duration
-		qps             []int
+		shipped, kept, loaded mem
+		sync                  time.Duration
+		qps                   []int
 	}
 	res := map[string]*result{}
 	for r := 1; r <= *rounds; r++ {
 		for _, v := range variants {
-			port, ready, prom := freePort(), freePort(), freePort()
-			pp := freePort()
-			corefile := fmt.Sprintf("cluster.local:%d {\n    bind 127.0.0.1\n    ready 127.0.0.1:%d\n    prometheus 127.0.0.1:%d\n    pprof 127.0.0.1:%d\n%s}\n", port, ready, prom, pp, v.block)
-			cf := filepath.Join(dir, "Corefile."+v.name)
-			if err := os.WriteFile(cf, []byte(corefile), 0o644); err != nil {
-				fail("%v", err)
-			}
-			start0 := time.Now()
-			p := start(dir, "taskset", "-c", "0", *meshdns, "-conf", cf)
-			waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/ready", ready), p, 120*time.Second)
-			if v.name == "idle" {
-				if r == 1 {
-					time.Sleep(3 * time.Second)
-					gc(pp)
-					fmt.Printf("%-12s (no plugin holding data) RSS %.1f MiB (anonymous %.1f, file-backed %.1f), live Go heap %.1f MiB\n", v.name,
-						rssMiB(p.cmd.Process.Pid), statusMiB(p.cmd.Process.Pid, "RssAnon:"), statusMiB(p.cmd.Process.Pid, "RssFile:"), heapMiB(prom))
-				}
-				p.stop()
-				continue
-			}
-			// and until the DNS port answers the last Service in full
-			name := fmt.Sprintf("svc-%d.bench.svc.cluster.local.", *services-1)
-			for n := 0; n != *perSvc; n = answerCount(port, name) {
-				if time.Since(start0) > 120*time.Second {
-					fail("%s: %s has %d A records, want %d\n%s", v.name, name, n, *perSvc, p.log.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			syncTime := time.Since(start0)
-			time.Sleep(3 * time.Second) // settle: what a replica holds after sync
 			x := res[v.name]
 			if x == nil {
 				x = &result{}
 				res[v.name] = x
 			}
-			gc(pp) // a forced GC, so the heap figure is the live heap
-			rss, heap := rssMiB(p.cmd.Process.Pid), heapMiB(prom)
-			anon := statusMiB(p.cmd.Process.Pid, "RssAnon:")
-			if *profile != "" && r == 1 {
-				saveProfile(pp, filepath.Join(*profile, v.name+".heap"))
+			for _, keep := range []bool{false, true} {
+				if keep && r > 1 {
+					continue
+				}
+				port, ready, prom, pp := freePort(), freePort(), freePort(), freePort()
+				corefile := fmt.Sprintf("cluster.local:%d {\n    bind 127.0.0.1\n    ready 127.0.0.1:%d\n    prometheus 127.0.0.1:%d\n    pprof 127.0.0.1:%d\n%s}\n", port, ready, prom, pp, v.block)
+				cf := filepath.Join(dir, "Corefile."+v.name)
+				if err := os.WriteFile(cf, []byte(corefile), 0o644); err != nil {
+					fail("%v", err)
+				}
+				env := []string{"MESHDNS_KEEP_STARTUP_PAGES=0"}
+				mode := "shipped"
+				if keep {
+					env, mode = []string{"MESHDNS_KEEP_STARTUP_PAGES=1"}, "start-up pages kept"
+				}
+				start0 := time.Now()
+				p := startEnv(env, dir, "taskset", "-c", "0", *meshdns, "-conf", cf)
+				waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/ready", ready), p, 120*time.Second)
+				if v.name != "idle" { // and until the DNS port answers the last Service in full
+					name := fmt.Sprintf("svc-%d.bench.svc.cluster.local.", *services-1)
+					for n := 0; n != *perSvc; n = answerCount(port, name) {
+						if time.Since(start0) > 120*time.Second {
+							fail("%s: %s has %d A records, want %d\n%s", v.name, name, n, *perSvc, p.log.String())
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+				syncTime := time.Since(start0)
+				time.Sleep(3 * time.Second) // settle: what a replica holds after sync
+				m := measure(p.cmd.Process.Pid)
+				if v.name != "idle" && !keep {
+					x.qps = append(x.qps, qps(port, queries))
+					fmt.Printf("round %d: %-12s A QPS %d\n", r, v.name, x.qps[len(x.qps)-1])
+					if r == 1 {
+						x.loaded = measure(p.cmd.Process.Pid)
+					}
+				}
+				if r > 1 {
+					p.stop()
+					continue
+				}
+				// The live heap last: pprof's heap profile (the forced GC
+				// behind the figure) maps the symbol tables in again, which
+				// would count in the resident figures above.
+				gc(pp)
+				m.heap = heapMiB(prom)
+				if *logs != "" {
+					_ = os.WriteFile(filepath.Join(*logs, fmt.Sprintf("%s-%s.log", v.name, strings.ReplaceAll(mode, " ", "-"))), p.log.Bytes(), 0o644)
+				}
+				what := fmt.Sprintf("synced in %v", syncTime.Round(time.Millisecond))
+				if v.name == "idle" {
+					what = "no plugin holding data"
+				}
+				fmt.Printf("%-12s %-20s %s; after sync: RSS %.1f MiB (anonymous %.1f, file-backed %.1f), peak RSS %.1f MiB, live Go heap %.1f MiB\n",
+					v.name, mode+":", what, m.rss, m.anon, m.file, m.peak, m.heap)
+				if v.name != "idle" && !keep {
+					fmt.Printf("%-12s %-20s after the QPS load: RSS %.1f MiB (anonymous %.1f, file-backed %.1f)\n", v.name, mode+":", x.loaded.rss, x.loaded.anon, x.loaded.file)
+				}
+				if *memstats {
+					printMemstats(v.name, pp, p.cmd.Process.Pid)
+				}
+				if *profile != "" && !keep {
+					saveProfile(pp, filepath.Join(*profile, v.name+".heap"))
+				}
+				if keep {
+					x.kept = m
+				} else {
+					x.shipped, x.sync = m, syncTime
+				}
+				p.stop()
 			}
-			if r == 1 {
-				x.rss, x.anon, x.heap, x.sync = rss, anon, heap, syncTime
-				fmt.Printf("%-12s synced in %v; after sync: RSS %.1f MiB (anonymous %.1f, file-backed %.1f), live Go heap %.1f MiB\n",
-					v.name, syncTime.Round(time.Millisecond), rss, anon, statusMiB(p.cmd.Process.Pid, "RssFile:"), heap)
-			}
-			x.qps = append(x.qps, qps(port, queries))
-			p.stop()
-			fmt.Printf("round %d: %-12s A QPS %d\n", r, v.name, x.qps[len(x.qps)-1])
 		}
 	}
 	k, e := res["kubernetes"], res["endpointsvc"]
@@ -214,11 +253,27 @@ func main() {
 		}
 		return float64(s) / float64(len(q))
 	}
-	fmt.Printf("RSS after sync: kubernetes %.1f MiB, endpointsvc %.1f MiB, ratio %.2f (goal <= 0.5)\n", k.rss, e.rss, e.rss/k.rss)
-	fmt.Printf("anonymous RSS after sync (without the binary's file-backed pages): kubernetes %.1f MiB, endpointsvc %.1f MiB, ratio %.2f\n", k.anon, e.anon, e.anon/k.anon)
-	fmt.Printf("live Go heap after sync: kubernetes %.1f MiB, endpointsvc %.1f MiB, ratio %.2f\n", k.heap, e.heap, e.heap/k.heap)
+	ratio := func(what string, a, b float64, goal string) {
+		fmt.Printf("%s: kubernetes %.1f MiB, endpointsvc %.1f MiB, ratio %.2f%s\n", what, a, b, b/a, goal)
+	}
+	ratio("RSS after sync (as shipped)", k.shipped.rss, e.shipped.rss, " (goal <= 0.5)")
+	ratio("RSS after sync, start-up pages kept", k.kept.rss, e.kept.rss, "")
+	ratio("RSS after the QPS load (as shipped)", k.loaded.rss, e.loaded.rss, "")
+	ratio("anonymous RSS after sync (without file-backed pages)", k.shipped.anon, e.shipped.anon, "")
+	ratio("peak RSS (start-up pages kept)", k.kept.peak, e.kept.peak, "")
+	ratio("live Go heap after sync", k.shipped.heap, e.shipped.heap, "")
 	fmt.Printf("time to sync: kubernetes %v, endpointsvc %v\n", k.sync.Round(time.Millisecond), e.sync.Round(time.Millisecond))
 	fmt.Printf("A QPS (%d A records per answer): kubernetes %.0f, endpointsvc %.0f, ratio %.3f (goal >= 1.0)\n", *perSvc, avg(k.qps), avg(e.qps), avg(e.qps)/avg(k.qps))
+}
+
+// mem is a process's resident memory (total, anonymous, file-backed,
+// peak) and live Go heap, in MiB.
+type mem struct{ rss, anon, file, peak, heap float64 }
+
+// measure reads the resident memory of pid.
+func measure(pid int) (m mem) {
+	m.rss, m.anon, m.file, m.peak = rssMiB(pid), statusMiB(pid, "RssAnon:"), statusMiB(pid, "RssFile:"), statusMiB(pid, "VmHWM:")
+	return m
 }
 
 // startAPI runs etcd and kube-apiserver on loopback and returns a kubeconfig
@@ -444,4 +499,42 @@ func qps(port int, queries string) int {
 		}
 	}
 	return 0
+}
+
+// printMemstats prints the runtime's memory statistics (from pprof's heap
+// page) and the resident size of each mapping larger than 1 MiB.
+func printMemstats(name string, port, pid int) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?debug=1", port))
+	if err != nil {
+		fail("%v", err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	var keep []string
+	for _, l := range strings.Split(buf.String(), "\n") {
+		for _, k := range []string{"# HeapAlloc", "# HeapSys", "# HeapIdle", "# HeapInuse", "# HeapReleased", "# Stack", "# MSpan", "# GCSys", "# OtherSys", "# NextGC", "# Sys ", "# BuckHashSys", "# MCache"} {
+			if strings.HasPrefix(l, k) {
+				keep = append(keep, strings.TrimPrefix(l, "# "))
+			}
+		}
+	}
+	fmt.Printf("%-12s memstats: %s\n", name, strings.Join(keep, ", "))
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	var mapping string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 5 && strings.Contains(f[0], "-") && len(f[1]) == 4 {
+			mapping = f[0] + " " + f[1]
+			if len(f) >= 6 {
+				mapping += " " + filepath.Base(f[5])
+			}
+			continue
+		}
+		if len(f) == 3 && f[0] == "Rss:" {
+			if kb, _ := strconv.Atoi(f[1]); kb >= 1024 {
+				fmt.Printf("%-12s   mapping %s: %.1f MiB resident\n", name, mapping, float64(kb)/1024)
+			}
+		}
+	}
 }

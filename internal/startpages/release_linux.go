@@ -1,0 +1,92 @@
+package startpages
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Release drops the process's read-only mappings of its executable from
+// its resident set and returns the resident file-backed memory before and
+// after, in bytes.
+func Release() (before, after int64, err error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/exe", &st); err != nil {
+		return 0, 0, fmt.Errorf("stat executable: %w", err)
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return 0, 0, err
+	}
+	before = residentFile()
+	for _, r := range executableRanges(maps, uint64(st.Dev), st.Ino) {
+		if _, _, e := unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_DONTNEED); e != 0 {
+			return before, residentFile(), fmt.Errorf("madvise %#x-%#x: %w", r.start, r.end, e)
+		}
+	}
+	return before, residentFile(), nil
+}
+
+type addrRange struct{ start, end uintptr }
+
+// executableRanges parses /proc/self/maps and returns the ranges that map
+// the file dev:ino without write permission.
+func executableRanges(maps []byte, dev, ino uint64) []addrRange {
+	var out []addrRange
+	sc := bufio.NewScanner(bytes.NewReader(maps))
+	for sc.Scan() {
+		// address perms offset dev inode [path]
+		f := strings.Fields(sc.Text())
+		if len(f) < 5 || len(f[1]) != 4 || f[1][1] == 'w' || f[1][3] != 'p' {
+			continue
+		}
+		if i, err := strconv.ParseUint(f[4], 10, 64); err != nil || i != ino || i == 0 {
+			continue
+		}
+		major, minor, ok := hexPair(f[3], ":")
+		if !ok || unix.Mkdev(uint32(major), uint32(minor)) != dev {
+			continue
+		}
+		a, b, ok := hexPair(f[0], "-")
+		if !ok || b <= a {
+			continue
+		}
+		out = append(out, addrRange{uintptr(a), uintptr(b)})
+	}
+	return out
+}
+
+// hexPair parses "X<sep>Y", both hexadecimal.
+func hexPair(s, sep string) (x, y uint64, ok bool) {
+	xs, ys, ok := strings.Cut(s, sep)
+	if !ok {
+		return 0, 0, false
+	}
+	x, err1 := strconv.ParseUint(xs, 16, 64)
+	y, err2 := strconv.ParseUint(ys, 16, 64)
+	return x, y, err1 == nil && err2 == nil
+}
+
+// residentFile is RssFile of /proc/self/status in bytes (-1 if unknown).
+func residentFile() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "RssFile:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return kb << 10
+		}
+	}
+	return -1
+}
