@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,6 +45,7 @@ var (
 	nodes     = flag.Int("nodes", 500, "Nodes")
 	secs      = flag.Int("secs", 6, "seconds per dnsperf run")
 	rounds    = flag.Int("rounds", 2, "rounds (each runs both plugins)")
+	hold      = flag.Duration("hold", 0, "only set up the API server and its objects, print the kubeconfig's path, and keep them this long (for experiments by hand)")
 	profile   = flag.String("profile", "", "directory to save a heap profile (after GC) of each plugin into")
 	logs      = flag.String("logs", "", "directory to write each meshdns log into (GODEBUG=gctrace=1 in the environment traces its GC)")
 	memstats  = flag.Bool("memstats", false, "print the Go runtime's memory statistics and the largest mappings after sync")
@@ -119,6 +121,11 @@ func freePort() int {
 
 func main() {
 	flag.Parse()
+	// Interrupted or killed: stop the processes this run started (etcd,
+	// kube-apiserver, meshdns) before exiting.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() { fail("%v", <-sigs) }()
 	if *apiserver == "" {
 		fail("-apiserver is required")
 	}
@@ -139,6 +146,11 @@ func main() {
 	populate(client)
 	fmt.Printf("objects: %d headless Services, %d EndpointSlices x %d endpoints, %d Nodes; created in %v\n",
 		*services, *services, *perSvc, *nodes, time.Since(t0).Round(time.Millisecond))
+	if *hold > 0 {
+		fmt.Printf("kubeconfig %s (held for %v)\n", kubeconfig, *hold)
+		time.Sleep(*hold)
+		return
+	}
 
 	// queries: every Service once, in a fixed shuffled order
 	var q strings.Builder

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime/debug"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -205,11 +204,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 				case <-dirty:
 				default:
 				}
-				k.build(s, svcInf, sliceInf, nodeInf)
-				// Return the initial list's garbage (the full objects the
-				// transforms slimmed, the first state) to the OS now, rather
-				// than keeping the peak as RSS until the scavenger gets to it.
-				debug.FreeOSMemory()
+				k.build(s, svcInf, sliceInf, nodeInf) // the sink returns the list's garbage to the OS
 				continue
 			}
 			// The informers retry a failing list or watch on their own,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -232,6 +233,16 @@ func (e *Endpointsvc) start(src Source) {
 	}
 }
 
+// hadResult reports whether the source reported already.
+func (e *Endpointsvc) hadResult() bool {
+	select {
+	case <-e.first:
+		return true
+	default:
+		return false
+	}
+}
+
 // firstResult notes that the source reported for the first time.
 func (e *Endpointsvc) firstResult() { e.once.Do(func() { close(e.first) }) }
 
@@ -258,6 +269,14 @@ func (k *sink) Update(st *State) {
 	lastSync.WithLabelValues(zone, k.source).SetToCurrentTime()
 	k.recovered()
 	k.e.apply(k.ctx, k.source, st, true)
+	if !k.e.hadResult() {
+		// The first state of a source is its largest build (for the
+		// kubernetes source also the initial list's full objects): return
+		// that garbage to the OS now rather than keeping the peak as RSS
+		// until the scavenger gets to it. Before firstResult, so that it is
+		// part of start-up (meshdns releases start-up pages after it).
+		debug.FreeOSMemory()
+	}
 	k.e.firstResult()
 }
 
