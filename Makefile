@@ -12,6 +12,7 @@ run: build
 
 deps:
 	build/install-deps.sh
+	build/peer-tools.sh consul kube-apiserver etcd
 
 lint:
 	build/lint.sh

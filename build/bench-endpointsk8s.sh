@@ -16,9 +16,11 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 shared="$repo/../shared/bench"
 bin="$repo/bin/meshdns"
 [ -x "$bin" ] || "$repo/build/build.sh" "$bin"
-for t in dnsperf taskset dig etcd openssl; do command -v $t >/dev/null || { echo "bench-endpointsk8s: $t missing (build/install-deps.sh)" >&2; exit 1; }; done
-apiserver=$("$repo/build/peer-tools.sh" kube-apiserver | sed -n 's/^kube-apiserver=//p')
+for t in dnsperf taskset dig openssl; do command -v $t >/dev/null || { echo "bench-endpointsk8s: $t missing (build/install-deps.sh)" >&2; exit 1; }; done
+tools=$("$repo/build/peer-tools.sh" kube-apiserver etcd)
+apiserver=$(sed -n 's/^kube-apiserver=//p' <<<"$tools")
+etcd=$(sed -n 's/^etcd=//p' <<<"$tools")
 cd "$repo"
-go run ./build/benchk8s -meshdns "$bin" -apiserver "$apiserver" -dnsload "$shared/dnsload" \
+go run ./build/benchk8s -meshdns "$bin" -apiserver "$apiserver" -etcd "$etcd" -dnsload "$shared/dnsload" \
   -secs "${BENCH_SECS:-6}" -rounds "${BENCH_ROUNDS:-2}" \
   -services "${BENCH_SERVICES:-5000}" -endpoints "${BENCH_ENDPOINTS:-10}" -nodes "${BENCH_NODES:-500}"

@@ -9,10 +9,12 @@
 #   curl util-linux  the record API inside namespaces; unshare -m for Avahi
 #   docker.io busybox-static  the Docker engine for the container updater
 #                  and the image tests; busybox makes their container image
-#   etcd-server openssl  the real kube-apiserver's etcd and its service-account key
-#                  (kube-apiserver itself: build/peer-tools.sh kube-apiserver)
+#   openssl        the real kube-apiserver's service-account key (kube-apiserver,
+#                  etcd v3.6 and Consul are built from Go modules by
+#                  build/peer-tools.sh: Debian's etcd 3.4 cannot serve
+#                  client-go's streaming lists)
 set -euo pipefail
-packages=(dnsutils knot-dnsutils dnsperf iproute2 avahi-daemon avahi-utils libnss-mdns dbus curl util-linux docker.io busybox-static etcd-server openssl)
+packages=(dnsutils knot-dnsutils dnsperf iproute2 avahi-daemon avahi-utils libnss-mdns dbus curl util-linux docker.io busybox-static openssl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

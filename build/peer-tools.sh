@@ -4,6 +4,8 @@
 # machine, and print "TOOL=PATH" for each.
 #   consul          Consul v1.16.3 (MPL-2.0; later lines are BSL — never use them)
 #   kube-apiserver  kube-apiserver v1.34.4
+#   etcd            etcd v3.6.4 (kube-apiserver's; Debian's 3.4 makes it refuse
+#                   client-go's streaming lists: no RequestWatchProgress)
 # Cache: $MESHDNS_TOOLS_CACHE (default ~/.cache/meshdns-tools). A cold build
 # takes ~5-10 min on 2 cores; a cached one costs nothing.
 set -euo pipefail
@@ -24,6 +26,12 @@ for tool in "$@"; do
         echo "peer-tools: building kube-apiserver v1.34.4 into $out (once per machine)" >&2
         (cd kube && go build -ldflags "-X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
           -o "$out.tmp" k8s.io/kubernetes/cmd/kube-apiserver && mv "$out.tmp" "$out")
+      fi ;;
+    etcd)
+      out=$cache/etcd-v3.6.4/etcd
+      if [ ! -x "$out" ]; then
+        echo "peer-tools: building etcd v3.6.4 into $out (once per machine)" >&2
+        (cd etcd && go build -o "$out.tmp" go.etcd.io/etcd/server/v3 && mv "$out.tmp" "$out")
       fi ;;
     *) echo "peer-tools: unknown tool $tool" >&2; exit 2 ;;
   esac

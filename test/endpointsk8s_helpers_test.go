@@ -2,7 +2,6 @@ package test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -48,31 +47,13 @@ type kubeAPI struct {
 
 const kubeToken = "meshdns-e2e-token"
 
-// kubeAPIServerBin returns the path build/peer-tools.sh prints.
-func kubeAPIServerBin(t testing.TB) string {
-	t.Helper()
-	cmd := exec.Command("bash", filepath.Join(repoRoot, "build", "peer-tools.sh"), "kube-apiserver")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("build/peer-tools.sh kube-apiserver: %v\n%s", err, errb.String())
-	}
-	for _, l := range strings.Split(out.String(), "\n") {
-		if p, ok := strings.CutPrefix(l, "kube-apiserver="); ok {
-			return p
-		}
-	}
-	t.Fatalf("build/peer-tools.sh printed no kube-apiserver path:\n%s", out.String())
-	return ""
-}
-
 // startKubeAPI starts etcd and kube-apiserver and waits for /readyz. Both
 // are stopped by PID when the test ends.
 func startKubeAPI(t testing.TB) *kubeAPI {
 	t.Helper()
-	etcdBin := RequireTool(t, "etcd", "etcd-server")
+	etcdBin := peerTool(t, "etcd")
 	openssl := RequireTool(t, "openssl", "openssl")
-	k := &kubeAPI{t: t, dir: t.TempDir(), bin: kubeAPIServerBin(t)}
+	k := &kubeAPI{t: t, dir: t.TempDir(), bin: peerTool(t, "kube-apiserver")}
 	k.port = freePort(t)
 	clientPort, peerPort := freePort(t), freePort(t)
 

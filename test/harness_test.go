@@ -386,6 +386,27 @@ func RequireTool(t testing.TB, tool, debianPackage string) string {
 	return p
 }
 
+// peerTool returns the path of a real peer built from Go modules (consul,
+// kube-apiserver, etcd) by build/peer-tools.sh, which builds it once per
+// machine (a cold build takes minutes; a cached one nothing). A failed build
+// fails the test.
+func peerTool(t testing.TB, tool string) string {
+	t.Helper()
+	cmd := exec.Command("bash", filepath.Join(repoRoot, "build", "peer-tools.sh"), tool)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s is not available: build/peer-tools.sh %s: %v\n%s", tool, tool, err, errb.String())
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if p, ok := strings.CutPrefix(l, tool+"="); ok {
+			return p
+		}
+	}
+	t.Fatalf("build/peer-tools.sh %s printed no path: %q", tool, out.String())
+	return ""
+}
+
 // Dig runs the real dig against addr ("host:port") and returns its output.
 func Dig(t testing.TB, addr string, args ...string) string {
 	t.Helper()

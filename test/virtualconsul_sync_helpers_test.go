@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -42,23 +41,8 @@ import (
 )
 
 // consulBin returns the real Consul v1.16.3 (MPL), built once per machine
-// by build/peer-tools.sh (a cold build takes minutes; a cached one nothing).
-func consulBin(t testing.TB) string {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(repoRoot, "build", "peer-tools.sh"), "consul")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("consul v1.16.3 is not available: build/peer-tools.sh consul: %v\n%s", err, errb.String())
-	}
-	for _, l := range strings.Split(out.String(), "\n") {
-		if p, ok := strings.CutPrefix(l, "consul="); ok {
-			return p
-		}
-	}
-	t.Fatalf("build/peer-tools.sh consul printed no path: %q", out.String())
-	return ""
-}
+// by build/peer-tools.sh.
+func consulBin(t testing.TB) string { return peerTool(t, "consul") }
 
 // consulAgent is a real Consul agent on loopback ports of its own: in dev
 // mode (in memory), or as a one-node server with a data directory that
