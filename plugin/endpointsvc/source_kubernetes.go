@@ -169,6 +169,31 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 	}()
 
 	synced, failing := false, false
+	// syncWait is the Done channel of the first registration not synced
+	// yet (nil once all are), so the first build starts the moment the
+	// last initial add is delivered instead of at the next tick.
+	pending := regs
+	if len(regs) != 3 {
+		pending = nil // a registration failed (only on a stopped informer): never synced
+	}
+	nextSync := func() <-chan struct{} {
+		for len(pending) > 0 {
+			done := pending[0].HasSyncedChecker().Done()
+			select {
+			case <-done:
+				pending = pending[1:]
+			default:
+				return done
+			}
+		}
+		return nil
+	}
+	syncWait := nextSync()
+	if syncWait == nil && len(regs) == 3 {
+		now := make(chan struct{})
+		close(now)
+		syncWait = now
+	}
 	var lastProbe time.Time
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -197,16 +222,17 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			}
 			failing = false
 			k.build(s, svcInf, sliceInf, nodeInf)
-		case <-tick.C:
-			if !synced && svcInf.HasSynced() && sliceInf.HasSynced() && nodeInf.HasSynced() && allSynced(regs) {
-				synced, failing = true, false
-				select { // the initial adds are all in this build
-				case <-dirty:
-				default:
-				}
-				k.build(s, svcInf, sliceInf, nodeInf) // the sink returns the list's garbage to the OS
+		case <-syncWait:
+			if syncWait = nextSync(); syncWait != nil {
 				continue
 			}
+			synced, failing = true, false
+			select { // the initial adds are all in this build
+			case <-dirty:
+			default:
+			}
+			k.build(s, svcInf, sliceInf, nodeInf) // the sink returns the list's garbage to the OS
+		case <-tick.C:
 			// The informers retry a failing list or watch on their own,
 			// mostly without telling (watch-list backs off silently), so a
 			// cheap probe notices an unreachable API server and its
@@ -235,15 +261,6 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			}
 		}
 	}
-}
-
-func allSynced(regs []cache.ResourceEventHandlerRegistration) bool {
-	for _, r := range regs {
-		if !r.HasSynced() {
-			return false
-		}
-	}
-	return len(regs) == 3
 }
 
 // probe asks the API server for one node (served from its watch cache): the
