@@ -185,10 +185,41 @@ func (a *consulAgent) put(path, body string) {
 
 // Register registers service name with a transparent-proxy sidecar, which
 // gets the service's virtual IP.
+//
+// It returns once Consul's catalog shows the sidecar's virtual IP, so that
+// tests measure meshdns and not Consul: a registration the leader handles
+// before it has turned virtual IPs on (shortly after its election) leaves
+// the proxy without one (seen once in ~10 runs: a service still had none
+// 10 s later), so the registration is repeated every 2 s until the VIP is
+// there.
 func (a *consulAgent) Register(name string, port int) {
 	a.t.Helper()
-	a.put("/v1/agent/service/register", fmt.Sprintf(
-		`{"Name": %q, "Port": %d, "Connect": {"SidecarService": {"Proxy": {"Mode": "transparent"}}}}`, name, port))
+	body := fmt.Sprintf(`{"Name": %q, "Port": %d, "Connect": {"SidecarService": {"Proxy": {"Mode": "transparent"}}}}`, name, port)
+	a.put("/v1/agent/service/register", body)
+	start, last := time.Now(), time.Now()
+	for a.vip(name) == "" {
+		if time.Since(start) > 20*time.Second {
+			a.t.Fatalf("consul gave %s-sidecar-proxy no virtual IP in 20 s", name)
+		}
+		if time.Since(last) > 2*time.Second {
+			a.t.Logf("consul: %s-sidecar-proxy has no virtual IP %v after its registration: registering again", name, time.Since(start).Round(time.Millisecond))
+			a.put("/v1/agent/service/register", body)
+			last = time.Now()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// vip is the consul-virtual tagged address of name's sidecar in the
+// catalog, or "".
+func (a *consulAgent) vip(name string) string {
+	var proxies []struct {
+		ServiceTaggedAddresses map[string]struct{ Address string }
+	}
+	if err := a.get("/v1/catalog/service/"+name+"-sidecar-proxy", &proxies); err != nil || len(proxies) == 0 {
+		return ""
+	}
+	return proxies[0].ServiceTaggedAddresses["consul-virtual"].Address
 }
 
 // RegisterPlain registers a service without a sidecar (no VIP).

@@ -25,7 +25,12 @@ const (
 	// Consul reads the VIP from its virtual-IP table, which it may fill after
 	// the proxy registered (e.g. once a leader enabled virtual IPs), and
 	// that change does not move the services index the query blocks on.
+	// It doubles with every round that still finds one (up to
+	// consulPendingMax), so a proxy that never gets a VIP (virtual IPs off
+	// on the servers) costs a catalog read every half minute, not every
+	// second.
 	consulPendingWait = time.Second
+	consulPendingMax  = 30 * time.Second
 	consulMinGap      = 500 * time.Millisecond // at most two catalog rounds a second
 	consulRetryMin    = 500 * time.Millisecond // first retry after an error
 	consulRetryMax    = 10 * time.Second       // retries back off up to this
@@ -140,9 +145,11 @@ type consulSource struct {
 	last  [32]byte // hash of the entries of the last table reported
 	built bool
 	// pending: the last round saw a proxy without its VIP, so the next
-	// round waits at most consulPendingWait and reads the proxies again
-	// even when the services index did not move.
-	pending bool
+	// round waits at most pendingWait (consulPendingWait, doubling while
+	// it stays pending) and reads the proxies again even when the services
+	// index did not move.
+	pending     bool
+	pendingWait time.Duration
 }
 
 func (s *consulSource) Name() string { return "consul" }
@@ -228,7 +235,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 	defer cancel()
 	wait := consulWait
 	if s.pending {
-		wait = consulPendingWait
+		wait = s.pendingWait
 	}
 	proxies, meta, err := cat.Services((&api.QueryOptions{
 		Filter: s.filter(), WaitIndex: index, WaitTime: wait,
@@ -248,7 +255,14 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 	if err != nil {
 		return 0, Sync{}, err
 	}
-	s.pending = pending
+	switch s.pending = pending; {
+	case !pending:
+		s.pendingWait = 0
+	case meta.LastIndex != index: // the catalog moved: a new proxy may be waiting for its VIP
+		s.pendingWait = consulPendingWait
+	default:
+		s.pendingWait = pause.Double(s.pendingWait, consulPendingWait, consulPendingMax)
+	}
 	sort.Slice(entries, func(i, j int) bool {
 		if entries[i].Name != entries[j].Name {
 			return entries[i].Name < entries[j].Name

@@ -158,3 +158,35 @@ func TestConsulSourceLateVIP(t *testing.T) {
 		}
 	}
 }
+
+// TestConsulSourcePendingBackoff: a proxy that never gets its VIP (virtual
+// IPs off on the servers) must not keep the source re-reading the catalog
+// every second: the short wait doubles with every round that finds it
+// still missing, up to consulPendingMax.
+func TestConsulSourcePendingBackoff(t *testing.T) {
+	f := &fakeConsul{frozen: true, noVIP: true}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	s := &consulSource{address: srv.URL}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx, func(Sync) {}) }()
+	time.Sleep(2300 * time.Millisecond) // the fake answers at once: a round every 500ms
+	cancel()
+	<-done
+	f.mu.Lock()
+	waits := append([]string(nil), f.waits...)
+	f.mu.Unlock()
+	want := []string{"/300000ms", "/1000ms", "/2000ms", "/4000ms", "/8000ms"}
+	if len(waits) < len(want) {
+		t.Fatalf("queries %v, want at least %d rounds", waits, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(waits[i], w) {
+			t.Fatalf("queries %v, want waits %v", waits, want)
+		}
+	}
+	if s.pendingWait > consulPendingMax {
+		t.Errorf("pending wait %v beyond %v", s.pendingWait, consulPendingMax)
+	}
+}
