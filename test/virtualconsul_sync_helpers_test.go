@@ -138,6 +138,19 @@ func (a *consulAgent) Start() {
 	})
 }
 
+// Pause stops the agent's process (SIGSTOP by PID): it keeps its sockets
+// but answers nothing, a hung agent. Resume continues it.
+func (a *consulAgent) Pause()  { a.signal(syscall.SIGSTOP) }
+func (a *consulAgent) Resume() { a.signal(syscall.SIGCONT) }
+
+func (a *consulAgent) signal(sig syscall.Signal) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cmd != nil {
+		_ = a.cmd.Process.Signal(sig)
+	}
+}
+
 // Stop kills the agent by PID (a crash, not a graceful leave).
 func (a *consulAgent) Stop() {
 	a.mu.Lock()

@@ -635,3 +635,57 @@ func mustRead(t *testing.T, p string) string {
 	}
 	return string(b)
 }
+
+// TestVirtualConsulHungAgent: a Consul agent that hangs (SIGSTOP: sockets
+// open, nothing answered) while meshdns's blocking query waits is reported
+// failing within seconds (the probe), not at the 5-minute query deadline;
+// the VIPs keep answering meanwhile; once the agent continues, the source
+// recovers.
+func TestVirtualConsulHungAgent(t *testing.T) {
+	consul := startConsul(t, false)
+	consul.Register("web", 8080)
+	s := Start(t, fmt.Sprintf(vcConsulCorefile, ""), Options{Ports: map[int]int{8500: portOf(consul.HTTP()), 8600: portOf(consul.DNS())}})
+	var vip string
+	Eventually(t, 10*time.Second, func() string {
+		got, _, _ := aOf(s.DNS(), "web.virtual.consul.", "udp")
+		if len(got) != 1 {
+			return "web: no VIP yet"
+		}
+		vip = got[0]
+		return ""
+	})
+	time.Sleep(time.Second) // the source is inside its blocking query now
+	consul.Pause()
+	defer consul.Resume() // so the agent can be stopped at the end
+	paused := time.Now()
+	Eventually(t, 25*time.Second, func() string {
+		if !strings.Contains(s.Log(), "Source consul failing") {
+			return "no failure logged"
+		}
+		return ""
+	})
+	t.Logf("hung agent noticed after %v", time.Since(paused).Round(time.Millisecond))
+	if !strings.Contains(s.Log(), "agent not answering") {
+		t.Errorf("the failure does not name the hang:\n%s", s.Log())
+	}
+	if s.Metric("coredns_virtualconsul_source_failing", `source="consul"`) != 1 {
+		t.Error("source_failing is not 1 while the agent hangs")
+	}
+	for i := 0; i < 5; i++ {
+		if got, _, _ := aOf(s.DNS(), "web.virtual.consul.", "udp"); len(got) != 1 || got[0] != vip {
+			t.Fatalf("web while the agent hangs: %v, want %s", got, vip)
+		}
+	}
+	consul.Resume()
+	resumed := time.Now()
+	Eventually(t, 25*time.Second, func() string {
+		if !strings.Contains(s.Log(), "Source consul recovered") {
+			return "no recovery logged"
+		}
+		return ""
+	})
+	t.Logf("recovered %v after the agent continued", time.Since(resumed).Round(time.Millisecond))
+	if n := strings.Count(s.Log(), "Source consul failing"); n != 1 {
+		t.Errorf("the failure was logged %d times, want once", n)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -32,8 +33,14 @@ const (
 	consulPendingWait = time.Second
 	consulPendingMax  = 30 * time.Second
 	consulMinGap      = 500 * time.Millisecond // at most two catalog rounds a second
-	consulRetryMin    = 500 * time.Millisecond // first retry after an error
-	consulRetryMax    = 10 * time.Second       // retries back off up to this
+	// While a blocking query waits, the agent is asked for its version every
+	// consulProbeEvery; no answer within consulProbeTimeout means it hangs
+	// (a stopped process, a wedged host): the query is abandoned and the
+	// source reports failing, rather than waiting out the 5-minute query.
+	consulProbeEvery   = 10 * time.Second
+	consulProbeTimeout = 3 * time.Second
+	consulRetryMin     = 500 * time.Millisecond // first retry after an error
+	consulRetryMax     = 10 * time.Second       // retries back off up to this
 )
 
 // consulProxyFilter selects the catalog services that carry virtual IPs: the
@@ -150,6 +157,8 @@ type consulSource struct {
 	// index did not move.
 	pending     bool
 	pendingWait time.Duration
+
+	probeEvery, probeTimeout time.Duration // tests shorten them (0: the defaults)
 }
 
 func (s *consulSource) Name() string { return "consul" }
@@ -201,7 +210,11 @@ func (s *consulSource) Run(ctx context.Context, report func(Sync)) {
 		}
 		if err != nil {
 			report(Sync{Result: SyncError, Err: fmt.Errorf("consul %s: %w", s.display(), err)})
-			client, dc = nil, "" // the agent may come back as another one
+			// The agent may come back as another one; and the first round
+			// after a failure must not block (index 0), so that a recovery
+			// is reported when the agent answers, not when the catalog
+			// next changes.
+			client, dc, index = nil, "", 0
 			retry = pause.Double(retry, consulRetryMin, consulRetryMax)
 			if !pause.Sleep(ctx, retry) {
 				return
@@ -233,6 +246,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 	cat := client.Catalog()
 	qctx, cancel := context.WithTimeout(ctx, consulWait+consulWait/16+15*time.Second)
 	defer cancel()
+	hung := s.watchdog(qctx, cancel, client)
 	wait := consulWait
 	if s.pending {
 		wait = s.pendingWait
@@ -241,6 +255,9 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 		Filter: s.filter(), WaitIndex: index, WaitTime: wait,
 	}).WithContext(qctx))
 	if err != nil {
+		if why := hung(); why != nil {
+			return 0, Sync{}, why
+		}
 		return 0, Sync{}, err
 	}
 	if index != 0 && meta.LastIndex == index && s.built && !s.pending {
@@ -283,6 +300,50 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 	}
 	s.last, s.built = sum, true
 	return meta.LastIndex, Sync{Result: SyncOK, Table: t}, nil
+}
+
+// watchdog asks the agent for its version every probe interval while ctx
+// lives; when one probe gets no answer in time it calls cancel, which ends
+// the round's blocking query. The returned function reports why, once the
+// round is over (nil when the agent answered every probe). The probing
+// goroutine ends with ctx.
+func (s *consulSource) watchdog(ctx context.Context, cancel context.CancelFunc, client *api.Client) func() error {
+	every, timeout := s.probeEvery, s.probeTimeout
+	if every == 0 {
+		every, timeout = consulProbeEvery, consulProbeTimeout
+	}
+	var why atomic.Pointer[error]
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			// /v1/agent/version is answered by the agent itself (no RPC to
+			// the servers, no ACL): cheap enough for every node's resolver.
+			// Any HTTP status is an answer.
+			pctx, pcancel := context.WithTimeout(ctx, timeout)
+			var v map[string]any
+			_, err := client.Raw().Query("/v1/agent/version", &v, (&api.QueryOptions{}).WithContext(pctx))
+			pcancel()
+			var status api.StatusError
+			if err != nil && !errors.As(err, &status) && ctx.Err() == nil {
+				e := fmt.Errorf("agent not answering (no reply to a probe in %v): %w", timeout, err)
+				why.Store(&e)
+				cancel()
+				return
+			}
+		}
+	}()
+	return func() error {
+		if e := why.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}
 }
 
 // consulReaders is how many proxies a round reads at once.

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -22,9 +23,23 @@ type fakeConsul struct {
 	waits    []string // the index and wait of every services query
 	services []time.Time
 	noVIP    bool // the proxy has no consul-virtual address (yet)
+
+	hang         atomic.Bool   // every request waits until its client gives up (a stopped agent)
+	holdServices time.Duration // a services query answers only after this (a blocking query)
 }
 
 func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.hang.Load() {
+		<-r.Context().Done()
+		return
+	}
+	if r.URL.Path == "/v1/catalog/services" && f.holdServices > 0 {
+		select {
+		case <-time.After(f.holdServices):
+		case <-r.Context().Done():
+			return
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failing {
@@ -32,6 +47,8 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
+	case r.URL.Path == "/v1/agent/version":
+		fmt.Fprint(w, `{"HumanVersion": "1.16.3"}`)
 	case r.URL.Path == "/v1/agent/self":
 		fmt.Fprint(w, `{"Config": {"Datacenter": "DC7"}}`)
 	case r.URL.Path == "/v1/catalog/services":
@@ -188,5 +205,80 @@ func TestConsulSourcePendingBackoff(t *testing.T) {
 	}
 	if s.pendingWait > consulPendingMax {
 		t.Errorf("pending wait %v beyond %v", s.pendingWait, consulPendingMax)
+	}
+}
+
+// TestConsulSourceHungAgent: an agent that stops answering (a stopped
+// process) while a blocking query waits is noticed by the probe within
+// probeEvery + probeTimeout, not at the 5-minute query deadline; the source
+// reports failing and recovers once the agent answers again.
+func TestConsulSourceHungAgent(t *testing.T) {
+	f := &fakeConsul{frozen: true}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	s := &consulSource{address: srv.URL, probeEvery: 200 * time.Millisecond, probeTimeout: 100 * time.Millisecond}
+	got := make(chan Sync, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, func(sy Sync) { got <- sy })
+	}()
+	defer func() { cancel(); <-done }()
+	if sy := <-got; sy.Result != SyncOK {
+		t.Fatalf("first sync %+v", sy)
+	}
+	f.hang.Store(true)
+	next := func(want func(Sync) bool, what string) Sync {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case sy := <-got:
+				if want(sy) {
+					return sy
+				}
+			case <-deadline:
+				t.Fatalf("no %s within 5s", what)
+			}
+		}
+	}
+	hungAt := time.Now()
+	sy := next(func(sy Sync) bool { return sy.Result == SyncError }, "failure after the agent hung")
+	if d := time.Since(hungAt); !strings.Contains(sy.Err.Error(), "agent not answering") || d > 2*time.Second {
+		t.Fatalf("after %v: error %v, want the probe's within 2s", d, sy.Err)
+	}
+	f.hang.Store(false)
+	next(func(sy Sync) bool { return sy.Result != SyncError }, "successful round after the agent answered again")
+}
+
+// TestConsulSourceSlowBlockingQuery: a blocking query the agent holds open
+// while answering the probes is a healthy agent: no failure, no abandoned
+// round.
+func TestConsulSourceSlowBlockingQuery(t *testing.T) {
+	f := &fakeConsul{frozen: true, holdServices: 900 * time.Millisecond}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	s := &consulSource{address: srv.URL, probeEvery: 100 * time.Millisecond, probeTimeout: 100 * time.Millisecond}
+	var mu sync.Mutex
+	var syncs []Sync
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, func(sy Sync) { mu.Lock(); syncs = append(syncs, sy); mu.Unlock() })
+	}()
+	time.Sleep(2500 * time.Millisecond)
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(syncs) < 2 {
+		t.Fatalf("%d rounds in 2.5s of 0.9s blocking queries, want 2 or more", len(syncs))
+	}
+	for _, sy := range syncs {
+		if sy.Result == SyncError {
+			t.Fatalf("a healthy agent holding its blocking query was reported failing: %v", sy.Err)
+		}
 	}
 }
