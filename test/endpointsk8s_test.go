@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -365,4 +366,30 @@ func updateSlice(t *testing.T, k *kubeAPI, ns, name string, eps ...discoveryv1.E
 	if _, err := k.Client.DiscoveryV1().EndpointSlices(ns).Update(ctxT(t), sl, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestEndpointsvcKubernetesStopWhileAPIDown: with the API server
+// unreachable the informers sit in client-go's retry backoff (a wait that
+// ignores their stop channel, growing to a minute); SIGTERM must still end
+// meshdns promptly instead of waiting it out. corefile/cluster.Corefile
+// points its kubeconfig at 127.0.0.1:1 and serves from its snapshot.
+func TestEndpointsvcKubernetesStopWhileAPIDown(t *testing.T) {
+	dir := t.TempDir()
+	CopyDir(t, filepath.Join(repoRoot, "corefile"), dir)
+	b, err := os.ReadFile(filepath.Join(dir, "cluster.Corefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Start(t, string(b), Options{Dir: dir})
+	expectAnswers(t, s.DNS(), "web.shop.svc.cluster.local.", dns.TypeA, "10.244.1.5", "10.244.2.9")
+	time.Sleep(10 * time.Second) // the reflectors' backoff grows: 0.8 s, 1.6 s, 3.2 s, 6.4 s, … (each up to twice that)
+	s.Signal(syscall.SIGTERM)
+	stopped := time.Now()
+	Eventually(t, 4*time.Second, func() string {
+		if !s.Exited() {
+			return "meshdns still running after SIGTERM"
+		}
+		return ""
+	})
+	t.Logf("exited %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
 }

@@ -48,7 +48,28 @@ const (
 	kubeProbeInterval        = 2 * time.Second  // while failing or not synced
 	kubeHealthyProbeInterval = 10 * time.Second // while healthy
 	kubeRetryConfig          = 5 * time.Second
+	kubeShutdownWait         = 2 * time.Second // see shutdownInformers
 )
+
+// shutdownInformers stops the factory's informers and waits for their
+// goroutines, but at most wait. They stop at once, except a reflector that
+// is waiting out its retry backoff after a failed watch-list: client-go
+// waits for that delay (up to a minute while the API server is down)
+// without looking at its stop channel, and a reload or SIGTERM must not
+// hang on it. Such a goroutine ends on its own when its delay is over; it
+// holds no state the plugin uses.
+func shutdownInformers(factory informers.SharedInformerFactory, wait time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		factory.Shutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		log.Infof("Not waiting for the kubernetes informers still in their retry backoff; they end on their own")
+	}
+}
 
 func (k *kubeSource) Name() string { return "kubernetes" }
 
@@ -165,7 +186,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 	factory.Start(fctx.Done())
 	defer func() {
 		cancel()
-		factory.Shutdown() // waits for the informers' goroutines
+		shutdownInformers(factory, kubeShutdownWait)
 	}()
 
 	synced, failing := false, false
