@@ -190,31 +190,11 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 	}()
 
 	synced, failing := false, false
-	// syncWait is the Done channel of the first registration not synced
-	// yet (nil once all are), so the first build starts the moment the
-	// last initial add is delivered instead of at the next tick.
-	pending := regs
+	waiter := &syncWaiter{pending: regs}
 	if len(regs) != 3 {
-		pending = nil // a registration failed (only on a stopped informer): never synced
+		waiter.pending = nil // a registration failed (only on a stopped informer): never synced
 	}
-	nextSync := func() <-chan struct{} {
-		for len(pending) > 0 {
-			done := pending[0].HasSyncedChecker().Done()
-			select {
-			case <-done:
-				pending = pending[1:]
-			default:
-				return done
-			}
-		}
-		return nil
-	}
-	syncWait := nextSync()
-	if syncWait == nil && len(regs) == 3 {
-		now := make(chan struct{})
-		close(now)
-		syncWait = now
-	}
+	syncWait := waiter.first()
 	var lastProbe time.Time
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -244,7 +224,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			failing = false
 			k.build(s, svcInf, sliceInf, nodeInf)
 		case <-syncWait:
-			if syncWait = nextSync(); syncWait != nil {
+			if syncWait = waiter.next(); syncWait != nil {
 				continue
 			}
 			synced, failing = true, false
@@ -282,6 +262,43 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			}
 		}
 	}
+}
+
+// syncWaiter waits for the handler registrations to sync without polling:
+// it hands out the Done channel of the first one not synced yet, so the
+// first build starts the moment the last initial add is delivered.
+type syncWaiter struct {
+	pending []cache.ResourceEventHandlerRegistration
+}
+
+// next drops the registrations that synced and returns the Done channel of
+// the first one that has not, or nil once all have.
+func (w *syncWaiter) next() <-chan struct{} {
+	for len(w.pending) > 0 {
+		done := w.pending[0].HasSyncedChecker().Done()
+		select {
+		case <-done:
+			w.pending = w.pending[1:]
+		default:
+			return done
+		}
+	}
+	return nil
+}
+
+// first is next, except that with every registration synced already it
+// returns a closed channel (the first build is still due), and with none
+// to wait for (nil pending from the start) nil.
+func (w *syncWaiter) first() <-chan struct{} {
+	if len(w.pending) == 0 {
+		return nil
+	}
+	if ch := w.next(); ch != nil {
+		return ch
+	}
+	now := make(chan struct{})
+	close(now)
+	return now
 }
 
 // probe asks the API server for one node (served from its watch cache): the
