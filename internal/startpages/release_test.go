@@ -4,6 +4,7 @@ package startpages
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -47,7 +48,11 @@ func TestExecutableRanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := executableRanges(maps, uint64(st.Dev), st.Ino)
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := executableRanges(smaps, uint64(st.Dev), st.Ino)
 	if len(rs) == 0 {
 		t.Fatalf("no read-only mapping of the executable in\n%s", maps)
 	}
@@ -63,13 +68,18 @@ func TestExecutableRanges(t *testing.T) {
 			}
 		}
 	}
-	fake := []byte("00400000-00500000 r-xp 00000000 fe:00 42 /x\n" +
-		"00500000-00600000 rw-p 00100000 fe:00 42 /x\n" +
-		"00600000-00700000 r--p 00200000 fe:00 42 /x\n" +
-		"00700000-00800000 r--s 00000000 fe:00 42 /x\n" +
-		"00800000-00900000 r--p 00000000 fe:00 43 /y\n" +
-		"00900000-00a00000 r--p 00000000 fe:01 42 /z\n" +
-		"7ffd0000-7ffd1000 r-xp 00000000 00:00 0 [vdso]\n")
+	m := func(header string, anon int) string {
+		return header + "\nSize: 1024 kB\nRss: 512 kB\nAnonymous: " + strconv.Itoa(anon) + " kB\nVmFlags: rd mr mw me\n"
+	}
+	fake := []byte(m("00400000-00500000 r-xp 00000000 fe:00 42 /x", 0) +
+		m("00500000-00600000 rw-p 00100000 fe:00 42 /x", 0) +
+		m("00600000-00700000 r--p 00200000 fe:00 42 /x", 0) +
+		m("00700000-00800000 r--s 00000000 fe:00 42 /x", 0) +
+		m("00800000-00900000 r--p 00000000 fe:00 43 /y", 0) +
+		m("00900000-00a00000 r--p 00000000 fe:01 42 /z", 0) +
+		m("00a00000-00b00000 r--p 00300000 fe:00 42 /x", 8) + // relocated RELRO: copy-on-write pages
+		"00b00000-00c00000 r--p 00400000 fe:00 42 /x\nRss: 4 kB\n" + // no Anonymous line
+		m("7ffd0000-7ffd1000 r-xp 00000000 00:00 0 [vdso]", 0))
 	got := executableRanges(fake, 0xfe00, 42)
 	want := []addrRange{{0x400000, 0x500000}, {0x600000, 0x700000}}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {

@@ -12,10 +12,13 @@
 // I/O). What remains resident afterwards is the code and read-only data the
 // process actually uses.
 //
-// Invariant: only mappings of the running executable that are not
-// writable are released. Those hold exactly the file's bytes (text,
-// rodata), so dropping them loses nothing; writable mappings (data, heap,
-// stacks) are never touched.
+// Invariant: only private mappings of the running executable that are not
+// writable and hold no anonymous (copy-on-write) page are released. Those
+// hold exactly the file's bytes (text, rodata), so dropping them loses
+// nothing; writable mappings (data, heap, stacks) are never touched, nor is
+// a read-only mapping with a page written before: a PIE's relocated RELRO
+// segment (dropping it crashes the process: `make test` runs the package
+// test as a PIE too), a debugger's breakpoint.
 package startpages
 
 // Env names the environment variable that turns Release off ("1").
