@@ -2,13 +2,14 @@ package test
 
 import (
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/meshdns/meshdns/internal/procstatus"
 )
 
 const startpagesCorefile = `.:1053 {
@@ -87,21 +88,11 @@ func TestStartupPagesReloadPlugin(t *testing.T) {
 	}
 }
 
-func rssFileKiB(t *testing.T, pid int) int {
+func rssFileKiB(t *testing.T, pid int) int64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	kib, err := procstatus.KiB(pid, "RssFile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "RssFile:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no RssFile in /proc/PID/status")
-	return 0
+	return kib
 }

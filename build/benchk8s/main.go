@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meshdns/meshdns/internal/procstatus"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -284,7 +286,7 @@ type mem struct{ rss, anon, file, peak, heap float64 }
 
 // measure reads the resident memory of pid.
 func measure(pid int) (m mem) {
-	m.rss, m.anon, m.file, m.peak = rssMiB(pid), statusMiB(pid, "RssAnon:"), statusMiB(pid, "RssFile:"), statusMiB(pid, "VmHWM:")
+	m.rss, m.anon, m.file, m.peak = rssMiB(pid), statusMiB(pid, "RssAnon"), statusMiB(pid, "RssFile"), statusMiB(pid, "VmHWM")
 	return m
 }
 
@@ -443,22 +445,16 @@ func answerCount(port int, name string) int {
 	return len(strings.Fields(string(out)))
 }
 
-func rssMiB(pid int) float64 { return statusMiB(pid, "VmRSS:") }
+func rssMiB(pid int) float64 { return statusMiB(pid, "VmRSS") }
 
-// statusMiB reads a kB field of /proc/PID/status (taskset execs meshdns, so
-// the PID is meshdns's).
+// statusMiB reads a kB field of /proc/PID/status in MiB (taskset execs
+// meshdns, so the PID is meshdns's).
 func statusMiB(pid int, field string) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	kib, err := procstatus.KiB(pid, field)
 	if err != nil {
 		return 0
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
+	return float64(kib) / 1024
 }
 
 func heapMiB(prom int) float64 {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshdns/meshdns/internal/procstatus"
 )
 
 // Release drops the process's read-only mappings of its executable from
@@ -100,20 +102,11 @@ func hexPair(s, sep string) (x, y uint64, ok bool) {
 	return x, y, err1 == nil && err2 == nil
 }
 
-// residentFile is RssFile of /proc/self/status in bytes (-1 if unknown).
+// residentFile is this process's RssFile in bytes (-1 if unknown).
 func residentFile() int64 {
-	b, err := os.ReadFile("/proc/self/status")
+	kib, err := procstatus.KiB(0, "RssFile")
 	if err != nil {
 		return -1
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "RssFile:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return -1
-			}
-			return kb << 10
-		}
-	}
-	return -1
+	return kib << 10
 }

@@ -62,8 +62,8 @@ func TestExecutableRanges(t *testing.T) {
 			if len(f) < 2 || f[1][1] != 'w' {
 				continue
 			}
-			lo, hi, _ := strings.Cut(f[0], "-")
-			if hexOf(lo) < r.end && r.start < hexOf(hi) {
+			lo, hi, _ := hexPair(f[0], "-")
+			if uintptr(lo) < r.end && r.start < uintptr(hi) {
 				t.Errorf("range %#x-%#x overlaps writable mapping %s", r.start, r.end, l)
 			}
 		}
@@ -85,18 +85,4 @@ func TestExecutableRanges(t *testing.T) {
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("ranges %x, want %x", got, want)
 	}
-}
-
-func hexOf(s string) uintptr {
-	var v uintptr
-	for _, c := range s {
-		v <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			v |= uintptr(c - '0')
-		case c >= 'a' && c <= 'f':
-			v |= uintptr(c - 'a' + 10)
-		}
-	}
-	return v
 }

@@ -23,8 +23,6 @@ type State struct {
 	Services []Service `json:"services"`
 	Tasks    []Task    `json:"tasks"`
 	Nodes    []Node    `json:"nodes"`
-
-	raw []byte // the state's JSON encoding when the source made one (so it is encoded once)
 }
 
 // Service is a named set of tasks with the ports it exposes.

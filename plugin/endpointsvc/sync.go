@@ -70,10 +70,7 @@ func (e *Endpointsvc) apply(ctx context.Context, source string, st *State, persi
 	e.swap(st)
 	log.Infof("Synced %d services, %d endpoints from %s in %v", e.tbl.Load().nServices, e.tbl.Load().nEndpts, source, time.Since(start).Round(time.Microsecond))
 	if persistIt && e.snapshotPath != "" {
-		b, err := st.raw, error(nil)
-		if b == nil {
-			b, err = json.Marshal(st)
-		}
+		b, err := json.Marshal(st)
 		if err == nil {
 			err = persist.WriteFile(e.snapshotPath, b)
 		}
