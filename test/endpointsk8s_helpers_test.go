@@ -92,7 +92,7 @@ func startKubeAPI(t testing.TB) *kubeAPI {
 
 	k.args = []string{
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(k.port),
-		"--etcd-servers=" + etcdURL, "--service-cluster-ip-range=10.96.0.0/16",
+		"--etcd-servers=" + etcdURL, "--service-cluster-ip-range=10.96.0.0/16,fd00:96::/108",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + pub, "--service-account-signing-key-file=" + key,
 		"--token-auth-file=" + tokens, "--authorization-mode=AlwaysAllow",

@@ -9,6 +9,7 @@ package endpointsvc
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -31,9 +32,13 @@ type Endpointsvc struct {
 	Zones     []string // lowercased FQDNs
 	Fall      fall.F
 	namespace string // namespace of short names
-	ttl       uint32
-	source    Source
-	upstream  *upstream.Upstream // chases CNAME targets through the server
+	spec      bool   // schema kubernetes: the Kubernetes DNS specification (spec_serve.go)
+	primary   int    // schema kubernetes: the zone PTR targets are in (the first forward zone)
+
+	podsInsecure bool // schema kubernetes: answer <a-b-c-d>.<ns>.pod.<zone>
+	ttl          uint32
+	source       Source
+	upstream     *upstream.Upstream // chases CNAME targets through the server
 
 	soas []soa.Names // per zone, precomputed SOA names
 
@@ -63,6 +68,9 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 	if t == nil {
 		e.count(ctx, zi, resultServfail)
 		return dns.RcodeServerFailure, nil
+	}
+	if e.spec {
+		return e.serveSpec(ctx, w, r, state, zi, t)
 	}
 
 	owner := state.QName()
@@ -113,21 +121,29 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 		}
 	}
 
+	return e.reply(ctx, w, r, zi, !exists, answer, extra, func() dns.RR { return e.soa(zi, zone, t.serial) })
+}
+
+// reply writes the answer of zone number zi: NXDOMAIN (or the next plugin,
+// when fallthrough says so) when the name does not exist, NODATA when it
+// has no records of the type, else answer and extra. soa gives the
+// authority section's record.
+func (e *Endpointsvc) reply(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zi int, nxdomain bool, answer, extra []dns.RR, soa func() dns.RR) (int, error) {
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
 	result := resultAnswer
 	switch {
-	case !exists:
-		if e.Fall.Through(qname) {
+	case nxdomain:
+		if e.Fall.Through(strings.ToLower(r.Question[0].Name)) {
 			e.count(ctx, zi, resultFallthrough)
 			return plugin.NextOrFailure(e.Name(), e.Next, ctx, w, r)
 		}
 		m.Rcode = dns.RcodeNameError
-		m.Ns = []dns.RR{e.soa(zi, zone, t.serial)}
+		m.Ns = []dns.RR{soa()}
 		result = resultNxdomain
 	case len(answer) == 0:
-		m.Ns = []dns.RR{e.soa(zi, zone, t.serial)}
+		m.Ns = []dns.RR{soa()}
 		result = resultNodata
 	default:
 		m.Answer, m.Extra = answer, extra

@@ -23,8 +23,12 @@ import (
 // kService is the slim form of a v1.Service.
 type kService struct {
 	kMeta
-	externalName bool // type ExternalName: left to the kubernetes plugin
-	skip         bool // outside the configured namespaces
+	externalName bool     // type ExternalName (schema orch leaves it to the kubernetes plugin)
+	skip         bool     // outside the configured namespaces
+	headless     bool     // clusterIP None
+	notReady     bool     // publishNotReadyAddresses
+	target       string   // type ExternalName: spec.externalName
+	clusterIPs   []string // spec.clusterIPs (spec.clusterIP when that is empty), not "None"
 	ports        []kServicePort
 }
 
@@ -41,6 +45,7 @@ type kSlice struct {
 	ports       []kSlicePort
 	endpoints   []kEndpoint
 	fqdns       []string // addressType FQDN only: endpoint i's name, parallel to endpoints
+	hostnames   []string // endpoint i's hostname, parallel to endpoints; nil when none has one
 }
 
 type kSlicePort struct {
@@ -67,6 +72,14 @@ func (e *kEndpoint) nodeName() string {
 		return ""
 	}
 	return e.node.Value()
+}
+
+// hostname is endpoint i's hostname, or "".
+func (s *kSlice) hostname(i int) string {
+	if s.hostnames == nil {
+		return ""
+	}
+	return s.hostnames[i]
 }
 
 // address is endpoint i of slice s as text.
@@ -115,6 +128,21 @@ func transformService(namespaces map[string]bool) func(any) (any, error) {
 			return k, nil
 		}
 		k.externalName = s.Spec.Type == corev1.ServiceTypeExternalName
+		if k.externalName {
+			k.target = s.Spec.ExternalName // answered as written
+		}
+		k.notReady = s.Spec.PublishNotReadyAddresses
+		ips := s.Spec.ClusterIPs
+		if len(ips) == 0 && s.Spec.ClusterIP != "" {
+			ips = []string{s.Spec.ClusterIP}
+		}
+		for _, ip := range ips {
+			if ip == corev1.ClusterIPNone {
+				k.headless = true
+			} else if !k.externalName {
+				k.clusterIPs = append(k.clusterIPs, ip)
+			}
+		}
 		if len(s.Spec.Ports) > 0 {
 			k.ports = make([]kServicePort, len(s.Spec.Ports))
 			for i, p := range s.Spec.Ports {
@@ -170,6 +198,14 @@ func transformSlice(namespaces map[string]bool) func(any) (any, error) {
 				continue // nothing to answer with
 			}
 			e := kEndpoint{ready: true}
+			if ep.Hostname != nil && *ep.Hostname != "" {
+				if k.hostnames == nil {
+					k.hostnames = make([]string, len(k.endpoints), cap(k.endpoints))
+				}
+				k.hostnames = append(k.hostnames, strings.ToLower(*ep.Hostname))
+			} else if k.hostnames != nil {
+				k.hostnames = append(k.hostnames, "")
+			}
 			if k.addressType == addressFQDN {
 				k.fqdns = append(k.fqdns, strings.Clone(ep.Addresses[0]))
 			} else {
@@ -193,6 +229,9 @@ func transformSlice(namespaces map[string]bool) func(any) (any, error) {
 		}
 		if len(k.endpoints) < cap(k.endpoints)/2 {
 			k.endpoints = append([]kEndpoint(nil), k.endpoints...) // most were dropped: do not keep the room
+			if k.hostnames != nil {
+				k.hostnames = append([]string(nil), k.hostnames...)
+			}
 		}
 		return k, nil
 	}
@@ -223,7 +262,24 @@ func transformNode(obj any) (any, error) {
 	return k, nil
 }
 
+// kNamespace is the slim form of a v1.Namespace: its name.
+type kNamespace struct{ kMeta }
+
+// transformNamespace converts a *v1.Namespace into a *kNamespace.
+func transformNamespace(obj any) (any, error) {
+	n, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return obj, nil
+	}
+	return &kNamespace{kMeta: slimMeta(&n.ObjectMeta)}, nil
+}
+
 // runtime.Object for the informer's store.
+
+func (k *kNamespace) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies k.
+func (k *kNamespace) DeepCopyObject() runtime.Object { c := *k; return &c }
 
 func (k *kService) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 func (k *kSlice) GetObjectKind() schema.ObjectKind   { return schema.EmptyObjectKind }

@@ -74,55 +74,21 @@ func kubeState(services []*kService, slices []*kSlice, nodes []*kNode, nodeAddre
 		if s.skip || s.externalName || !validLabel(name) || !validLabel(ns) || ns == nodeNamespace {
 			continue
 		}
-		svc := Service{ID: ns + "/" + name, Name: name, Namespace: ns, Status: "active"}
-		seen := map[portKey]bool{}
-		for _, p := range s.ports {
-			if !protocols[p.protocol] || !validPort(int(p.port), false) || !validPort(int(p.nodePort), true) ||
-				(p.name != "" && !validLabel(p.name)) || seen[portKey{p.name, p.protocol}] {
-				continue
-			}
-			seen[portKey{p.name, p.protocol}] = true
-			svc.Ports = append(svc.Ports, ServicePort{Name: p.name, Protocol: p.protocol, TargetPort: int(p.port), PublishedPort: int(p.nodePort)})
-		}
+		svc := Service{ID: ns + "/" + name, Name: name, Namespace: ns, Status: "active", Ports: servicePorts(s)}
 		svcs[svc.ID] = true
 		st.Services = append(st.Services, svc)
 	}
 	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].ID < st.Services[j].ID })
 
-	sort.Slice(slices, func(i, j int) bool {
-		if slices[i].Namespace != slices[j].Namespace {
-			return slices[i].Namespace < slices[j].Namespace
-		}
-		return slices[i].Name < slices[j].Name
-	})
-	n := 0
-	for _, sl := range slices {
-		if svcs[sl.service] {
-			n += len(sl.endpoints)
-		}
-	}
-	st.Tasks = make([]Task, 0, n)
+	st.Tasks = make([]Task, 0, sortSlices(slices, svcs))
 	for _, sl := range slices {
 		if !svcs[sl.service] {
 			continue
 		}
-		var ports []TaskPort
-		for _, p := range sl.ports {
-			if protocols[p.protocol] && validPort(int(p.port), false) && (p.name == "" || validLabel(p.name)) {
-				ports = append(ports, TaskPort{Name: p.name, Protocol: p.protocol, ContainerPort: int(p.port)})
-			}
-		}
-		prefix := strings.ToLower(sl.Namespace) + "/" + sl.Name + "/"
+		ports := taskPorts(sl)
 		for i := range sl.endpoints {
 			ep := &sl.endpoints[i]
-			t := Task{
-				ID:            prefix + strconv.Itoa(i),
-				ServiceID:     sl.service,
-				DesiredStatus: StatusRunning,
-				ActualStatus:  StatusUnhealthy,
-				Ports:         ports,
-				Address:       sl.address(i), // the transform kept only valid addresses
-			}
+			t := sliceTask(sl, i, ports)
 			if node := ep.nodeName(); known[node] {
 				t.NodeID = node
 			}
@@ -155,4 +121,64 @@ func validEndpointAddress(addressType, address string) bool {
 		return err == nil && host != "" && !strings.Contains(address, ":")
 	}
 	return false
+}
+
+// sortSlices orders slices by namespace and name (so that the same objects
+// give the same state) and counts the endpoints of those whose Service is
+// in svcs.
+func sortSlices(slices []*kSlice, svcs map[string]bool) int {
+	sort.Slice(slices, func(i, j int) bool {
+		if slices[i].Namespace != slices[j].Namespace {
+			return slices[i].Namespace < slices[j].Namespace
+		}
+		return slices[i].Name < slices[j].Name
+	})
+	n := 0
+	for _, sl := range slices {
+		if svcs[sl.service] {
+			n += len(sl.endpoints)
+		}
+	}
+	return n
+}
+
+// taskPorts are a slice's valid ports as task ports (shared by its tasks).
+func taskPorts(sl *kSlice) []TaskPort {
+	var ports []TaskPort
+	for _, p := range sl.ports {
+		if protocols[p.protocol] && validPort(int(p.port), false) && (p.name == "" || validLabel(p.name)) {
+			ports = append(ports, TaskPort{Name: p.name, Protocol: p.protocol, ContainerPort: int(p.port)})
+		}
+	}
+	return ports
+}
+
+// sliceTask is endpoint i of slice sl as a task of its Service: desired
+// running, actual unhealthy until the schema's mapping says otherwise.
+func sliceTask(sl *kSlice, i int, ports []TaskPort) Task {
+	return Task{
+		ID:            strings.ToLower(sl.Namespace) + "/" + sl.Name + "/" + strconv.Itoa(i),
+		ServiceID:     sl.service,
+		DesiredStatus: StatusRunning,
+		ActualStatus:  StatusUnhealthy,
+		Ports:         ports,
+		Address:       sl.address(i), // the transform kept only valid addresses
+	}
+}
+
+// servicePorts are a Service's valid ports, each name and protocol once:
+// the Service's port as TargetPort (what slices' ports are matched with by
+// name) and Port, the nodePort as PublishedPort.
+func servicePorts(s *kService) []ServicePort {
+	var out []ServicePort
+	seen := map[portKey]bool{}
+	for _, p := range s.ports {
+		if !protocols[p.protocol] || !validPort(int(p.port), false) || !validPort(int(p.nodePort), true) ||
+			(p.name != "" && !validLabel(p.name)) || seen[portKey{p.name, p.protocol}] {
+			continue
+		}
+		seen[portKey{p.name, p.protocol}] = true
+		out = append(out, ServicePort{Name: p.name, Protocol: p.protocol, TargetPort: int(p.port), Port: int(p.port), PublishedPort: int(p.nodePort)})
+	}
+	return out
 }

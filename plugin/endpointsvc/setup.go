@@ -18,6 +18,7 @@ import (
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 
+	"github.com/miekg/dns"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -30,7 +31,9 @@ func init() { plugin.Register(pluginName, setup) }
 // Defaults.
 const (
 	defaultZone         = "svc.orch."
+	defaultClusterZone  = "cluster.local." // schema kubernetes
 	defaultTTL          = 30
+	defaultSpecTTL      = 5 // schema kubernetes, as the kubernetes plugin
 	defaultFileInterval = 5 * time.Second
 	minInterval         = 100 * time.Millisecond
 	maxTTL              = 86400
@@ -75,13 +78,15 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 	var file *fileSource
 	var orch *orchSource
 	var kube *kubeSource
-	var kubeOpts []string // kubernetes-only options seen, for the error message
+	var kubeOpts []string       // kubernetes-only options seen, for the error message
+	var orchSchemaOpts []string // options schema kubernetes does not read, for the error message
 	var nodeAddress, namespaces []string
 	selector := ""
 	var orchOpts []string // orch-only options seen, for the error message
 	var tlsArgs []string
 	tlsServerName := ""
 	timeout, maxBackoff, maxBody := time.Duration(0), time.Duration(0), int64(0)
+	podsSeen, zonesGiven, ttlSeen := false, false, false
 	tokenFile := ""
 	for c.Next() {
 		if blocks++; blocks > 1 {
@@ -95,9 +100,7 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 			}
 			e.Zones = append(e.Zones, n...)
 		}
-		if len(e.Zones) == 0 {
-			e.Zones = []string{defaultZone}
-		}
+		zonesGiven = len(e.Zones) > 0
 		for c.NextBlock() {
 			switch v := c.Val(); v {
 			case "source":
@@ -157,6 +160,7 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 					return nil, c.Errf("bad namespace %q", a[0])
 				}
 				e.namespace = ns
+				orchSchemaOpts = append(orchSchemaOpts, v)
 			case "addresses":
 				a := c.RemainingArgs()
 				if len(a) != 1 {
@@ -170,6 +174,7 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 				default:
 					return nil, c.Errf("bad addresses %q: want node or endpoint", a[0])
 				}
+				orchSchemaOpts = append(orchSchemaOpts, v)
 			case "node_address":
 				a := c.RemainingArgs()
 				if len(a) == 0 {
@@ -182,7 +187,7 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 					}
 					nodeAddress = append(nodeAddress, strings.ToLower(t))
 				}
-				kubeOpts = append(kubeOpts, v)
+				kubeOpts, orchSchemaOpts = append(kubeOpts, v), append(orchSchemaOpts, v)
 			case "labels":
 				a := c.RemainingArgs()
 				if len(a) == 0 {
@@ -210,6 +215,34 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 					return nil, c.ArgErr()
 				}
 				e.includeUnhealthy = true
+				orchSchemaOpts = append(orchSchemaOpts, v)
+			case "schema":
+				a := c.RemainingArgs()
+				if len(a) != 1 {
+					return nil, c.ArgErr()
+				}
+				switch a[0] {
+				case "orch":
+					e.spec = false
+				case "kubernetes":
+					e.spec = true
+				default:
+					return nil, c.Errf("bad schema %q: want orch or kubernetes", a[0])
+				}
+			case "pods":
+				a := c.RemainingArgs()
+				if len(a) != 1 {
+					return nil, c.ArgErr()
+				}
+				switch a[0] {
+				case "disabled":
+					e.podsInsecure = false
+				case "insecure":
+					e.podsInsecure = true
+				default:
+					return nil, c.Errf("bad pods %q: want disabled or insecure", a[0])
+				}
+				podsSeen = true
 			case "ttl":
 				a := c.RemainingArgs()
 				if len(a) != 1 {
@@ -222,7 +255,7 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 				if ttl > maxTTL {
 					return nil, c.Errf("invalid TTL %q (want 0s to %ds)", a[0], maxTTL)
 				}
-				e.ttl = ttl
+				e.ttl, ttlSeen = ttl, true
 			case "snapshot":
 				a := c.RemainingArgs()
 				if len(a) != 1 {
@@ -287,6 +320,15 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 				return nil, c.Errf("unknown property %q", v)
 			}
 		}
+	}
+	if err := e.checkSchema(c, zonesGiven, podsSeen, orchSchemaOpts); err != nil {
+		return nil, err
+	}
+	if e.spec && !ttlSeen {
+		e.ttl = defaultSpecTTL
+	}
+	if kube != nil {
+		kube.spec = e.spec
 	}
 	if kube == nil && len(kubeOpts) > 0 {
 		return nil, c.Errf("%s needs 'source kubernetes'", kubeOpts[0])
@@ -355,7 +397,44 @@ func carryKey(c *caddy.Controller, e *Endpointsvc) string {
 	if cfg := dnsserver.GetConfig(c); cfg != nil {
 		server = fmt.Sprintf("%v:%s", cfg.ListenHosts, cfg.Port)
 	}
-	return fmt.Sprintf("%s %s %v unhealthy=%v endpoint=%v", pluginName, server, e.Zones, e.includeUnhealthy, e.endpointMode)
+	return fmt.Sprintf("%s %s %v unhealthy=%v endpoint=%v spec=%v pods=%v", pluginName, server, e.Zones, e.includeUnhealthy, e.endpointMode, e.spec, e.podsInsecure)
+}
+
+// checkSchema sets the default zones of the schema and rejects options the
+// schema does not read: schema kubernetes has no short names, answers
+// endpoint addresses by the specification's rules and never node ones.
+func (e *Endpointsvc) checkSchema(c *caddy.Controller, zonesGiven, podsSeen bool, orchOnly []string) error {
+	if !e.spec {
+		if podsSeen {
+			return c.Err("pods needs 'schema kubernetes'")
+		}
+		if !zonesGiven {
+			e.Zones = []string{defaultZone}
+		}
+		return nil
+	}
+	if len(orchOnly) > 0 {
+		return c.Errf("%s does not apply to 'schema kubernetes'", orchOnly[0])
+	}
+	if !zonesGiven {
+		e.Zones = []string{defaultClusterZone}
+	}
+	e.primary = -1
+	for i, z := range e.Zones {
+		if !isReverseZone(z) {
+			e.primary = i
+			break
+		}
+	}
+	if e.primary < 0 {
+		return c.Errf("schema kubernetes needs a zone that is not a reverse zone (such as cluster.local), got %v", e.Zones)
+	}
+	return nil
+}
+
+// isReverseZone reports whether zone is in in-addr.arpa. or ip6.arpa.
+func isReverseZone(zone string) bool {
+	return dns.IsSubDomain("in-addr.arpa.", zone) || dns.IsSubDomain("ip6.arpa.", zone)
 }
 
 // parseSize accepts bytes with an optional k, m or g suffix (powers of 1024).

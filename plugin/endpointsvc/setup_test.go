@@ -72,6 +72,29 @@ func TestParse(t *testing.T) {
 				t.Error("addresses endpoint with a file source")
 			}
 		}},
+		{in: "endpointsvc cluster.local in-addr.arpa ip6.arpa {\nsource kubernetes\nschema kubernetes\npods insecure\nfallthrough in-addr.arpa ip6.arpa\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			k := e.source.(*kubeSource)
+			if !e.spec || !k.spec || !e.podsInsecure || e.ttl != defaultSpecTTL || e.primary != 0 || len(e.Zones) != 3 ||
+				!e.Fall.Through("1.0.0.10.in-addr.arpa.") || e.Fall.Through("x.cluster.local.") {
+				t.Errorf("schema kubernetes: %+v", e)
+			}
+		}},
+		{in: "endpointsvc in-addr.arpa example.local {\nsource file s.json\nschema kubernetes\nttl 30\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if !e.spec || e.podsInsecure || e.ttl != 30 || e.primary != 1 {
+				t.Errorf("schema kubernetes from a file: %+v", e)
+			}
+		}},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if len(e.Zones) != 1 || e.Zones[0] != "cluster.local." {
+				t.Errorf("schema kubernetes default zone: %v", e.Zones)
+			}
+		}},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubedns\n}", err: `bad schema "kubedns": want orch or kubernetes`},
+		{in: "endpointsvc {\nsource kubernetes\npods insecure\n}", err: "pods needs 'schema kubernetes'"},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\npods verified\n}", err: `bad pods "verified"`},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\naddresses endpoint\n}", err: "addresses does not apply to 'schema kubernetes'"},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\nnamespace prod\n}", err: "namespace does not apply to 'schema kubernetes'"},
+		{in: "endpointsvc in-addr.arpa {\nsource kubernetes\nschema kubernetes\n}", err: "needs a zone that is not a reverse zone"},
 		{in: "endpointsvc {\nsource kubernetes a b c\n}", err: "Wrong argument count"},
 		{in: "endpointsvc {\nsource kubernetes\naddresses pod\n}", err: `bad addresses "pod": want node or endpoint`},
 		{in: "endpointsvc {\nsource kubernetes\nnode_address InternalIP LoopbackIP\n}", err: `bad node_address "LoopbackIP"`},

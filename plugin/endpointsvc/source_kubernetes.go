@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +35,7 @@ type kubeSource struct {
 	labels      string   // label selector of the Services ("": all)
 	namespaces  []string // only these namespaces (nil: all)
 	nodeAddress []string // node address types, in preference order (lowercased)
+	spec        bool     // schema kubernetes: map with specState, watch no Nodes
 
 	// newClient builds the client; tests replace it with a fake clientset.
 	newClient func() (kubernetes.Interface, error)
@@ -131,9 +134,24 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 	sliceInf := factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return discoveryv1informers.NewFilteredEndpointSliceInformer(c, namespace, resync, cache.Indexers{}, nil)
 	})
-	nodeInf := factory.InformerFor(&corev1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return corev1informers.NewNodeInformer(c, resync, cache.Indexers{})
-	})
+	type watched struct {
+		inf cache.SharedIndexInformer
+		fn  cache.TransformFunc
+	}
+	infs := []watched{{svcInf, transformService(nsSet)}, {sliceInf, transformSlice(nsSet)}}
+	var nodeInf cache.SharedIndexInformer // schema kubernetes reads no Nodes
+	var nsInf cache.SharedIndexInformer   // only schema kubernetes reads Namespaces
+	if k.spec {
+		nsInf = factory.InformerFor(&corev1.Namespace{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return corev1informers.NewNamespaceInformer(c, resync, cache.Indexers{})
+		})
+		infs = append(infs, watched{nsInf, transformNamespace})
+	} else {
+		nodeInf = factory.InformerFor(&corev1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return corev1informers.NewNodeInformer(c, resync, cache.Indexers{})
+		})
+		infs = append(infs, watched{nodeInf, transformNode})
+	}
 
 	dirty := make(chan struct{}, 1)
 	errs := make(chan error, 1)
@@ -170,10 +188,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 	// initial add has been delivered, so the first build sees them all and
 	// no late add triggers a second one.
 	var regs []cache.ResourceEventHandlerRegistration
-	for _, x := range []struct {
-		inf cache.SharedIndexInformer
-		fn  cache.TransformFunc
-	}{{svcInf, transformService(nsSet)}, {sliceInf, transformSlice(nsSet)}, {nodeInf, transformNode}} {
+	for _, x := range infs {
 		// Setting these fails only on a started informer; ours are new.
 		_ = x.inf.SetTransform(x.fn)
 		_ = x.inf.SetWatchErrorHandlerWithContext(onError)
@@ -191,7 +206,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 
 	synced, failing := false, false
 	waiter := &syncWaiter{pending: regs}
-	if len(regs) != 3 {
+	if len(regs) != len(infs) {
 		waiter.pending = nil // a registration failed (only on a stopped informer): never synced
 	}
 	syncWait := waiter.first()
@@ -222,7 +237,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			default:
 			}
 			failing = false
-			k.build(s, svcInf, sliceInf, nodeInf)
+			k.build(s, svcInf, sliceInf, nodeInf, nsInf)
 		case <-syncWait:
 			if syncWait = waiter.next(); syncWait != nil {
 				continue
@@ -232,7 +247,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			case <-dirty:
 			default:
 			}
-			k.build(s, svcInf, sliceInf, nodeInf) // the sink returns the list's garbage to the OS
+			k.build(s, svcInf, sliceInf, nodeInf, nsInf) // the sink returns the list's garbage to the OS
 		case <-tick.C:
 			// The informers retry a failing list or watch on their own,
 			// mostly without telling (watch-list backs off silently), so a
@@ -313,8 +328,15 @@ func probe(ctx context.Context, client kubernetes.Interface) error {
 
 // build maps the informers' stores onto a state and hands it to s, or
 // reports it unchanged.
-func (k *kubeSource) build(s Sink, svcInf, sliceInf, nodeInf cache.SharedIndexInformer) {
-	st := k.state(svcInf.GetStore(), sliceInf.GetStore(), nodeInf.GetStore())
+func (k *kubeSource) build(s Sink, svcInf, sliceInf, nodeInf, nsInf cache.SharedIndexInformer) {
+	var nodes, nss cache.Store
+	if nodeInf != nil {
+		nodes = nodeInf.GetStore()
+	}
+	if nsInf != nil {
+		nss = nsInf.GetStore()
+	}
+	st := k.state(svcInf.GetStore(), sliceInf.GetStore(), nodes, nss)
 	if err := st.Validate(); err != nil {
 		s.Failed(err)
 		return
@@ -333,11 +355,11 @@ func (k *kubeSource) build(s Sink, svcInf, sliceInf, nodeInf cache.SharedIndexIn
 
 // state reads the slim objects out of the stores: every selected Service,
 // every slice that belongs to a Service (kubeState keeps those of the
-// selected ones) and every node.
-func (k *kubeSource) state(svcs, slices, nodes cache.Store) *State {
+// selected ones) and every node (nodes is nil for schema kubernetes).
+func (k *kubeSource) state(svcs, slices, nodes, nss cache.Store) *State {
 	var ks []*kService
 	for _, o := range svcs.List() {
-		if s, ok := o.(*kService); ok && !s.skip && !s.externalName {
+		if s, ok := o.(*kService); ok && !s.skip && (k.spec || !s.externalName) {
 			ks = append(ks, s)
 		}
 	}
@@ -346,6 +368,17 @@ func (k *kubeSource) state(svcs, slices, nodes cache.Store) *State {
 		if sl, ok := o.(*kSlice); ok && sl.service != "" {
 			kl = append(kl, sl)
 		}
+	}
+	if k.spec {
+		st := specState(ks, kl)
+		want := set(k.namespaces...)
+		for _, o := range nss.List() {
+			if n, ok := o.(*kNamespace); ok && validLabel(strings.ToLower(n.Name)) && (len(want) == 0 || want[strings.ToLower(n.Name)]) {
+				st.Namespaces = append(st.Namespaces, strings.ToLower(n.Name))
+			}
+		}
+		sort.Strings(st.Namespaces)
+		return st
 	}
 	var kn []*kNode
 	for _, o := range nodes.List() {

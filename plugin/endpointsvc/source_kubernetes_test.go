@@ -469,6 +469,8 @@ func create(t *testing.T, c *fake.Clientset, o any) {
 	switch x := o.(type) {
 	case *corev1.Node:
 		_, err = c.CoreV1().Nodes().Create(ctx, x, metav1.CreateOptions{})
+	case *corev1.Namespace:
+		_, err = c.CoreV1().Namespaces().Create(ctx, x, metav1.CreateOptions{})
 	case *corev1.Service:
 		_, err = c.CoreV1().Services(x.Namespace).Create(ctx, x, metav1.CreateOptions{})
 	case *discoveryv1.EndpointSlice:

@@ -23,6 +23,9 @@ type State struct {
 	Services []Service `json:"services"`
 	Tasks    []Task    `json:"tasks"`
 	Nodes    []Node    `json:"nodes"`
+	// Namespaces lists the namespaces that exist (schema kubernetes answers
+	// NXDOMAIN under any other); empty: those of the services.
+	Namespaces []string `json:"namespaces,omitempty"`
 }
 
 // Service is a named set of tasks with the ports it exposes.
@@ -32,6 +35,19 @@ type Service struct {
 	Namespace string        `json:"namespace,omitempty"` // "" means "default"
 	Status    string        `json:"status"`              // active, inactive, deleting
 	Ports     []ServicePort `json:"ports,omitempty"`
+
+	// The fields below are read by schema kubernetes only (the Kubernetes
+	// DNS specification); the orch schema ignores them.
+
+	// ClusterIPs are the Service's virtual IPs (spec.clusterIPs), answered
+	// instead of the endpoints; none for a headless Service.
+	ClusterIPs []string `json:"cluster_ips,omitempty"`
+	// Headless marks a Service with clusterIP None: its names answer the
+	// endpoints' own addresses.
+	Headless bool `json:"headless,omitempty"`
+	// ExternalName is the target of an ExternalName Service (answered as a
+	// CNAME in its own spelling; no endpoints).
+	ExternalName string `json:"external_name,omitempty"`
 }
 
 // ServicePort is a port of a service. PublishedPort is the port clients
@@ -41,6 +57,9 @@ type ServicePort struct {
 	Protocol      string `json:"protocol,omitempty"` // tcp (default), udp, sctp
 	TargetPort    int    `json:"target_port"`
 	PublishedPort int    `json:"published_port,omitempty"`
+	// Port is the port clients use on the service's own address (a
+	// Kubernetes Service's spec.ports[].port; schema kubernetes SRV).
+	Port int `json:"port,omitempty"`
 }
 
 // Task is one running (or not) instance of a service on a node.
@@ -56,6 +75,9 @@ type Task struct {
 	// address modes that answer with endpoint addresses instead of node
 	// addresses. Node mode ignores it. Optional.
 	Address string `json:"address,omitempty"`
+	// Hostname is the endpoint's own DNS label (an EndpointSlice endpoint's
+	// hostname, a StatefulSet pod's name); schema kubernetes only.
+	Hostname string `json:"hostname,omitempty"`
 }
 
 // TaskPort maps a container port of a task onto a host port of its node.
@@ -158,6 +180,13 @@ func (st *State) Validate() error {
 		}
 	}
 
+	for i, ns := range st.Namespaces {
+		st.Namespaces[i] = strings.ToLower(ns)
+		if !validLabel(st.Namespaces[i]) {
+			return fmt.Errorf("state: namespaces[%d]: bad namespace %q", i, ns)
+		}
+	}
+
 	svcIDs := make(map[string]bool, len(st.Services))
 	svcNames := make(map[svcKey]bool, len(st.Services))
 	for i := range st.Services {
@@ -186,13 +215,16 @@ func (st *State) Validate() error {
 		if !serviceStatuses[s.Status] {
 			return fmt.Errorf("%s: unknown status %q", at("services", i, s.ID), s.Status)
 		}
+		if err := s.validateKube(); err != nil {
+			return fmt.Errorf("%s: %w", at("services", i, s.ID), err)
+		}
 		var seen map[portKey]bool
 		for j := range s.Ports {
 			p := &s.Ports[j]
 			if err := normPort(&p.Name, &p.Protocol); err != nil {
 				return fmt.Errorf("%s: ports[%d]: %w", at("services", i, s.ID), j, err)
 			}
-			if !validPort(p.TargetPort, false) || !validPort(p.PublishedPort, true) {
+			if !validPort(p.TargetPort, false) || !validPort(p.PublishedPort, true) || !validPort(p.Port, true) {
 				return fmt.Errorf("%s: ports[%d]: bad port number", at("services", i, s.ID), j)
 			}
 			if p.Name != "" {
@@ -233,6 +265,9 @@ func (st *State) Validate() error {
 			if _, _, err := ParseAddress(t.Address); err != nil {
 				return fmt.Errorf("%s: bad address %q: %w", at("tasks", i, t.ID), t.Address, err)
 			}
+		}
+		if t.Hostname = strings.ToLower(t.Hostname); t.Hostname != "" && !validLabel(t.Hostname) {
+			return fmt.Errorf("%s: bad hostname %q", at("tasks", i, t.ID), t.Hostname)
 		}
 		for j := range t.Ports {
 			p := &t.Ports[j]
@@ -327,4 +362,35 @@ func ParseAddress(s string) (ip netip.Addr, host string, err error) {
 		return ip, "", errors.New("neither an IP address nor a hostname")
 	}
 	return ip, dns.Fqdn(h), nil
+}
+
+// validateKube checks and normalises the fields schema kubernetes reads:
+// cluster IPs are IP addresses (canonical text), an external name is a
+// hostname (lowercased, fully qualified), and a Service is at most one of
+// headless, ExternalName and ClusterIP.
+func (s *Service) validateKube() error {
+	for j, a := range s.ClusterIPs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil || ip.Zone() != "" {
+			return fmt.Errorf("bad cluster IP %q", a)
+		}
+		s.ClusterIPs[j] = ip.Unmap().String()
+	}
+	if s.ExternalName != "" {
+		n := strings.TrimSuffix(s.ExternalName, ".")
+		if !validName(strings.ToLower(n)) {
+			return fmt.Errorf("bad external name %q", s.ExternalName)
+		}
+		s.ExternalName = n + "." // answered as written, as the kubernetes plugin does
+	}
+	kinds := 0
+	for _, b := range []bool{len(s.ClusterIPs) > 0, s.Headless, s.ExternalName != ""} {
+		if b {
+			kinds++
+		}
+	}
+	if kinds > 1 {
+		return errors.New("a service is only one of cluster IPs, headless and external name")
+	}
+	return nil
 }

@@ -16,17 +16,20 @@ func (st *State) hash() contentHash {
 	w.int(len(st.Services))
 	for i := range st.Services {
 		s := &st.Services[i]
-		w.str(s.ID, s.Name, s.Namespace, s.Status)
+		w.str(s.ID, s.Name, s.Namespace, s.Status, s.ExternalName)
+		w.bool(s.Headless)
+		w.int(len(s.ClusterIPs))
+		w.str(s.ClusterIPs...)
 		w.int(len(s.Ports))
 		for _, p := range s.Ports {
 			w.str(p.Name, p.Protocol)
-			w.int(p.TargetPort, p.PublishedPort)
+			w.int(p.TargetPort, p.PublishedPort, p.Port)
 		}
 	}
 	w.int(len(st.Tasks))
 	for i := range st.Tasks {
 		t := &st.Tasks[i]
-		w.str(t.ID, t.ServiceID, t.NodeID, t.DesiredStatus, t.ActualStatus, t.Address)
+		w.str(t.ID, t.ServiceID, t.NodeID, t.DesiredStatus, t.ActualStatus, t.Address, t.Hostname)
 		w.int(int(t.Version), len(t.Ports))
 		for _, p := range t.Ports {
 			w.str(p.Name, p.Protocol)
@@ -38,6 +41,8 @@ func (st *State) hash() contentHash {
 		n := &st.Nodes[i]
 		w.str(n.ID, n.Name, n.Address, n.Status)
 	}
+	w.int(len(st.Namespaces))
+	w.str(st.Namespaces...)
 	var out contentHash
 	w.flush()
 	w.h.Sum(out[:0])
@@ -62,6 +67,14 @@ func (w *hashWriter) str(ss ...string) {
 func (w *hashWriter) int(ns ...int) {
 	for _, n := range ns {
 		w.buf = binary.AppendUvarint(w.buf, uint64(n))
+	}
+}
+
+func (w *hashWriter) bool(b bool) {
+	if b {
+		w.int(1)
+	} else {
+		w.int(0)
 	}
 }
 

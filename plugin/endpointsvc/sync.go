@@ -90,7 +90,13 @@ func (e *Endpointsvc) swap(st *State) {
 	if now := uint32(time.Now().Unix()); now > e.serial {
 		e.serial = now
 	}
-	t := buildTable(st, e.Zones, e.includeUnhealthy, e.endpointMode, resolved, e.serial)
+	var t *table
+	if e.spec {
+		sp, n := buildSpecTable(st)
+		t = &table{spec: sp, serial: e.serial, nServices: len(sp.services), nEndpts: n}
+	} else {
+		t = buildTable(st, e.Zones, e.includeUnhealthy, e.endpointMode, resolved, e.serial)
+	}
 	e.state = nil
 	if len(hosts) > 0 {
 		e.state = st // kept only to rebuild when a hostname's addresses change

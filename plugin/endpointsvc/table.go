@@ -16,6 +16,8 @@ type table struct {
 	nServices  int
 	nEndpts    int
 	nConflicts int // services with more than one CNAME candidate
+
+	spec *specTable // schema kubernetes only; services and nodes are then empty
 }
 
 type svcKey struct{ namespace, name string }

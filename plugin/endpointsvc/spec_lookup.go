@@ -1,0 +1,218 @@
+package endpointsvc
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+)
+
+// The lookups of schema kubernetes follow the Kubernetes DNS specification
+// (schema 1.1.0) the way CoreDNS's kubernetes plugin answers it, so that
+// meshdns can replace it: specRecords finds what a name stands for as a
+// list of items (an address with a port, or a CNAME target), and
+// spec_serve.go turns the items into records per query type, with the
+// same NXDOMAIN/NODATA rules.
+
+// errSpecName means the name does not exist (NXDOMAIN).
+var errSpecName = errors.New("no such name")
+
+// specReq is a parsed query name: [<endpoint>.|<port>.<proto>.]<service>.<namespace>.<svc|pod>.
+type specReq struct {
+	pod       bool // the pod subtree
+	namespace string
+	service   string // for pods: the pod's address label
+	endpoint  string
+	port      string // without one leading underscore; "" matches any
+	protocol  string
+}
+
+// specItem is one thing a name stands for (the kubernetes plugin's
+// msg.Service): an address (ip valid) with a port (-1: none), or a CNAME
+// target (host). svc and label give the SRV target: <label>.<svc>.<ns>.svc,
+// <svc>.<ns>.svc without a label, <label>.<ns>.pod for a pod.
+type specItem struct {
+	ip    netip.Addr
+	host  string
+	port  int
+	svc   *specSvc
+	label string
+	podNS string
+}
+
+// target is the item's SRV target (and the owner of its additional
+// address record) in zone (the query's spelling of it).
+func (it *specItem) target(zone string) string {
+	switch {
+	case it.podNS != "":
+		return it.label + "." + it.podNS + ".pod." + zone
+	case it.label != "":
+		return it.label + "." + it.svc.name + "." + it.svc.namespace + ".svc." + zone
+	}
+	return it.svc.name + "." + it.svc.namespace + ".svc." + zone
+}
+
+// relative returns name (lowercased FQDN) without zone (lowercased FQDN)
+// and the dot between them.
+func relative(name, zone string) string {
+	if zone == "." {
+		return strings.TrimSuffix(name, ".")
+	}
+	if len(name) <= len(zone) {
+		return ""
+	}
+	return name[:len(name)-len(zone)-1]
+}
+
+// parseSpec parses rel, a name relative to its zone. empty reports the
+// names that exist without records (the apex, svc, pod); a name of no
+// shape of the specification is an error.
+func parseSpec(rel string) (r specReq, empty bool, err error) {
+	if rel == "" || rel == "svc" || rel == "pod" {
+		return r, true, nil
+	}
+	segs := strings.Split(rel, ".")
+	last := len(segs) - 1
+	switch segs[last] {
+	case "svc":
+	case "pod":
+		r.pod = true
+	default:
+		return r, false, errSpecName
+	}
+	last--
+	r.namespace = segs[last]
+	if last--; last < 0 {
+		return r, false, nil
+	}
+	r.service = segs[last]
+	switch last {
+	case 0:
+	case 1:
+		r.endpoint = segs[0]
+	case 2:
+		r.port, r.protocol = strings.TrimPrefix(segs[0], "_"), strings.TrimPrefix(segs[1], "_")
+	default:
+		return r, false, errSpecName
+	}
+	return r, false, nil
+}
+
+// specRecords returns the items of name (lowercased FQDN) in zone.
+func (e *Endpointsvc) specRecords(t *specTable, name, zone string) ([]specItem, error) {
+	r, empty, err := parseSpec(relative(name, zone))
+	if err != nil || empty {
+		return nil, err
+	}
+	if isReverseZone(name) {
+		return nil, errSpecName
+	}
+	if _, ok := t.namespaces[r.namespace]; !ok {
+		return nil, errSpecName
+	}
+	if r.pod {
+		return e.specPods(r)
+	}
+	if r.service == "" {
+		return nil, nil // a namespace: NODATA
+	}
+	s := t.services[svcKey{r.namespace, r.service}]
+	if s == nil {
+		return nil, errSpecName
+	}
+	var items []specItem
+	switch {
+	case s.external != "":
+		if r.endpoint != "" || r.port != "" || r.protocol != "" {
+			return nil, errSpecName
+		}
+		return []specItem{{host: s.external, port: -1, svc: s}}, nil
+	case s.cname != "" && r.endpoint == "":
+		// a headless Service of FQDN endpoints (a Knative Route): one CNAME
+		for _, p := range s.portsOrNone() {
+			if matchPort(r, p.Name, p.Protocol) {
+				items = append(items, specItem{host: s.cname, port: p.Port, svc: s})
+			}
+		}
+	case s.headless || r.endpoint != "":
+		for i := range s.eps {
+			ep := &s.eps[i]
+			if r.endpoint != "" && !strings.EqualFold(r.endpoint, ep.label) {
+				continue
+			}
+			if len(ep.ports) == 0 {
+				if matchPort(r, "", "") {
+					items = append(items, specItem{ip: ep.ip, port: -1, svc: s, label: ep.label})
+				}
+				continue
+			}
+			for _, p := range ep.ports {
+				if matchPort(r, p.Name, p.Protocol) {
+					items = append(items, specItem{ip: ep.ip, port: p.ContainerPort, svc: s, label: ep.label})
+				}
+			}
+		}
+	default:
+		found := false
+		for _, p := range s.portsOrNone() {
+			if !matchPort(r, p.Name, p.Protocol) {
+				continue
+			}
+			found = true
+			for _, ip := range s.clusterIPs {
+				items = append(items, specItem{ip: ip, port: p.Port, svc: s})
+			}
+		}
+		if found && items == nil {
+			items = []specItem{} // a port that matched: the name exists
+		}
+	}
+	if items == nil {
+		return nil, errSpecName
+	}
+	return items, nil
+}
+
+// noPort stands for the ports of a Service or slice that declares none
+// (the kubernetes plugin's port -1): it matches only requests without port
+// labels and gives no SRV record.
+var noPort = []ServicePort{{Port: -1}}
+
+// portsOrNone returns the Service's ports, or noPort.
+func (s *specSvc) portsOrNone() []ServicePort {
+	if len(s.ports) == 0 {
+		return noPort
+	}
+	return s.ports
+}
+
+// matchPort reports whether a port (name, protocol) is one the request
+// asks for; an empty request label matches any.
+func matchPort(r specReq, name, protocol string) bool {
+	return (r.port == "" || strings.EqualFold(r.port, name)) && (r.protocol == "" || strings.EqualFold(r.protocol, protocol))
+}
+
+// specPods answers <a-b-c-d>.<namespace>.pod names: with pods insecure the
+// address written in the label, whether or not such a pod exists (as the
+// kubernetes plugin's "pods insecure"); otherwise nothing exists there.
+func (e *Endpointsvc) specPods(r specReq) ([]specItem, error) {
+	if !e.podsInsecure {
+		return nil, errSpecName
+	}
+	if r.service == "" {
+		return nil, nil
+	}
+	label := r.service
+	var s string
+	if strings.Count(label, "-") == 3 && !strings.Contains(label, "--") {
+		s = strings.ReplaceAll(label, "-", ".")
+	} else {
+		s = strings.ReplaceAll(label, "-", ":")
+	}
+	ip := net.ParseIP(s)
+	if ip == nil {
+		return nil, errSpecName
+	}
+	a, _ := netip.AddrFromSlice(ip)
+	return []specItem{{ip: a.Unmap(), port: 0, label: label, podNS: r.namespace}}, nil
+}
