@@ -23,7 +23,7 @@ import (
 // within a second.
 func TestClusterDNSSpec(t *testing.T) {
 	k := startKubeAPI(t)
-	for _, ns := range []string{"shop", "other"} {
+	for _, ns := range []string{"shop", "other", "kourier-system", "demo"} {
 		createNS(t, k, ns)
 	}
 	objs := createSpecObjects(t, k)
@@ -49,6 +49,12 @@ func TestClusterDNSSpec(t *testing.T) {
 			same++
 		}
 		t.Logf("%d of %d questions answered alike", same, len(list))
+	})
+
+	// both Knative options resolve a Route's name to its ingress
+	t.Run("KnativeRoutes", func(t *testing.T) {
+		within(t, time.Second, ours.DNS(), "hello.demo.svc.cluster.local", dns.TypeA, "kourier.kourier-system.svc.cluster.local.", objs.routes["hello.demo"])
+		within(t, time.Second, ours.DNS(), "hello2.demo.svc.cluster.local", dns.TypeA, objs.routes["hello2.demo"])
 	})
 
 	// what meshdns answers now is what it must keep answering
@@ -140,6 +146,7 @@ type specObjects struct {
 	clusterIPs map[string][]string // "name.ns" → cluster IPs
 	endpoints  []string            // addresses of ready endpoints, for PTR
 	last       string              // last.other's cluster IP
+	routes     map[string]string   // Knative Route "name.ns" → the ingress's ClusterIP it resolves to
 }
 
 // createSpecObjects creates Services and EndpointSlices that cover every
@@ -220,6 +227,23 @@ func createSpecObjects(t *testing.T, k *kubeAPI) *specObjects {
 	svc("shop", "dangling", corev1.ServiceTypeExternalName, nil, func(s *corev1.Service) { s.Spec.ExternalName = "gone.shop.svc.cluster.local" })
 	// UDP and SCTP
 	svc("other", "syslog", corev1.ServiceTypeClusterIP, []corev1.ServicePort{svcPort("syslog", udp, 514, 514), svcPort("sig", corev1.ProtocolSCTP, 2905, 2905)}, nil)
+	// Knative Routes without ExternalName (docs/knative.md): option 3, a
+	// headless Service without selector and an FQDN EndpointSlice naming
+	// the ingress Service; option 2, the same with an IPv4 slice holding
+	// the ingress Service's ClusterIP
+	svc("kourier-system", "kourier", corev1.ServiceTypeClusterIP, []corev1.ServicePort{svcPort("http", tcp, 80, 8080)}, nil)
+	ingress := o.clusterIPs["kourier.kourier-system"][0]
+	route := func(s *corev1.Service) {
+		headless(s)
+		s.Labels = map[string]string{"serving.knative.dev/route": s.Name}
+	}
+	svc("demo", "hello", corev1.ServiceTypeClusterIP, []corev1.ServicePort{svcPort("http", tcp, 80, 80)}, route)
+	specSlice(t, k, "demo", "hello-ingress", "hello", discoveryv1.AddressTypeFQDN, []discoveryv1.EndpointPort{slicePort("http", tcp, 80)},
+		specEndpoint("kourier.kourier-system.svc.cluster.local", "", true, true, false))
+	svc("demo", "hello2", corev1.ServiceTypeClusterIP, []corev1.ServicePort{svcPort("http", tcp, 80, 80)}, route)
+	specSlice(t, k, "demo", "hello2-ingress", "hello2", discoveryv1.AddressTypeIPv4, []discoveryv1.EndpointPort{slicePort("http", tcp, 80)},
+		specEndpoint(ingress, "", true, true, false))
+	o.routes = map[string]string{"hello.demo": ingress, "hello2.demo": ingress}
 	// created last: once it answers, everything before it is in
 	svc("other", "last", corev1.ServiceTypeLoadBalancer, []corev1.ServicePort{svcPort("http", tcp, 80, 8080)}, nil)
 	o.last = o.clusterIPs["last.other"][0]
@@ -238,7 +262,8 @@ func specQuestions(t *testing.T, o *specObjects) []question {
 	}
 	all := []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeSRV, dns.TypeTXT, dns.TypeCNAME, dns.TypeMX, dns.TypeSOA, dns.TypePTR, dns.TypeHINFO}
 	for _, s := range []string{"web.shop", "web.other", "np.shop", "plain.shop", "multi.shop", "dual.shop", "empty.shop",
-		"db.shop", "hl.shop", "pnra.shop", "nobody.shop", "alias.shop", "ext.shop", "dangling.shop", "syslog.other", "last.other", "gone.shop", "web.nons"} {
+		"db.shop", "hl.shop", "pnra.shop", "nobody.shop", "alias.shop", "ext.shop", "dangling.shop", "syslog.other", "last.other", "gone.shop", "web.nons",
+		"kourier.kourier-system", "hello.demo", "hello2.demo"} {
 		add(s+".svc"+z, all...)
 	}
 	// SRV names: named, unnamed, wrong protocol, without underscores

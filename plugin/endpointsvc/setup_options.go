@@ -1,0 +1,307 @@
+package endpointsvc
+
+import (
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/coredns/caddy"
+	pkgtls "github.com/coredns/coredns/plugin/pkg/tls"
+
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// options collects what parse reads from a block before it assembles the
+// source: the options that belong to one source (or one schema) are
+// checked once the whole block is read, so that their order is free.
+type options struct {
+	file *fileSource
+	orch *orchSource
+	kube *kubeSource
+
+	kubeOnly       []string // options of source kubernetes seen, for the error message
+	orchOnly       []string // options of source orch seen
+	orchSchemaOnly []string // options schema kubernetes does not read
+
+	nodeAddress, namespaces []string
+	selector                string
+
+	tlsArgs             []string
+	tlsServerName       string
+	timeout, maxBackoff time.Duration
+	maxBody             int64
+	tokenFile           string
+	podsSeen, ttlSeen   bool
+	zonesGiven          bool
+}
+
+// option reads the option at c's cursor into o or e.
+func (o *options) option(c *caddy.Controller, e *Endpointsvc) error {
+	switch v := c.Val(); v {
+	case "source":
+		return o.sourceOption(c)
+	case "node_address", "labels", "namespaces":
+		o.kubeOnly = append(o.kubeOnly, v)
+		return o.kubeOption(c, v)
+	case "token_file", "tls", "tls_servername", "timeout", "max_backoff", "max_body":
+		o.orchOnly = append(o.orchOnly, v)
+		return o.orchOption(c, v)
+	case "namespace", "addresses", "include_unhealthy", "schema", "pods":
+		return o.schemaOption(c, e, v)
+	case "ttl", "snapshot", "fallthrough":
+		return o.servingOption(c, e, v)
+	default:
+		return c.Errf("unknown property %q", v)
+	}
+}
+
+// sourceOption reads `source file|orch|kubernetes ...`.
+func (o *options) sourceOption(c *caddy.Controller) error {
+	if o.file != nil || o.orch != nil || o.kube != nil {
+		return c.Err("only one source per endpointsvc block")
+	}
+	a := c.RemainingArgs()
+	if len(a) >= 1 && a[0] == "kubernetes" {
+		if len(a) > 3 {
+			return c.ArgErr()
+		}
+		o.kube = &kubeSource{}
+		if len(a) >= 2 {
+			o.kube.kubeconfig = conf.Path(c, a[1])
+		}
+		if len(a) == 3 {
+			o.kube.context = a[2]
+		}
+		return nil
+	}
+	if len(a) < 2 || len(a) > 3 {
+		return c.ArgErr()
+	}
+	var interval time.Duration
+	if len(a) == 3 {
+		d, err := time.ParseDuration(a[2])
+		if err != nil || d < minInterval {
+			return c.Errf("bad interval %q: want a duration of at least %v", a[2], minInterval)
+		}
+		interval = d
+	}
+	switch a[0] {
+	case "file":
+		if interval == 0 {
+			interval = defaultFileInterval
+		}
+		o.file = &fileSource{path: conf.Path(c, a[1]), interval: interval}
+	case "orch":
+		u, err := url.Parse(a[1])
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return c.Errf("bad orch URL %q: want http:// or https://", a[1])
+		}
+		if interval == 0 {
+			interval = defaultOrchInterval
+		}
+		o.orch = &orchSource{url: a[1], interval: interval}
+	default:
+		return c.Errf("unknown source %q: want file, orch or kubernetes", a[0])
+	}
+	return nil
+}
+
+// kubeOption reads an option of source kubernetes.
+func (o *options) kubeOption(c *caddy.Controller, v string) error {
+	a := c.RemainingArgs()
+	if len(a) == 0 {
+		return c.ArgErr()
+	}
+	switch v {
+	case "node_address":
+		o.nodeAddress = o.nodeAddress[:0]
+		for _, t := range a {
+			if !nodeAddressTypes[strings.ToLower(t)] {
+				return c.Errf("bad node_address %q: want InternalIP, ExternalIP, Hostname, InternalDNS or ExternalDNS", t)
+			}
+			o.nodeAddress = append(o.nodeAddress, strings.ToLower(t))
+		}
+		o.orchSchemaOnly = append(o.orchSchemaOnly, v)
+	case "labels":
+		o.selector = strings.Join(a, " ")
+		if _, err := labels.Parse(o.selector); err != nil {
+			return c.Errf("bad labels %q: %v", o.selector, err)
+		}
+	case "namespaces":
+		for _, ns := range a {
+			if !validLabel(strings.ToLower(ns)) {
+				return c.Errf("bad namespace %q", ns)
+			}
+			o.namespaces = append(o.namespaces, strings.ToLower(ns))
+		}
+	}
+	return nil
+}
+
+// orchOption reads an option of source orch.
+func (o *options) orchOption(c *caddy.Controller, v string) error {
+	a := c.RemainingArgs()
+	if v == "tls" {
+		if len(a) > 3 {
+			return c.ArgErr()
+		}
+		for i := range a {
+			a[i] = conf.Path(c, a[i])
+		}
+		if _, err := pkgtls.NewTLSConfigFromArgs(a...); err != nil {
+			return c.Errf("tls: %v", err)
+		}
+		o.tlsArgs = append([]string{}, a...)
+		return nil
+	}
+	if len(a) != 1 {
+		return c.ArgErr()
+	}
+	switch v {
+	case "token_file":
+		o.tokenFile = conf.Path(c, a[0])
+	case "tls_servername":
+		o.tlsServerName = a[0]
+	case "timeout", "max_backoff":
+		d, err := time.ParseDuration(a[0])
+		if err != nil || d <= 0 {
+			return c.Errf("bad %s %q: want a positive duration", v, a[0])
+		}
+		if v == "timeout" {
+			o.timeout = d
+		} else {
+			o.maxBackoff = d
+		}
+	case "max_body":
+		n, err := parseSize(a[0])
+		if err != nil {
+			return c.Errf("bad max_body %q: %v", a[0], err)
+		}
+		o.maxBody = n
+	}
+	return nil
+}
+
+// schemaOption reads the options that choose the names and records.
+func (o *options) schemaOption(c *caddy.Controller, e *Endpointsvc, v string) error {
+	a := c.RemainingArgs()
+	if v == "include_unhealthy" {
+		if len(a) != 0 {
+			return c.ArgErr()
+		}
+		e.includeUnhealthy = true
+		o.orchSchemaOnly = append(o.orchSchemaOnly, v)
+		return nil
+	}
+	if len(a) != 1 {
+		return c.ArgErr()
+	}
+	switch v {
+	case "namespace":
+		ns := strings.ToLower(a[0])
+		if !validLabel(ns) || ns == nodeNamespace {
+			return c.Errf("bad namespace %q", a[0])
+		}
+		e.namespace = ns
+		o.orchSchemaOnly = append(o.orchSchemaOnly, v)
+	case "addresses":
+		switch a[0] {
+		case "node", "endpoint":
+			e.endpointMode = a[0] == "endpoint"
+		default:
+			return c.Errf("bad addresses %q: want node or endpoint", a[0])
+		}
+		o.orchSchemaOnly = append(o.orchSchemaOnly, v)
+	case "schema":
+		switch a[0] {
+		case "orch", "kubernetes":
+			e.spec = a[0] == "kubernetes"
+		default:
+			return c.Errf("bad schema %q: want orch or kubernetes", a[0])
+		}
+	case "pods":
+		switch a[0] {
+		case "disabled", "insecure":
+			e.podsInsecure = a[0] == "insecure"
+		default:
+			return c.Errf("bad pods %q: want disabled or insecure", a[0])
+		}
+		o.podsSeen = true
+	}
+	return nil
+}
+
+// servingOption reads the options of every schema and source.
+func (o *options) servingOption(c *caddy.Controller, e *Endpointsvc, v string) error {
+	a := c.RemainingArgs()
+	if v == "fallthrough" {
+		e.Fall.SetZonesFromArgs(a)
+		return nil
+	}
+	if len(a) != 1 {
+		return c.ArgErr()
+	}
+	switch v {
+	case "ttl":
+		ttl, err := conf.ParseTTL(a[0])
+		if err != nil {
+			return c.Err(err.Error())
+		}
+		if ttl > maxTTL {
+			return c.Errf("invalid TTL %q (want 0s to %ds)", a[0], maxTTL)
+		}
+		e.ttl, o.ttlSeen = ttl, true
+	case "snapshot":
+		e.snapshotPath = conf.Path(c, a[0])
+	}
+	return nil
+}
+
+// source checks that the options seen fit the source and hands them to it.
+func (o *options) source(c *caddy.Controller, e *Endpointsvc) error {
+	if o.kube == nil && len(o.kubeOnly) > 0 {
+		return c.Errf("%s needs 'source kubernetes'", o.kubeOnly[0])
+	}
+	if o.orch == nil && len(o.orchOnly) > 0 {
+		return c.Errf("%s needs 'source orch URL'", o.orchOnly[0])
+	}
+	switch {
+	case o.kube != nil:
+		o.kube.nodeAddress, o.kube.labels, o.kube.namespaces, o.kube.spec = o.nodeAddress, o.selector, o.namespaces, e.spec
+		e.source = o.kube
+	case o.file != nil:
+		e.source = o.file
+	case o.orch != nil:
+		return o.orchSource(c, e)
+	default:
+		return c.Err(errNoSource.Error())
+	}
+	return nil
+}
+
+// orchSource completes source orch with its options and their defaults.
+func (o *options) orchSource(c *caddy.Controller, e *Endpointsvc) error {
+	s := o.orch
+	s.timeout, s.maxBackoff, s.maxBody, s.tokenFile = o.timeout, o.maxBackoff, o.maxBody, o.tokenFile
+	if s.timeout == 0 {
+		s.timeout = defaultOrchTimeout
+	}
+	if s.maxBackoff == 0 {
+		s.maxBackoff = defaultMaxBackoff
+	}
+	if s.maxBody == 0 {
+		s.maxBody = defaultMaxBody
+	}
+	if o.tlsArgs != nil || o.tlsServerName != "" {
+		cfg, err := pkgtls.NewTLSConfigFromArgs(o.tlsArgs...)
+		if err != nil {
+			return c.Errf("tls: %v", err)
+		}
+		cfg.ServerName = o.tlsServerName
+		s.tlsConfig = cfg
+	}
+	e.source = s
+	return nil
+}
