@@ -71,27 +71,40 @@ func parseSpec(rel string) (r specReq, empty bool, err error) {
 	if rel == "" || rel == "svc" || rel == "pod" {
 		return r, true, nil
 	}
-	segs := strings.Split(rel, ".")
-	last := len(segs) - 1
-	switch segs[last] {
+	// labels from the right: svc|pod, namespace, service, then one
+	// endpoint or a port and a protocol (no allocation: substrings of rel)
+	var segs [6]string
+	n := 0
+	for rest := rel; ; n++ {
+		if n == len(segs) {
+			return r, false, errSpecName
+		}
+		i := strings.LastIndexByte(rest, '.')
+		segs[n] = rest[i+1:]
+		if i < 0 {
+			n++
+			break
+		}
+		rest = rest[:i]
+	}
+	switch segs[0] {
 	case "svc":
 	case "pod":
 		r.pod = true
 	default:
 		return r, false, errSpecName
 	}
-	last--
-	r.namespace = segs[last]
-	if last--; last < 0 {
+	r.namespace = segs[1]
+	if n == 2 {
 		return r, false, nil
 	}
-	r.service = segs[last]
-	switch last {
-	case 0:
-	case 1:
-		r.endpoint = segs[0]
-	case 2:
-		r.port, r.protocol = strings.TrimPrefix(segs[0], "_"), strings.TrimPrefix(segs[1], "_")
+	r.service = segs[2]
+	switch n {
+	case 3:
+	case 4:
+		r.endpoint = segs[3]
+	case 5:
+		r.port, r.protocol = strings.TrimPrefix(segs[4], "_"), strings.TrimPrefix(segs[3], "_")
 	default:
 		return r, false, errSpecName
 	}

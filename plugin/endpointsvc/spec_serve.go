@@ -2,7 +2,9 @@ package endpointsvc
 
 import (
 	"context"
+	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/coredns/coredns/plugin/pkg/dnsutil"
@@ -168,16 +170,18 @@ func (e *Endpointsvc) specPTR(st *specTable, name, owner, zone string) ([]dns.RR
 	}
 	primary := e.Zones[e.primary]
 	var out []dns.RR
-	seen := map[string]bool{}
+next:
 	for _, p := range st.reverse(ip) {
 		target := p.svc.name + "." + p.svc.namespace + ".svc." + primary
 		if p.ep >= 0 {
 			target = p.svc.eps[p.ep].label + "." + target
 		}
-		if !seen[target] {
-			seen[target] = true
-			out = append(out, &dns.PTR{Hdr: e.hdr(owner, dns.TypePTR), Ptr: target})
+		for _, rr := range out { // an address is in few Services
+			if rr.(*dns.PTR).Ptr == target {
+				continue next
+			}
 		}
+		out = append(out, &dns.PTR{Hdr: e.hdr(owner, dns.TypePTR), Ptr: target})
 	}
 	if len(out) == 0 {
 		return nil, errSpecName
@@ -207,30 +211,64 @@ func (e *Endpointsvc) specSRV(st *specTable, name, owner, zone, zoneq string) (a
 	if weight == 0 {
 		weight = 1
 	}
-	type key struct {
-		target string
-		port   int
+	// dedupe (target, port) and (target, address): a linear scan, as the
+	// records of one name are few (a map for a large headless Service)
+	var seen map[string]bool
+	if n > 16 {
+		seen = make(map[string]bool, 2*n)
 	}
-	seenSRV := map[key]bool{}
-	seenAddr := map[key]bool{}
+	once := func(key func() string, rrs []dns.RR, same func(dns.RR) bool) bool {
+		if seen != nil {
+			k := key()
+			if seen[k] {
+				return false
+			}
+			seen[k] = true
+			return true
+		}
+		for _, rr := range rrs {
+			if same(rr) {
+				return false
+			}
+		}
+		return true
+	}
 	for i := range items {
 		it := &items[i]
 		if it.host != "" || it.port == -1 {
 			continue
 		}
 		target := it.target(zoneq)
-		if k := (key{strings.ToLower(target), it.port}); !seenSRV[k] {
-			seenSRV[k] = true
-			answer = append(answer, &dns.SRV{Hdr: e.hdr(owner, dns.TypeSRV), Priority: 0, Weight: weight, Port: uint16(it.port), Target: target})
+		port := uint16(it.port)
+		if once(func() string { return "s " + strings.ToLower(target) + " " + strconv.Itoa(it.port) }, answer, func(rr dns.RR) bool {
+			s := rr.(*dns.SRV)
+			return s.Port == port && strings.EqualFold(s.Target, target)
+		}) {
+			answer = append(answer, &dns.SRV{Hdr: e.hdr(owner, dns.TypeSRV), Priority: 0, Weight: weight, Port: port, Target: target})
 		}
-		if k := (key{strings.ToLower(target) + " " + it.ip.String(), 0}); !seenAddr[k] {
-			seenAddr[k] = true
-			if it.ip.Is4() {
-				extra = append(extra, &dns.A{Hdr: e.hdr(target, dns.TypeA), A: it.ip.AsSlice()})
+		ip := it.ip
+		if once(func() string { return "a " + strings.ToLower(target) + " " + ip.String() }, extra, func(rr dns.RR) bool {
+			return strings.EqualFold(rr.Header().Name, target) && rrAddr(rr) == ip
+		}) {
+			if ip.Is4() {
+				extra = append(extra, &dns.A{Hdr: e.hdr(target, dns.TypeA), A: ip.AsSlice()})
 			} else {
-				extra = append(extra, &dns.AAAA{Hdr: e.hdr(target, dns.TypeAAAA), AAAA: it.ip.AsSlice()})
+				extra = append(extra, &dns.AAAA{Hdr: e.hdr(target, dns.TypeAAAA), AAAA: ip.AsSlice()})
 			}
 		}
 	}
 	return answer, extra, nil
+}
+
+// rrAddr is the address of an A or AAAA record.
+func rrAddr(rr dns.RR) netip.Addr {
+	var ip net.IP
+	switch r := rr.(type) {
+	case *dns.A:
+		ip = r.A
+	case *dns.AAAA:
+		ip = r.AAAA
+	}
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
 }

@@ -2,6 +2,7 @@ package endpointsvc
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
@@ -174,5 +175,33 @@ func BenchmarkServeDNSSpec(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		e.ServeDNS(context.Background(), w, qs[i%len(qs)])
+	}
+}
+
+// TestServeSpecLargeHeadless: a headless Service with more endpoints than
+// the linear dedupe handles: 53/udp and 53/tcp of one endpoint are one SRV
+// record, each endpoint's address is once in the additional section.
+func TestServeSpecLargeHeadless(t *testing.T) {
+	st := &State{Namespaces: []string{"ns"}, Services: []Service{{ID: "ns/big", Name: "big", Namespace: "ns", Status: "active", Headless: true}}}
+	for i := range 40 {
+		st.Tasks = append(st.Tasks, Task{ID: fmt.Sprint(i), ServiceID: "ns/big", DesiredStatus: StatusRunning, ActualStatus: StatusHealthy,
+			Address: fmt.Sprintf("10.0.%d.%d", i/200, i%200+1),
+			Ports:   []TaskPort{{Name: "dns", Protocol: "udp", ContainerPort: 53}, {Name: "dns-tcp", Protocol: "tcp", ContainerPort: 53}}})
+	}
+	if err := st.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e := &Endpointsvc{Zones: []string{"cluster.local."}, spec: true, ttl: 5, syncer: &syncer{}, Next: test.NextHandler(dns.RcodeRefused, nil)}
+	e.finish(fakeLookup)
+	e.apply(context.Background(), "test", st, false)
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	if _, err := e.ServeDNS(context.Background(), rec, new(dns.Msg).SetQuestion("big.ns.svc.cluster.local.", dns.TypeSRV)); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Msg.Answer) != 40 || len(rec.Msg.Extra) != 40 {
+		t.Fatalf("%d SRV, %d additional; want 40 and 40", len(rec.Msg.Answer), len(rec.Msg.Extra))
+	}
+	if w := rec.Msg.Answer[0].(*dns.SRV).Weight; w != 1 { // 100/80 entries, at least 1
+		t.Errorf("weight %d, want 1", w)
 	}
 }
