@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,6 +44,9 @@ type kubeSource struct {
 
 	hash contentHash // of the last state delivered (only Run's goroutine)
 	have bool
+
+	builds  atomic.Int64 // states mapped from the stores (tests count them)
+	skipped atomic.Int64 // updates that changed nothing the mapping reads
 }
 
 // Settings of the kubernetes source.
@@ -164,12 +168,17 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { mark() },
 		UpdateFunc: func(old, cur any) {
-			// A relist after a watch restart replays every object: skip
-			// those whose resourceVersion did not move.
+			// A relist after a watch restart replays every object, and most
+			// updates (heartbeats, labels, annotations) change nothing the
+			// mapping reads: skip both with a comparison of slim objects.
 			if o, ok := old.(metav1.Object); ok {
 				if c, ok := cur.(metav1.Object); ok && o.GetResourceVersion() == c.GetResourceVersion() {
 					return
 				}
+			}
+			if sameSlim(old, cur) {
+				k.skipped.Add(1)
+				return
 			}
 			mark()
 		},
@@ -336,6 +345,7 @@ func (k *kubeSource) build(s Sink, svcInf, sliceInf, nodeInf, nsInf cache.Shared
 	if nsInf != nil {
 		nss = nsInf.GetStore()
 	}
+	k.builds.Add(1)
 	st := k.state(svcInf.GetStore(), sliceInf.GetStore(), nodes, nss)
 	if err := st.Validate(); err != nil {
 		s.Failed(err)

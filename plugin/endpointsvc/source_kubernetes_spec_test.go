@@ -1,6 +1,7 @@
 package endpointsvc
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -80,4 +81,65 @@ func TestKubeSourceSpec(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// TestKubeSourceNoOpUpdates: updates that change nothing the mapping reads
+// (labels, annotations, a Node heartbeat) cost a comparison and no build;
+// a real change builds once more.
+func TestKubeSourceNoOpUpdates(t *testing.T) {
+	node := kubeNode("n1", "10.0.0.1", corev1.ConditionTrue)
+	svc := kubeService("default", "web", corev1.ServiceTypeClusterIP)
+	sl := kubeSlice("default", "web-a", "web", discoveryv1.AddressTypeIPv4, ep("10.1.0.1", "n1"))
+	client := fake.NewClientset(node, svc, sl)
+	src := &kubeSource{}
+	e := newKubePlugin(t, client, false, src)
+	expect(t, e, "web.default.cluster.test.", dns.TypeA, "web.default.cluster.test.\t5\tIN\tA\t10.0.0.1")
+	builds := src.builds.Load()
+
+	ctx := t.Context()
+	for i := range 20 {
+		s, _ := client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
+		s.Annotations = map[string]string{"touched": fmt.Sprint(i)}
+		s.ResourceVersion = fmt.Sprint(100 + i)
+		if _, err := client.CoreV1().Services("default").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		x, _ := client.DiscoveryV1().EndpointSlices("default").Get(ctx, "web-a", metav1.GetOptions{})
+		x.Labels["touched"], x.ResourceVersion = fmt.Sprint(i), fmt.Sprint(100+i)
+		if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, x, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+		n.Status.Conditions[1].LastHeartbeatTime = metav1.Now()
+		n.ResourceVersion = fmt.Sprint(100 + i)
+		if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, func() string {
+		if n := src.skipped.Load(); n != 60 {
+			return fmt.Sprintf("%d no-op updates seen, want 60", n)
+		}
+		return ""
+	})
+	time.Sleep(50 * time.Millisecond) // longer than the debounce
+	if n := src.builds.Load() - builds; n != 0 {
+		t.Errorf("%d builds after 60 no-op updates, want 0", n)
+	}
+
+	// a real change: one more build, and the answer follows
+	x, _ := client.DiscoveryV1().EndpointSlices("default").Get(ctx, "web-a", metav1.GetOptions{})
+	x.Endpoints[0].Conditions.Ready, x.ResourceVersion = ptr(false), "500"
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(ctx, x, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() string {
+		if got := ask(t, e, "web.default.cluster.test.", dns.TypeA); len(got) != 0 {
+			return fmt.Sprintf("web after the endpoint went unready: %q", got)
+		}
+		return ""
+	})
+	if n := src.builds.Load() - builds; n != 1 {
+		t.Errorf("%d builds after one real change, want 1", n)
+	}
 }
