@@ -433,7 +433,7 @@ func TestKubeSourceLifecycle(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no state after the informers synced")
 	}
-	// an update that changes nothing the mapping reads: unchanged
+	// an update that changes nothing the mapping reads: skipped, no build
 	svc := kubeService("default", "dual", corev1.ServiceTypeClusterIP)
 	svc.Annotations["other"] = "x"
 	svc.ResourceVersion = "7"
@@ -443,8 +443,8 @@ func TestKubeSourceLifecycle(t *testing.T) {
 	eventually(t, func() string {
 		sink.mu.Lock()
 		defer sink.mu.Unlock()
-		if sink.unch == 0 || len(sink.states) != 1 {
-			return fmt.Sprintf("unchanged=%d states=%d", sink.unch, len(sink.states))
+		if src.skipped.Load() != 1 || len(sink.states) != 1 {
+			return fmt.Sprintf("skipped=%d states=%d", src.skipped.Load(), len(sink.states))
 		}
 		return ""
 	})
