@@ -2,7 +2,6 @@ package endpointsvc
 
 import (
 	"context"
-	"encoding/json"
 	"net/netip"
 	"runtime/debug"
 	"sync"
@@ -25,8 +24,9 @@ type syncer struct {
 	includeUnhealthy bool
 	endpointMode     bool // addresses endpoint: answer the tasks' own addresses
 	snapshotPath     string
-	refresh          time.Duration // hostname re-resolution period (the TTL)
-	carryKey         string        // identifies this instance's table across a reload
+	snapshot         *snapshotWriter // nil without snapshotPath; set by start
+	refresh          time.Duration   // hostname re-resolution period (the TTL)
+	carryKey         string          // identifies this instance's table across a reload
 
 	mu       sync.Mutex // serialises table builds; never taken by ServeDNS nor held during lookups
 	state    *State
@@ -69,14 +69,8 @@ func (e *Endpointsvc) apply(ctx context.Context, source string, st *State, persi
 	start := time.Now()
 	e.swap(st)
 	log.Infof("Synced %d services, %d endpoints from %s in %v", e.tbl.Load().nServices, e.tbl.Load().nEndpts, source, time.Since(start).Round(time.Microsecond))
-	if persistIt && e.snapshotPath != "" {
-		b, err := json.Marshal(st)
-		if err == nil {
-			err = persist.WriteFile(e.snapshotPath, b)
-		}
-		if err != nil {
-			log.Warningf("Writing snapshot %q: %v", e.snapshotPath, err)
-		}
+	if persistIt && e.snapshot != nil {
+		e.snapshot.offer(st, start) // written off the lock, coalesced
 	}
 }
 
@@ -204,6 +198,15 @@ func (e *Endpointsvc) start(src Source) {
 	}
 	e.first = make(chan struct{})
 	e.once = sync.Once{}
+	if e.snapshotPath != "" {
+		e.snapshot = newSnapshotWriter(e.snapshotPath)
+		w := e.snapshot
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			w.run(ctx)
+		}()
+	}
 	e.wg.Add(2)
 	go func() {
 		defer e.wg.Done()
@@ -255,6 +258,9 @@ func (e *Endpointsvc) stop() {
 		e.cancel()
 		e.wg.Wait()
 		e.cancel = nil
+		if e.snapshot != nil {
+			e.snapshot.flush() // a state applied while the writer was stopping
+		}
 	}
 }
 

@@ -1,0 +1,117 @@
+package endpointsvc
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meshdns/meshdns/plugin/pkg/persist"
+)
+
+// snapshotInterval is the least time between two snapshot writes: under
+// churn the file is rewritten at most this often, always with the latest
+// state.
+const snapshotInterval = time.Second
+
+// snapshotWriter writes the served state to the snapshot file off the
+// sync path: offer hands it the latest state (never blocking, never
+// holding the plugin's lock while encoding or syncing to disk), run writes
+// at most once per snapshotInterval and, when its context ends, writes what
+// is still pending (a clean stop keeps the final state).
+type snapshotWriter struct {
+	path string
+
+	mu      sync.Mutex
+	pending *State    // latest state not written yet; nil: none
+	at      time.Time // when pending was applied
+	kick    chan struct{}
+
+	writes atomic.Int64 // files written (tests count them)
+}
+
+func newSnapshotWriter(path string) *snapshotWriter {
+	return &snapshotWriter{path: path, kick: make(chan struct{}, 1)}
+}
+
+// offer makes st, applied at at, the state to write next.
+func (w *snapshotWriter) offer(st *State, at time.Time) {
+	w.mu.Lock()
+	w.pending, w.at = st, at
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run writes offered states until ctx is done, then the pending one.
+func (w *snapshotWriter) run(ctx context.Context) {
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			w.flush()
+			return
+		case <-w.kick:
+		}
+		if wait := snapshotInterval - time.Since(last); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				w.flush()
+				return
+			case <-t.C:
+			}
+		}
+		w.flush()
+		last = time.Now()
+	}
+}
+
+// flush writes the pending state, if any.
+func (w *snapshotWriter) flush() {
+	w.mu.Lock()
+	st, at := w.pending, w.at
+	w.pending = nil
+	w.mu.Unlock()
+	if st == nil {
+		return
+	}
+	if !snapshotNewest.claim(w.path, at) {
+		return // another instance (a reload's successor) wrote a newer state
+	}
+	b, err := json.Marshal(st)
+	if err == nil {
+		err = persist.WriteFile(w.path, b)
+	}
+	if err != nil {
+		log.Warningf("Writing snapshot %q: %v", w.path, err)
+		return
+	}
+	w.writes.Add(1)
+}
+
+// snapshotNewest remembers, per snapshot path, the time of the newest state
+// written, so that an instance shutting down after a reload does not write
+// its older pending state over its successor's.
+var snapshotNewest = &newestWrites{at: map[string]time.Time{}}
+
+type newestWrites struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// claim reports whether a state applied at at is newer than the last one
+// written to path, and if so records it.
+func (n *newestWrites) claim(path string, at time.Time) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if prev, ok := n.at[path]; ok && !at.After(prev) {
+		return false
+	}
+	n.at[path] = at
+	return true
+}
