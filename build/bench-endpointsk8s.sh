@@ -1,26 +1,47 @@
 #!/usr/bin/env bash
 # bench-endpointsk8s.sh — endpointsvc's Kubernetes source vs the stock
 # kubernetes plugin, same binary, same real kube-apiserver + etcd on
-# loopback, same objects: 5,000 headless Services with one EndpointSlice of
-# 10 ready endpoints each (50,000 endpoints) on 500 Nodes.
+# loopback, same objects. meshdns pinned with taskset -c 0, dnsperf on
+# core 1 (build/bench-tools/dnsload); each plugin alone in its own meshdns.
 #
-# Prints, per plugin: time to sync (start until /ready answers and the last
-# Service answers in full), RSS (total, anonymous, file-backed) and live Go
-# heap after sync, dnsperf QPS on A queries (10 A records per answer);
-# then the ratios (goals: RSS <= 0.5x, QPS >= 1.0x). meshdns pinned with
-# taskset -c 0, dnsperf on core 1 (../shared/bench/dnsload).
-# Env: BENCH_SECS (per dnsperf run, default 6), BENCH_ROUNDS (default 2),
-#      BENCH_SERVICES / BENCH_ENDPOINTS / BENCH_NODES (defaults 5000/10/500).
+# BENCH_MIX=spec (default): the cluster DNS stanza of deploy/kubernetes
+# (endpointsvc ... { source kubernetes; schema kubernetes; pods insecure;
+# fallthrough in-addr.arpa ip6.arpa; ttl 30 }) against the stock kubernetes
+# plugin with the same options, on 5,000 Services in 50 namespaces (85%
+# ClusterIP with named ports, 10% headless with endpoint hostnames, 5%
+# ExternalName), 50,000 ready endpoints, 500 Nodes. Prints, per plugin and
+# round (the plugins alternate): time to sync (start until /ready 200),
+# anonymous RSS (RssAnon) after sync and after the load, its peak during the
+# sync (sampled every 20 ms until /ready + 2 s) and during a relist forced
+# by restarting the kube-apiserver (until the plugin listed everything
+# again, seen in the API server's audit log, and at least 10 s after
+# /readyz), dnsperf QPS on 60% A / 20% SRV / 20% PTR; then a table with the
+# ratios endpointsvc/kubernetes (goals: memory <= 0.5, QPS >= 1.5).
+#
+# BENCH_MIX=headless: endpointsvc's orch schema (addresses endpoint) on
+# 5,000 headless Services with one EndpointSlice of 10 ready endpoints each:
+# time to sync, RSS after sync and live Go heap, A QPS (goals: RSS <= 0.5x,
+# QPS >= 1.0x).
+#
+# Env: BENCH_MIX (spec), BENCH_SECS (per dnsperf run, default 10 for spec,
+#      6 for headless), BENCH_ROUNDS (default 2), BENCH_SERVICES /
+#      BENCH_ENDPOINTS (per Service, on average for spec) / BENCH_NODES
+#      (defaults 5000/10/500), BENCH_NAMESPACES (spec, default 50),
+#      BENCH_MESHDNS (the binary, default bin/meshdns, built if missing),
+#      BENCH_ARGS (more flags of build/benchk8s, e.g. "-profile DIR").
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-shared="$repo/../shared/bench"
-bin="$repo/bin/meshdns"
+shared="$repo/build/bench-tools"
+bin="${BENCH_MESHDNS:-$repo/bin/meshdns}"
 [ -x "$bin" ] || "$repo/build/build.sh" "$bin"
 for t in dnsperf taskset dig openssl; do command -v $t >/dev/null || { echo "bench-endpointsk8s: $t missing (build/install-deps.sh)" >&2; exit 1; }; done
 tools=$("$repo/build/peer-tools.sh" kube-apiserver etcd)
 apiserver=$(sed -n 's/^kube-apiserver=//p' <<<"$tools")
 etcd=$(sed -n 's/^etcd=//p' <<<"$tools")
+mix=${BENCH_MIX:-spec}
+secs=${BENCH_SECS:-$([ "$mix" = spec ] && echo 10 || echo 6)}
 cd "$repo"
-go run ./build/benchk8s -meshdns "$bin" -apiserver "$apiserver" -etcd "$etcd" -dnsload "$shared/dnsload" \
-  -secs "${BENCH_SECS:-6}" -rounds "${BENCH_ROUNDS:-2}" \
-  -services "${BENCH_SERVICES:-5000}" -endpoints "${BENCH_ENDPOINTS:-10}" -nodes "${BENCH_NODES:-500}"
+# shellcheck disable=SC2086 # BENCH_ARGS is a list of flags
+go run ./build/benchk8s -mix "$mix" -meshdns "$bin" -apiserver "$apiserver" -etcd "$etcd" -dnsload "$shared/dnsload" \
+  -secs "$secs" -rounds "${BENCH_ROUNDS:-2}" -namespaces "${BENCH_NAMESPACES:-50}" \
+  -services "${BENCH_SERVICES:-5000}" -endpoints "${BENCH_ENDPOINTS:-10}" -nodes "${BENCH_NODES:-500}" ${BENCH_ARGS:-}

@@ -6,12 +6,12 @@
 # load, and dnsperf QPS for A queries against endpointsvc and against the
 # stock hosts plugin serving the same names with the same 10 addresses each,
 # in the same run (alternating, 3 rounds), as a ratio. Server pinned with
-# taskset -c 0, dnsperf on core 1 (../shared/bench/dnsload).
+# taskset -c 0, dnsperf on core 1 (build/bench-tools/dnsload).
 # Env: BENCH_SECS (per dnsperf run, default 6), BENCH_ROUNDS (default 3).
 set -euo pipefail
 [ -n "${BENCH_DEBUG:-}" ] && set -x
 repo=$(cd "$(dirname "$0")/.." && pwd)
-shared="$repo/../shared/bench"
+shared="$repo/build/bench-tools"
 bin="$repo/bin/meshdns"
 secs=${BENCH_SECS:-6} rounds=${BENCH_ROUNDS:-3}
 [ -x "$bin" ] || "$repo/build/build.sh" "$bin"

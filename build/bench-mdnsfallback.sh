@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-bench="$repo/../shared/bench"
+bench="$repo/build/bench-tools"
 N=${MDNSFALLBACK_BENCH_N:-10000}
 SECS=${MDNSFALLBACK_BENCH_SECS:-5}
 RUNS=${MDNSFALLBACK_BENCH_RUNS:-4}

@@ -3,7 +3,7 @@
 # in the same meshdns binary, on the same generated table, in the same run.
 #
 #  1. QPS and latency at 1,000 and 100,000 names: the server pinned to core 0
-#     (taskset -c 0), dnsperf on core 1 (../shared/bench/dnsload), runs
+#     (taskset -c 0), dnsperf on core 1 (build/bench-tools/dnsload), runs
 #     alternating virtualconsul / hosts; prints the ratio virtualconsul/hosts.
 #  2. RSS with 1,000,000 names loaded, virtualconsul vs hosts.
 #  3. Reload of a 100,000-name table while dnsperf runs: failed queries and
@@ -18,7 +18,7 @@
 # Generated tables live in a temporary directory removed on exit.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-bench="$repo/../shared/bench"
+bench="$repo/build/bench-tools"
 bin=${MESHDNS_BIN:-$repo/bin/meshdns}
 secs=${VC_BENCH_SECS:-6}
 rounds=${VC_BENCH_ROUNDS:-3}

@@ -23,7 +23,7 @@
 # directory removed on exit; every process started here is stopped by PID.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-bench="$repo/../shared/bench"
+bench="$repo/build/bench-tools"
 bin=${MESHDNS_BIN:-$repo/bin/meshdns}
 nsvc=${DRILL_SERVICES:-50}
 qps=${DRILL_QPS:-5000}

@@ -3,7 +3,7 @@
 # only when some are absent (idempotent; one `apt-get update`).
 #   dnsutils       dig
 #   knot-dnsutils  kdig
-#   dnsperf        load for the benchmarks (../shared/bench/dnsload)
+#   dnsperf        load for the benchmarks (build/bench-tools/dnsload)
 #   iproute2       ip netns / veth for the multi-host tests
 #   avahi-daemon avahi-utils libnss-mdns dbus   the mDNS peer
 #   curl util-linux  the record API inside namespaces; unshare -m for Avahi

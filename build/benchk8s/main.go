@@ -1,12 +1,21 @@
-// Command benchk8s compares meshdns's endpointsvc (source kubernetes,
-// addresses endpoint) with the stock kubernetes plugin on the same real
-// kube-apiserver and the same objects: RSS after sync, time to sync (start
-// until /ready answers 200), and dnsperf QPS on A queries. It is run by
-// build/bench-endpointsk8s.sh, which passes the binaries.
+// Command benchk8s compares meshdns's endpointsvc (source kubernetes) with
+// the stock kubernetes plugin on the same real kube-apiserver and the same
+// objects. It is run by build/bench-endpointsk8s.sh, which passes the
+// binaries. Two object mixes (-mix):
 //
-// The Services are headless, so both plugins answer the same ten endpoint
-// addresses per name. Everything runs on loopback; every process it starts
-// is stopped by PID.
+//   - headless: endpointsvc with addresses endpoint (schema orch) against
+//     the stock plugin on headless Services only, so both answer the same
+//     ten endpoint addresses per name: RSS after sync, time to sync (start
+//     until /ready answers 200), and dnsperf QPS on A queries.
+//   - spec: endpointsvc with schema kubernetes against the stock plugin, both
+//     with the cluster DNS stanza of deploy/kubernetes, on a cluster-DNS mix
+//     of ClusterIP, headless (StatefulSet-like, endpoint hostnames) and
+//     ExternalName Services spread over namespaces (spec.go): time to sync,
+//     anonymous RSS after sync and after the load, its peaks during the
+//     sync and during a relist forced by restarting the kube-apiserver, and
+//     dnsperf QPS on a mix of A, SRV and PTR queries.
+//
+// Everything runs on loopback; every process it starts is stopped by PID.
 package main
 
 import (
@@ -41,7 +50,7 @@ var (
 	meshdns   = flag.String("meshdns", "bin/meshdns", "the meshdns binary")
 	apiserver = flag.String("apiserver", "", "the kube-apiserver binary (build/peer-tools.sh kube-apiserver)")
 	etcdBin   = flag.String("etcd", "etcd", "the etcd binary")
-	dnsload   = flag.String("dnsload", "../shared/bench/dnsload", "the dnsload wrapper of dnsperf")
+	dnsload   = flag.String("dnsload", "build/bench-tools/dnsload", "the dnsload wrapper of dnsperf")
 	services  = flag.Int("services", 5000, "Services")
 	perSvc    = flag.Int("endpoints", 10, "endpoints per Service")
 	nodes     = flag.Int("nodes", 500, "Nodes")
@@ -51,6 +60,7 @@ var (
 	profile   = flag.String("profile", "", "directory to save a heap profile (after GC) of each plugin into")
 	logs      = flag.String("logs", "", "directory to write each meshdns log into (GODEBUG=gctrace=1 in the environment traces its GC)")
 	memstats  = flag.Bool("memstats", false, "print the Go runtime's memory statistics and the largest mappings after sync")
+	mix       = flag.String("mix", "headless", "the objects and queries: headless (endpointsvc's orch schema, headless Services) or spec (schema kubernetes, a cluster-DNS mix)")
 )
 
 type proc struct {
@@ -143,7 +153,19 @@ func main() {
 	defer os.RemoveAll(dir)
 	defer stopAll()
 
-	kubeconfig, client := startAPI(dir)
+	switch *mix {
+	case "headless":
+		api := startAPI(dir, false)
+		runHeadless(dir, api.kubeconfig, api.client)
+	case "spec":
+		runSpec(dir, startAPI(dir, true))
+	default:
+		fail("bad -mix %q: want headless or spec", *mix)
+	}
+}
+
+// runHeadless is -mix headless.
+func runHeadless(dir, kubeconfig string, client kubernetes.Interface) {
 	t0 := time.Now()
 	populate(client)
 	fmt.Printf("objects: %d headless Services, %d EndpointSlices x %d endpoints, %d Nodes; created in %v\n",
@@ -290,9 +312,22 @@ func measure(pid int) (m mem) {
 	return m
 }
 
-// startAPI runs etcd and kube-apiserver on loopback and returns a kubeconfig
-// path and a client.
-func startAPI(dir string) (string, kubernetes.Interface) {
+// apiServer is the kube-apiserver this run started, with what it takes to
+// restart it.
+type apiServer struct {
+	dir, kubeconfig, readyz, token string
+	etcd                           string // etcd's client URL
+	args                           []string
+	proc                           *proc
+	client                         kubernetes.Interface
+	audit                          string // the audit log (list and watch requests), if any
+}
+
+// startAPI runs etcd and kube-apiserver on loopback and returns the API
+// server with a kubeconfig path and a client. With audit, the API server
+// logs every list and watch of the objects the plugins read (to see their
+// relists).
+func startAPI(dir string, audit bool) *apiServer {
 	etcdPort, peerPort, apiPort := freePort(), freePort(), freePort()
 	etcdURL, peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort), fmt.Sprintf("http://127.0.0.1:%d", peerPort)
 	start(dir, *etcdBin, "--name", "bench", "--data-dir", filepath.Join(dir, "etcd"),
@@ -308,28 +343,48 @@ func startAPI(dir string) (string, kubernetes.Interface) {
 	const token = "bench-token"
 	tokens := filepath.Join(dir, "tokens.csv")
 	_ = os.WriteFile(tokens, []byte(token+",admin,admin,system:masters\n"), 0o600)
-	api := start(dir, *apiserver, "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
-		"--etcd-servers="+etcdURL, "--service-cluster-ip-range=10.96.0.0/16",
+	a := &apiServer{dir: dir, token: token, etcd: etcdURL, readyz: fmt.Sprintf("https://127.0.0.1:%d/readyz", apiPort)}
+	a.args = []string{"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(apiPort),
+		"--etcd-servers=" + etcdURL, "--service-cluster-ip-range=10.96.0.0/16",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+pub, "--service-account-signing-key-file="+key,
-		"--token-auth-file="+tokens, "--authorization-mode=AlwaysAllow",
-		"--endpoint-reconciler-type=none", "--cert-dir="+filepath.Join(dir, "certs"),
-		"--enable-priority-and-fairness=false", "--profiling=false", "--v=0")
-	waitHTTP(fmt.Sprintf("https://127.0.0.1:%d/readyz", apiPort), api, 60*time.Second, "Authorization", "Bearer "+token)
-	kc := filepath.Join(dir, "kubeconfig")
-	_ = os.WriteFile(kc, []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: b\n  cluster:\n    server: https://127.0.0.1:%d\n    insecure-skip-tls-verify: true\nusers:\n- name: a\n  user:\n    token: %s\ncontexts:\n- name: b\n  context: {cluster: b, user: a}\ncurrent-context: b\n", apiPort, token)), 0o600)
-	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+		"--service-account-key-file=" + pub, "--service-account-signing-key-file=" + key,
+		"--token-auth-file=" + tokens, "--authorization-mode=AlwaysAllow",
+		"--endpoint-reconciler-type=none", "--cert-dir=" + filepath.Join(dir, "certs"),
+		"--enable-priority-and-fairness=false", "--profiling=false", "--v=0"}
+	if audit {
+		policy := filepath.Join(dir, "audit-policy.yaml")
+		_ = os.WriteFile(policy, []byte(auditPolicy), 0o644)
+		a.audit = filepath.Join(dir, "audit.log")
+		a.args = append(a.args, "--audit-policy-file="+policy, "--audit-log-path="+a.audit, "--audit-log-format=json", "--audit-log-maxsize=0")
+	}
+	a.start()
+	a.kubeconfig = filepath.Join(dir, "kubeconfig")
+	_ = os.WriteFile(a.kubeconfig, []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: b\n  cluster:\n    server: https://127.0.0.1:%d\n    insecure-skip-tls-verify: true\nusers:\n- name: a\n  user:\n    token: %s\ncontexts:\n- name: b\n  context: {cluster: b, user: a}\ncurrent-context: b\n", apiPort, token)), 0o600)
+	cfg, err := clientcmd.BuildConfigFromFlags("", a.kubeconfig)
 	if err != nil {
 		fail("%v", err)
 	}
 	cfg.QPS, cfg.Burst = 5000, 5000
 	cfg.WarningHandler = rest.NoWarnings{}
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
+	cfg.UserAgent = benchUserAgent
+	if a.client, err = kubernetes.NewForConfig(cfg); err != nil {
 		fail("%v", err)
 	}
-	return kc, c
+	return a
+}
+
+// benchUserAgent is this program's user agent towards the API server.
+const benchUserAgent = "benchk8s"
+
+// start starts the API server and waits until /readyz answers 200.
+func (a *apiServer) start() {
+	a.proc = start(a.dir, *apiserver, a.args...)
+	a.waitReady()
+}
+
+func (a *apiServer) waitReady() {
+	waitHTTP(a.readyz, a.proc, 60*time.Second, "Authorization", "Bearer "+a.token)
 }
 
 func waitHTTP(url string, p *proc, timeout time.Duration, header ...string) {
