@@ -2,7 +2,6 @@ package endpointsvc
 
 import (
 	"errors"
-	"net"
 	"net/netip"
 	"strings"
 )
@@ -29,14 +28,16 @@ type specReq struct {
 
 // specItem is one thing a name stands for (the kubernetes plugin's
 // msg.Service): an address (ip valid) with a port (-1: none), or a CNAME
-// target (host). svc and label give the SRV target: <label>.<svc>.<ns>.svc,
-// <svc>.<ns>.svc without a label, <label>.<ns>.pod for a pod.
+// target (host). svc and ep give the SRV target: <label of endpoint
+// ep>.<svc>.<ns>.svc, <svc>.<ns>.svc without an endpoint (ep -1);
+// <pod>.<podNS>.pod for a pod.
 type specItem struct {
 	ip    netip.Addr
 	host  string
 	port  int
 	svc   *specSvc
-	label string
+	ep    int
+	pod   string
 	podNS string
 }
 
@@ -45,9 +46,9 @@ type specItem struct {
 func (it *specItem) target(zone string) string {
 	switch {
 	case it.podNS != "":
-		return it.label + "." + it.podNS + ".pod." + zone
-	case it.label != "":
-		return it.label + "." + it.svc.name + "." + it.svc.namespace + ".svc." + zone
+		return it.pod + "." + it.podNS + ".pod." + zone
+	case it.ep >= 0:
+		return it.svc.label(it.ep) + "." + it.svc.name + "." + it.svc.namespace + ".svc." + zone
 	}
 	return it.svc.name + "." + it.svc.namespace + ".svc." + zone
 }
@@ -139,29 +140,37 @@ func (e *Endpointsvc) specRecords(t *specTable, name, zone string) ([]specItem, 
 		if r.endpoint != "" || r.port != "" || r.protocol != "" {
 			return nil, errSpecName
 		}
-		return []specItem{{host: s.external, port: -1, svc: s}}, nil
+		return []specItem{{host: s.external, port: -1, svc: s, ep: -1}}, nil
 	case s.cname != "" && r.endpoint == "":
 		// a headless Service of FQDN endpoints (a Knative Route): one CNAME
 		for _, p := range s.portsOrNone() {
 			if matchPort(r, p.Name, p.Protocol) {
-				items = append(items, specItem{host: s.cname, port: p.Port, svc: s})
+				items = append(items, specItem{host: s.cname, port: p.Port, svc: s, ep: -1})
 			}
 		}
 	case s.headless || r.endpoint != "":
+		var want netip.Addr
+		if r.endpoint != "" {
+			want = labelAddr(r.endpoint)
+		}
+		run := 0
 		for i := range s.eps {
-			ep := &s.eps[i]
-			if r.endpoint != "" && !strings.EqualFold(r.endpoint, ep.label) {
+			for int32(i) >= s.epPorts[run].end {
+				run++
+			}
+			if r.endpoint != "" && !s.isLabel(i, r.endpoint, want) {
 				continue
 			}
-			if len(ep.ports) == 0 {
+			ports := s.epPorts[run].ports
+			if len(ports) == 0 {
 				if matchPort(r, "", "") {
-					items = append(items, specItem{ip: ep.ip, port: -1, svc: s, label: ep.label})
+					items = append(items, specItem{ip: s.addr(i), port: -1, svc: s, ep: i})
 				}
 				continue
 			}
-			for _, p := range ep.ports {
+			for _, p := range ports {
 				if matchPort(r, p.Name, p.Protocol) {
-					items = append(items, specItem{ip: ep.ip, port: p.ContainerPort, svc: s, label: ep.label})
+					items = append(items, specItem{ip: s.addr(i), port: p.ContainerPort, svc: s, ep: i})
 				}
 			}
 		}
@@ -173,7 +182,7 @@ func (e *Endpointsvc) specRecords(t *specTable, name, zone string) ([]specItem, 
 			}
 			found = true
 			for _, ip := range s.clusterIPs {
-				items = append(items, specItem{ip: ip, port: p.Port, svc: s})
+				items = append(items, specItem{ip: ip, port: p.Port, svc: s, ep: -1})
 			}
 		}
 		if found && items == nil {
@@ -215,17 +224,9 @@ func (e *Endpointsvc) specPods(r specReq) ([]specItem, error) {
 	if r.service == "" {
 		return nil, nil
 	}
-	label := r.service
-	var s string
-	if strings.Count(label, "-") == 3 && !strings.Contains(label, "--") {
-		s = strings.ReplaceAll(label, "-", ".")
-	} else {
-		s = strings.ReplaceAll(label, "-", ":")
-	}
-	ip := net.ParseIP(s)
-	if ip == nil {
+	a := labelAddr(r.service)
+	if !a.IsValid() {
 		return nil, errSpecName
 	}
-	a, _ := netip.AddrFromSlice(ip)
-	return []specItem{{ip: a.Unmap(), port: 0, label: label, podNS: r.namespace}}, nil
+	return []specItem{{ip: a, port: 0, ep: -1, pod: r.service, podNS: r.namespace}}, nil
 }

@@ -174,7 +174,7 @@ next:
 	for _, p := range st.reverse(ip) {
 		target := p.svc.name + "." + p.svc.namespace + ".svc." + primary
 		if p.ep >= 0 {
-			target = p.svc.eps[p.ep].label + "." + target
+			target = p.svc.label(int(p.ep)) + "." + target
 		}
 		for _, rr := range out { // an address is in few Services
 			if rr.(*dns.PTR).Ptr == target {

@@ -20,18 +20,63 @@ type specTable struct {
 type specSvc struct {
 	name, namespace string
 	clusterIPs      []netip.Addr  // ClusterIP/NodePort/LoadBalancer: in the Service's order
-	external        string        // ExternalName: the target, a lowercased FQDN
+	external        string        // ExternalName: the target, a fully qualified name as written
 	headless        bool          // clusterIP None
 	cname           string        // headless with FQDN endpoints only (a Knative Route): the first FQDN
 	ports           []ServicePort // the Service's ports, in its order
 	eps             []specEP      // the endpoints the predicate admits, in slice order
+	epPorts         []epPorts     // the endpoints' ports, by runs of eps (one run per slice)
 }
 
-// specEP is one endpoint the predicate admitted.
+// specEP is one endpoint the predicate admitted: 32 bytes, its label is
+// made when a query needs it (most endpoints have none but their address).
 type specEP struct {
-	label string     // the hostname, or the address with its dots or colons as dashes
-	ip    netip.Addr // unmapped
-	ports []TaskPort // the slice's ports (shared by the slice's endpoints)
+	ip       [16]byte // IPv4 v4-mapped
+	hostname string   // "": the label is the address with dashes
+}
+
+// epPorts gives the endpoints eps[previous run's end:end] their ports (a
+// slice's ports, shared by its endpoints).
+type epPorts struct {
+	end   int32
+	ports []TaskPort
+}
+
+// addr is endpoint i's address.
+func (s *specSvc) addr(i int) netip.Addr { return netip.AddrFrom16(s.eps[i].ip).Unmap() }
+
+// label is endpoint i's DNS label: its hostname, else its address with dashes.
+func (s *specSvc) label(i int) string {
+	if h := s.eps[i].hostname; h != "" {
+		return h
+	}
+	return endpointLabel(s.addr(i))
+}
+
+// isLabel reports whether endpoint i's label is l (case-insensitively);
+// want is l read as an address (invalid when it is none), so that the
+// endpoints without a hostname are compared without making their labels.
+func (s *specSvc) isLabel(i int, l string, want netip.Addr) bool {
+	if h := s.eps[i].hostname; h != "" {
+		return strings.EqualFold(h, l)
+	}
+	return want.IsValid() && s.addr(i) == want && strings.EqualFold(endpointLabel(want), l)
+}
+
+// labelAddr reads an endpoint label as the address it is made of
+// (10-244-1-5, fd00--1), as the kubernetes plugin's pod names are read.
+func labelAddr(l string) netip.Addr {
+	var s string
+	if strings.Count(l, "-") == 3 && !strings.Contains(l, "--") {
+		s = strings.ReplaceAll(l, "-", ".")
+	} else {
+		s = strings.ReplaceAll(l, "-", ":")
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.Unmap()
 }
 
 // specPTR maps an address onto a Service (ep -1: its cluster IP) or one of
@@ -82,6 +127,7 @@ func buildSpecTable(st *State) (*specTable, int) {
 			s.clusterIPs = append(s.clusterIPs, netip.MustParseAddr(a)) // validated
 		}
 		var fqdns []string
+		var ports []TaskPort
 		for _, ep := range se.Endpoints {
 			ip, host, err := ParseAddress(ep.Task.Address)
 			if err != nil {
@@ -91,26 +137,31 @@ func buildSpecTable(st *State) (*specTable, int) {
 				fqdns = append(fqdns, host)
 				continue
 			}
-			label := ep.Task.Hostname
-			if label == "" {
-				label = endpointLabel(ip)
+			if len(s.eps) == 0 || !samePorts(ports, ep.Task.Ports) {
+				if len(s.eps) > 0 {
+					s.epPorts = append(s.epPorts, epPorts{end: int32(len(s.eps)), ports: ports})
+				}
+				ports = ep.Task.Ports
 			}
-			s.eps = append(s.eps, specEP{label: label, ip: ip, ports: ep.Task.Ports})
+			s.eps = append(s.eps, specEP{ip: ip.As16(), hostname: ep.Task.Hostname})
+		}
+		if len(s.eps) > 0 {
+			s.epPorts = append(s.epPorts, epPorts{end: int32(len(s.eps)), ports: ports})
 		}
 		if len(fqdns) > 0 && len(s.eps) == 0 && s.headless {
 			sort.Strings(fqdns)
 			s.cname = fqdns[0]
 		}
 		nEndpts += len(se.Endpoints)
-		if len(s.eps) == 0 {
-			s.eps = nil
+		if len(s.eps) < cap(s.eps) {
+			s.eps = append([]specEP(nil), s.eps...) // do not keep append's room
 		}
 		t.services[svcKey{svc.Namespace, svc.Name}] = s
 		for _, ip := range s.clusterIPs {
 			t.ptrs = append(t.ptrs, specPTR{ip: ip.As16(), svc: s, ep: -1})
 		}
 		for i := range s.eps {
-			t.ptrs = append(t.ptrs, specPTR{ip: s.eps[i].ip.As16(), svc: s, ep: int32(i)})
+			t.ptrs = append(t.ptrs, specPTR{ip: s.eps[i].ip, svc: s, ep: int32(i)})
 		}
 	}
 	sort.SliceStable(t.ptrs, func(i, j int) bool {
@@ -119,7 +170,27 @@ func buildSpecTable(st *State) (*specTable, int) {
 		}
 		return t.ptrs[i].ep < 0 && t.ptrs[j].ep >= 0
 	})
+	if len(t.ptrs) < cap(t.ptrs) {
+		t.ptrs = append([]specPTR(nil), t.ptrs...)
+	}
 	return t, nEndpts
+}
+
+// samePorts reports whether two tasks share their ports: the same slice
+// (the tasks of one EndpointSlice), or equal ones.
+func samePorts(a, b []TaskPort) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // reverse returns the PTR entries of ip: the Service whose cluster IP it
