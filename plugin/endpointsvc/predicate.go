@@ -59,15 +59,32 @@ func EndpointSet(st *State, includeUnhealthy bool) []ServiceEndpoints {
 		out[i].Service = &st.Services[i]
 		index[st.Services[i].ID] = i
 	}
-	for i := range st.Tasks {
+	// two passes: count each service's endpoints, then fill one array
+	// (no append growth: this runs over every task of a large cluster)
+	admitted := func(i int) (int, *Node, bool) {
 		t := &st.Tasks[i]
 		si, ok := index[t.ServiceID]
 		if !ok {
-			continue
+			return 0, nil, false
 		}
 		n := nodes[t.NodeID]
-		if IsEndpoint(out[si].Service, t, n, includeUnhealthy) {
-			out[si].Endpoints = append(out[si].Endpoints, Endpoint{Task: t, Node: n})
+		return si, n, IsEndpoint(out[si].Service, t, n, includeUnhealthy)
+	}
+	counts := make([]int, len(out))
+	total := 0
+	for i := range st.Tasks {
+		if si, _, ok := admitted(i); ok {
+			counts[si]++
+			total++
+		}
+	}
+	all := make([]Endpoint, 0, total)
+	for si, c := range counts {
+		out[si].Endpoints, all = all[:0:c], all[c:c]
+	}
+	for i := range st.Tasks {
+		if si, n, ok := admitted(i); ok {
+			out[si].Endpoints = append(out[si].Endpoints, Endpoint{Task: &st.Tasks[i], Node: n})
 		}
 	}
 	return out

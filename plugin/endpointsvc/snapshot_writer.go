@@ -2,7 +2,6 @@ package endpointsvc
 
 import (
 	"context"
-	"encoding/json"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,11 +82,7 @@ func (w *snapshotWriter) flush() {
 	if !snapshotNewest.claim(w.path, at) {
 		return // another instance (a reload's successor) wrote a newer state
 	}
-	b, err := json.Marshal(st)
-	if err == nil {
-		err = persist.WriteFile(w.path, b)
-	}
-	if err != nil {
+	if err := persist.WriteStream(w.path, st.encode); err != nil {
 		log.Warningf("Writing snapshot %q: %v", w.path, err)
 		return
 	}

@@ -346,11 +346,12 @@ func (k *kubeSource) build(s Sink, svcInf, sliceInf, nodeInf, nsInf cache.Shared
 		nss = nsInf.GetStore()
 	}
 	k.builds.Add(1)
+	// The mappings (kubeState, specState) emit only valid, normalised
+	// states - every name checked, every reference resolved, ids unique by
+	// construction (their tests run each result through Validate) - so the
+	// build skips Validate's maps of every id, a large share of the
+	// first sync's peak.
 	st := k.state(svcInf.GetStore(), sliceInf.GetStore(), nodes, nss)
-	if err := st.Validate(); err != nil {
-		s.Failed(err)
-		return
-	}
 	// The hash is taken over the fields, not over a JSON encoding: the
 	// encoding of a large cluster is several times the table's size, and
 	// only a snapshot needs it (apply encodes it then).

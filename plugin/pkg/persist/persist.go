@@ -8,13 +8,25 @@
 package persist
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
 
 // WriteFile atomically replaces path with data (mode 0644).
 func WriteFile(path string, data []byte) error {
+	return WriteStream(path, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteStream atomically replaces path (mode 0644) with what write writes,
+// through a buffer, so that a large snapshot never has to be held in memory
+// whole. When write fails the target keeps its old content.
+func WriteStream(path string, write func(io.Writer) error) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -22,7 +34,12 @@ func WriteFile(path string, data []byte) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // no-op after a successful rename
-	if _, err := f.Write(data); err != nil {
+	bw := bufio.NewWriterSize(f, 64<<10)
+	if err := write(bw); err != nil {
+		f.Close()
+		return fmt.Errorf("snapshot %s: %w", path, err)
+	}
+	if err := bw.Flush(); err != nil {
 		f.Close()
 		return fmt.Errorf("snapshot %s: %w", path, err)
 	}
