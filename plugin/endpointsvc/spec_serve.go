@@ -172,9 +172,10 @@ func (e *Endpointsvc) specPTR(st *specTable, name, owner, zone string) ([]dns.RR
 	var out []dns.RR
 next:
 	for _, p := range st.reverse(ip) {
-		target := p.svc.name + "." + p.svc.namespace + ".svc." + primary
+		svc := st.list[p.svc]
+		target := svc.name + "." + svc.namespace + ".svc." + primary
 		if p.ep >= 0 {
-			target = p.svc.label(int(p.ep)) + "." + target
+			target = svc.label(int(p.ep)) + "." + target
 		}
 		for _, rr := range out { // an address is in few Services
 			if rr.(*dns.PTR).Ptr == target {

@@ -1,7 +1,6 @@
 package endpointsvc
 
 import (
-	"bytes"
 	"net/netip"
 	"sort"
 	"strings"
@@ -13,6 +12,7 @@ import (
 type specTable struct {
 	namespaces map[string]struct{} // namespaces that exist (State.Namespaces, or those with a service)
 	services   map[svcKey]*specSvc // every service, with or without endpoints
+	list       []*specSvc          // the services, for the reverse index's numbers
 	ptrs       []specPTR           // reverse index: sorted by address, cluster IPs before endpoints
 }
 
@@ -25,15 +25,14 @@ type specSvc struct {
 	cname           string        // headless with FQDN endpoints only (a Knative Route): the first FQDN
 	ports           []ServicePort // the Service's ports, in its order
 	eps             []specEP      // the endpoints the predicate admits, in slice order
+	hostnames       []string      // endpoint i's hostname, parallel to eps; nil when none has one
 	epPorts         []epPorts     // the endpoints' ports, by runs of eps (one run per slice)
 }
 
-// specEP is one endpoint the predicate admitted: 32 bytes, its label is
-// made when a query needs it (most endpoints have none but their address).
-type specEP struct {
-	ip       [16]byte // IPv4 v4-mapped
-	hostname string   // "": the label is the address with dashes
-}
+// specEP is the address of an endpoint the predicate admitted (IPv4
+// v4-mapped): 16 bytes; its label is its hostname, or made from the address
+// when a query needs it (most endpoints have no hostname).
+type specEP [16]byte
 
 // epPorts gives the endpoints eps[previous run's end:end] their ports (a
 // slice's ports, shared by its endpoints).
@@ -43,11 +42,19 @@ type epPorts struct {
 }
 
 // addr is endpoint i's address.
-func (s *specSvc) addr(i int) netip.Addr { return netip.AddrFrom16(s.eps[i].ip).Unmap() }
+func (s *specSvc) addr(i int) netip.Addr { return netip.AddrFrom16(s.eps[i]).Unmap() }
+
+// hostname is endpoint i's hostname, or "".
+func (s *specSvc) hostname(i int) string {
+	if s.hostnames == nil {
+		return ""
+	}
+	return s.hostnames[i]
+}
 
 // label is endpoint i's DNS label: its hostname, else its address with dashes.
 func (s *specSvc) label(i int) string {
-	if h := s.eps[i].hostname; h != "" {
+	if h := s.hostname(i); h != "" {
 		return h
 	}
 	return endpointLabel(s.addr(i))
@@ -57,7 +64,7 @@ func (s *specSvc) label(i int) string {
 // want is l read as an address (invalid when it is none), so that the
 // endpoints without a hostname are compared without making their labels.
 func (s *specSvc) isLabel(i int, l string, want netip.Addr) bool {
-	if h := s.eps[i].hostname; h != "" {
+	if h := s.hostname(i); h != "" {
 		return strings.EqualFold(h, l)
 	}
 	return want.IsValid() && s.addr(i) == want && strings.EqualFold(endpointLabel(want), l)
@@ -79,12 +86,21 @@ func labelAddr(l string) netip.Addr {
 	return a.Unmap()
 }
 
-// specPTR maps an address onto a Service (ep -1: its cluster IP) or one of
-// its endpoints.
+// specPTR maps an address onto service number svc of the table's list:
+// its endpoint ep, or, ep < 0, its cluster IP number -1-ep. 8 bytes: the
+// address is read from the service.
 type specPTR struct {
-	ip  [16]byte
-	svc *specSvc
+	svc uint32
 	ep  int32
+}
+
+// addr is the address p indexes.
+func (t *specTable) addr(p specPTR) netip.Addr {
+	s := t.list[p.svc]
+	if p.ep < 0 {
+		return s.clusterIPs[-1-p.ep]
+	}
+	return s.addr(int(p.ep))
 }
 
 // endpointLabel is the DNS label of an endpoint without a hostname, as the
@@ -143,7 +159,13 @@ func buildSpecTable(st *State) (*specTable, int) {
 				}
 				ports = ep.Task.Ports
 			}
-			s.eps = append(s.eps, specEP{ip: ip.As16(), hostname: ep.Task.Hostname})
+			if h := ep.Task.Hostname; h != "" && s.hostnames == nil {
+				s.hostnames = make([]string, len(s.eps), len(se.Endpoints))
+			}
+			if s.hostnames != nil {
+				s.hostnames = append(s.hostnames, ep.Task.Hostname)
+			}
+			s.eps = append(s.eps, specEP(ip.As16()))
 		}
 		if len(s.eps) > 0 {
 			s.epPorts = append(s.epPorts, epPorts{end: int32(len(s.eps)), ports: ports})
@@ -156,16 +178,21 @@ func buildSpecTable(st *State) (*specTable, int) {
 		if len(s.eps) < cap(s.eps) {
 			s.eps = append([]specEP(nil), s.eps...) // do not keep append's room
 		}
+		if s.hostnames != nil && len(s.hostnames) < cap(s.hostnames) {
+			s.hostnames = append([]string(nil), s.hostnames...)
+		}
 		t.services[svcKey{svc.Namespace, svc.Name}] = s
-		for _, ip := range s.clusterIPs {
-			t.ptrs = append(t.ptrs, specPTR{ip: ip.As16(), svc: s, ep: -1})
+		n := uint32(len(t.list))
+		t.list = append(t.list, s)
+		for k := range s.clusterIPs {
+			t.ptrs = append(t.ptrs, specPTR{svc: n, ep: int32(-1 - k)})
 		}
 		for i := range s.eps {
-			t.ptrs = append(t.ptrs, specPTR{ip: s.eps[i].ip, svc: s, ep: int32(i)})
+			t.ptrs = append(t.ptrs, specPTR{svc: n, ep: int32(i)})
 		}
 	}
 	sort.SliceStable(t.ptrs, func(i, j int) bool {
-		if c := bytes.Compare(t.ptrs[i].ip[:], t.ptrs[j].ip[:]); c != 0 {
+		if c := t.addr(t.ptrs[i]).Compare(t.addr(t.ptrs[j])); c != 0 {
 			return c < 0
 		}
 		return t.ptrs[i].ep < 0 && t.ptrs[j].ep >= 0
@@ -196,10 +223,10 @@ func samePorts(a, b []TaskPort) bool {
 // reverse returns the PTR entries of ip: the Service whose cluster IP it
 // is, else every endpoint with that address.
 func (t *specTable) reverse(ip netip.Addr) []specPTR {
-	k := ip.Unmap().As16()
-	i := sort.Search(len(t.ptrs), func(i int) bool { return bytes.Compare(t.ptrs[i].ip[:], k[:]) >= 0 })
+	ip = ip.Unmap()
+	i := sort.Search(len(t.ptrs), func(i int) bool { return t.addr(t.ptrs[i]).Compare(ip) >= 0 })
 	j := i
-	for j < len(t.ptrs) && t.ptrs[j].ip == k {
+	for j < len(t.ptrs) && t.addr(t.ptrs[j]) == ip {
 		j++
 	}
 	if i < j && t.ptrs[i].ep < 0 {
