@@ -9,6 +9,7 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestClusterDNSSpec serves one set of Kubernetes objects on a real
@@ -311,4 +312,51 @@ func specQuestions(t *testing.T, o *specObjects) []question {
 		t.Fatalf("only %d questions", len(qs))
 	}
 	return qs
+}
+
+// TestClusterDNSChurn: 1,000 rapid updates of one EndpointSlice (a rolling
+// restart's worth of churn); the answers follow and end on the final state.
+func TestClusterDNSChurn(t *testing.T) {
+	k := startKubeAPI(t)
+	createNS(t, k, "shop")
+	createService(t, k, "shop", "db", corev1.ServiceTypeClusterIP, func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone })
+	ports := []discoveryv1.EndpointPort{slicePort("http", corev1.ProtocolTCP, 8080)}
+	specSlice(t, k, "shop", "db-a", "db", discoveryv1.AddressTypeIPv4, ports, specEndpoint("10.250.0.1", "db-0", true, true, false))
+	srv := Start(t, `.:1053 {
+    bind 127.0.0.1
+    ready 127.0.0.1:8181
+    endpointsvc cluster.local in-addr.arpa {
+        source kubernetes `+k.Kubeconfig+`
+        schema kubernetes
+        snapshot snapshot.json
+    }
+}
+`)
+	within(t, 5*time.Second, srv.DNS(), "db-0.db.shop.svc.cluster.local", dns.TypeA, "10.250.0.1")
+
+	const n = 1000
+	start := time.Now()
+	sl, err := k.Client.DiscoveryV1().EndpointSlices("shop").Get(ctxT(t), "db-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for i := 1; i <= n; i++ {
+		last = fmt.Sprintf("10.250.%d.%d", i/200, i%200+1)
+		ready := i%3 != 0 || i == n
+		sl.Endpoints = []discoveryv1.Endpoint{specEndpoint(last, "db-0", ready, ready, false)}
+		if sl, err = k.Client.DiscoveryV1().EndpointSlices("shop").Update(ctxT(t), sl, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("update %d: %v", i, err)
+		}
+	}
+	updates := time.Since(start)
+	within(t, time.Second, srv.DNS(), "db-0.db.shop.svc.cluster.local", dns.TypeA, last)
+	within(t, time.Second, srv.DNS(), ptrName(t, last), dns.TypePTR, "db-0.db.shop.svc.cluster.local.")
+	t.Logf("%d slice updates in %v (%.0f/s); %d table builds", n, updates.Round(time.Millisecond),
+		float64(n)/updates.Seconds(), strings.Count(srv.Log(), "Synced "))
+	// a clean stop writes the final state: a restart without the API
+	// server answers it from the snapshot
+	k.StopAPI()
+	srv.Restart()
+	within(t, time.Second, srv.DNS(), "db-0.db.shop.svc.cluster.local", dns.TypeA, last)
 }

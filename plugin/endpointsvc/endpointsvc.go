@@ -56,7 +56,7 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 	zi := -1
 	zlen := 0
 	for i, z := range e.Zones {
-		if len(z) > zlen && dns.IsSubDomain(z, qname) {
+		if len(z) > zlen && inZone(qname, z) {
 			zi, zlen = i, len(z)
 		}
 	}

@@ -14,8 +14,6 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/upstream"
 
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
-
-	"github.com/miekg/dns"
 )
 
 const pluginName = "endpointsvc"
@@ -162,9 +160,19 @@ func (e *Endpointsvc) checkSchema(c *caddy.Controller, zonesGiven, podsSeen bool
 	return nil
 }
 
-// isReverseZone reports whether zone is in in-addr.arpa. or ip6.arpa.
+// isReverseZone reports whether zone (a lowercased FQDN) is in in-addr.arpa.
+// or ip6.arpa.
 func isReverseZone(zone string) bool {
-	return dns.IsSubDomain("in-addr.arpa.", zone) || dns.IsSubDomain("ip6.arpa.", zone)
+	return inZone(zone, "in-addr.arpa.") || inZone(zone, "ip6.arpa.")
+}
+
+// inZone reports whether name is zone or below it; both are lowercased
+// FQDNs (dns.IsSubDomain without its allocations, for the query path).
+func inZone(name, zone string) bool {
+	if zone == "." {
+		return true
+	}
+	return name == zone || (len(name) > len(zone) && name[len(name)-len(zone)-1] == '.' && name[len(name)-len(zone):] == zone)
 }
 
 // parseSize accepts bytes with an optional k, m or g suffix (powers of 1024).

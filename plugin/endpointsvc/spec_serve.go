@@ -117,12 +117,13 @@ func seenAddr(before []specItem, it *specItem) bool {
 // qtype. A loop (the target is the name or below it) or a chain longer than
 // maxSpecChain gives nothing.
 func (e *Endpointsvc) specChase(ctx context.Context, state request.Request, st *specTable, name, owner, zone, target string, qtype uint16, depth int) []dns.RR {
-	if dns.IsSubDomain(name, strings.ToLower(target)) || depth >= maxSpecChain {
+	lower := strings.ToLower(target)
+	if inZone(lower, name) || depth >= maxSpecChain {
 		return nil
 	}
 	cname := &dns.CNAME{Hdr: e.hdr(owner, dns.TypeCNAME), Target: target}
-	if dns.IsSubDomain(zone, target) {
-		next, err := e.specAddrs(ctx, state, st, strings.ToLower(target), target, zone, qtype, depth+1)
+	if inZone(lower, zone) {
+		next, err := e.specAddrs(ctx, state, st, lower, target, zone, qtype, depth+1)
 		if err != nil || len(next) == 0 {
 			return nil
 		}
