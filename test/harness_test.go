@@ -489,11 +489,32 @@ func freePort(t testing.TB) int {
 		l.Close()
 		if err == nil {
 			u.Close()
-			return p
+			if handOut(p) {
+				return p
+			}
 		}
 	}
 	t.Fatal("no free loopback port")
 	return 0
+}
+
+// handedOut holds every port freePort returned: the kernel may give a port
+// that was closed again to the next bind of port 0, and two listeners of one
+// Corefile (DNS and health) on one port fail start-up or answers.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// handOut records p and reports whether it was not handed out before.
+func handOut(p int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports[p] {
+		return false
+	}
+	handedOut.ports[p] = true
+	return true
 }
 
 // CopyDir copies the directory tree src into dst (used to run the example
