@@ -425,70 +425,51 @@ func populate(c kubernetes.Interface) {
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
 		fail("%v", err)
 	}
-	work := make(chan func() error, 256)
-	var wg sync.WaitGroup
-	var errMu sync.Mutex
-	var firstErr error
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for f := range work {
-				if err := f(); err != nil {
-					errMu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					errMu.Unlock()
+	err := pool(16, func(work chan<- func() error) {
+		ip := func(n int) string { return fmt.Sprintf("10.%d.%d.%d", 100+n/65536, n/256%256, n%256) }
+		for n := 0; n < *nodes; n++ {
+			work <- func() error {
+				node, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", n)}}, metav1.CreateOptions{})
+				if err != nil {
+					return err
 				}
-			}
-		}()
-	}
-	ip := func(n int) string { return fmt.Sprintf("10.%d.%d.%d", 100+n/65536, n/256%256, n%256) }
-	for n := 0; n < *nodes; n++ {
-		work <- func() error {
-			node, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", n)}}, metav1.CreateOptions{})
-			if err != nil {
+				node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.%d.%d", n/256, n%256)}}
+				node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+				_, err = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 				return err
 			}
-			node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.%d.%d", n/256, n%256)}}
-			node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-			_, err = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
-			return err
 		}
-	}
-	tr, port, pname, proto := true, int32(8080), "http", corev1.ProtocolTCP
-	for i := 0; i < *services; i++ {
-		work <- func() error {
-			name := fmt.Sprintf("svc-%d", i)
-			_, err := c.CoreV1().Services("bench").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
-				Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Protocol: proto, Port: 80}}}}, metav1.CreateOptions{})
-			if err != nil {
+		tr, port, pname, proto := true, int32(8080), "http", corev1.ProtocolTCP
+		for i := 0; i < *services; i++ {
+			work <- func() error {
+				name := fmt.Sprintf("svc-%d", i)
+				_, err := c.CoreV1().Services("bench").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
+					Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Protocol: proto, Port: 80}}}}, metav1.CreateOptions{})
+				if err != nil {
+					return err
+				}
+				sl := &discoveryv1.EndpointSlice{
+					ObjectMeta:  metav1.ObjectMeta{Name: name + "-abcde", Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "benchk8s"}},
+					AddressType: discoveryv1.AddressTypeIPv4,
+					Ports:       []discoveryv1.EndpointPort{{Name: &pname, Protocol: &proto, Port: &port}},
+				}
+				for j := 0; j < *perSvc; j++ {
+					node := fmt.Sprintf("node-%d", (i**perSvc+j)%*nodes)
+					podName := fmt.Sprintf("%s-pod-%d", name, j)
+					sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{
+						Addresses:  []string{ip(i**perSvc + j)},
+						Conditions: discoveryv1.EndpointConditions{Ready: &tr, Serving: &tr},
+						NodeName:   &node,
+						TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "bench", Name: podName, UID: "00000000-0000-0000-0000-000000000000"},
+					})
+				}
+				_, err = c.DiscoveryV1().EndpointSlices("bench").Create(ctx, sl, metav1.CreateOptions{})
 				return err
 			}
-			sl := &discoveryv1.EndpointSlice{
-				ObjectMeta:  metav1.ObjectMeta{Name: name + "-abcde", Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "benchk8s"}},
-				AddressType: discoveryv1.AddressTypeIPv4,
-				Ports:       []discoveryv1.EndpointPort{{Name: &pname, Protocol: &proto, Port: &port}},
-			}
-			for j := 0; j < *perSvc; j++ {
-				node := fmt.Sprintf("node-%d", (i**perSvc+j)%*nodes)
-				podName := fmt.Sprintf("%s-pod-%d", name, j)
-				sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{
-					Addresses:  []string{ip(i**perSvc + j)},
-					Conditions: discoveryv1.EndpointConditions{Ready: &tr, Serving: &tr},
-					NodeName:   &node,
-					TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "bench", Name: podName, UID: "00000000-0000-0000-0000-000000000000"},
-				})
-			}
-			_, err = c.DiscoveryV1().EndpointSlices("bench").Create(ctx, sl, metav1.CreateOptions{})
-			return err
 		}
-	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		fail("creating objects: %v", firstErr)
+	})
+	if err != nil {
+		fail("creating objects: %v", err)
 	}
 }
 

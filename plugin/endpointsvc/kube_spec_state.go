@@ -59,23 +59,13 @@ func specState(services []*kService, slices []*kSlice) *State {
 	}
 	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].ID < st.Services[j].ID })
 
-	st.Tasks = make([]Task, 0, sortSlices(slices, svcs))
-	for _, sl := range slices {
-		if !svcs[sl.service] {
-			continue
+	st.Tasks = sliceTasks(slices, svcs, func(sl *kSlice, i int, t *Task) {
+		if h := sl.hostname(i); validLabel(h) {
+			t.Hostname = h
 		}
-		ports := taskPorts(sl)
-		for i := range sl.endpoints {
-			ep := &sl.endpoints[i]
-			t := sliceTask(sl, i, ports)
-			if h := sl.hostname(i); validLabel(h) {
-				t.Hostname = h
-			}
-			if ep.ready || notReady[sl.service] {
-				t.ActualStatus = StatusHealthy
-			}
-			st.Tasks = append(st.Tasks, t)
+		if sl.endpoints[i].ready || notReady[sl.service] {
+			t.ActualStatus = StatusHealthy
 		}
-	}
+	})
 	return st
 }

@@ -80,30 +80,21 @@ func kubeState(services []*kService, slices []*kSlice, nodes []*kNode, nodeAddre
 	}
 	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].ID < st.Services[j].ID })
 
-	st.Tasks = make([]Task, 0, sortSlices(slices, svcs))
-	for _, sl := range slices {
-		if !svcs[sl.service] {
-			continue
+	st.Tasks = sliceTasks(slices, svcs, func(sl *kSlice, i int, t *Task) {
+		ep := &sl.endpoints[i]
+		if node := ep.nodeName(); known[node] {
+			t.NodeID = node
 		}
-		ports := taskPorts(sl)
-		for i := range sl.endpoints {
-			ep := &sl.endpoints[i]
-			t := sliceTask(sl, i, ports)
-			if node := ep.nodeName(); known[node] {
-				t.NodeID = node
-			}
-			if ep.terminating {
-				t.DesiredStatus = StatusStopped
-			}
-			switch {
-			case ep.ready:
-				t.ActualStatus = StatusHealthy
-			case ep.serving:
-				t.ActualStatus = StatusRunning
-			}
-			st.Tasks = append(st.Tasks, t)
+		if ep.terminating {
+			t.DesiredStatus = StatusStopped
 		}
-	}
+		switch {
+		case ep.ready:
+			t.ActualStatus = StatusHealthy
+		case ep.serving:
+			t.ActualStatus = StatusRunning
+		}
+	})
 	return st
 }
 
@@ -123,10 +114,11 @@ func validEndpointAddress(addressType, address string) bool {
 	return false
 }
 
-// sortSlices orders slices by namespace and name (so that the same objects
-// give the same state) and counts the endpoints of those whose Service is
-// in svcs.
-func sortSlices(slices []*kSlice, svcs map[string]bool) int {
+// sliceTasks maps the endpoints of the slices whose Service is in svcs
+// onto tasks, slices ordered by namespace and name (so that the same
+// objects give the same state); status sets each task's schema-specific
+// fields (it starts desired running, actual unhealthy).
+func sliceTasks(slices []*kSlice, svcs map[string]bool, status func(sl *kSlice, i int, t *Task)) []Task {
 	sort.Slice(slices, func(i, j int) bool {
 		if slices[i].Namespace != slices[j].Namespace {
 			return slices[i].Namespace < slices[j].Namespace
@@ -139,7 +131,19 @@ func sortSlices(slices []*kSlice, svcs map[string]bool) int {
 			n += len(sl.endpoints)
 		}
 	}
-	return n
+	tasks := make([]Task, 0, n)
+	for _, sl := range slices {
+		if !svcs[sl.service] {
+			continue
+		}
+		ports := taskPorts(sl)
+		for i := range sl.endpoints {
+			t := sliceTask(sl, i, ports)
+			status(sl, i, &t)
+			tasks = append(tasks, t)
+		}
+	}
+	return tasks
 }
 
 // taskPorts are a slice's valid ports as task ports (shared by its tasks).
