@@ -27,29 +27,40 @@ func TestClusterDNSSpec(t *testing.T) {
 	for _, ns := range []string{"shop", "other", "kourier-system", "demo"} {
 		createNS(t, k, ns)
 	}
-	objs := createSpecObjects(t, k)
-
+	// ours starts before the objects exist, so that its table is built by
+	// patches, one change at a time; whole starts after, so that its table
+	// is built whole at the first sync: both must answer as the stock plugin
 	shipped := shippedClusterCorefile(t, k.Kubeconfig)
 	ours := Start(t, shipped)
+	objs := createSpecObjects(t, k)
+	whole := Start(t, shipped)
 	stock := Start(t, stockCorefile(t, shipped, k.Kubeconfig))
 	list := specQuestions(t, objs)
 
-	// both have synced once the last object answers
-	for _, s := range []*Server{ours, stock} {
+	// all have synced once the last object answers
+	for _, s := range []*Server{ours, whole, stock} {
 		within(t, 5*time.Second, s.DNS(), "last.other.svc.cluster.local", dns.TypeA, objs.last)
+	}
+	if n := ours.Metric("coredns_endpointsvc_syncs_total", `result="patched"`); n < 1 {
+		t.Errorf("meshdns started before the objects: %v patches, want some", n)
 	}
 
 	t.Run("Differential", func(t *testing.T) {
-		same := 0
-		for _, q := range list {
-			a, b := ask(ours.DNS(), q), ask(stock.DNS(), q)
-			if a != b {
-				t.Errorf("%s:\n  meshdns: %s\n  stock:   %s", q, a, b)
-				continue
+		for _, x := range []struct {
+			name string
+			s    *Server
+		}{{"patched", ours}, {"whole", whole}} {
+			same := 0
+			for _, q := range list {
+				a, b := ask(x.s.DNS(), q), ask(stock.DNS(), q)
+				if a != b {
+					t.Errorf("%s table, %s:\n  meshdns: %s\n  stock:   %s", x.name, q, a, b)
+					continue
+				}
+				same++
 			}
-			same++
+			t.Logf("%s table: %d of %d questions answered alike", x.name, same, len(list))
 		}
-		t.Logf("%d of %d questions answered alike", same, len(list))
 	})
 
 	// both Knative options resolve a Route's name to its ingress
@@ -104,14 +115,9 @@ func TestClusterDNSSpec(t *testing.T) {
 		thawed = true
 		// new objects, asked for once the table has them (the Corefile's
 		// cache would keep an NXDOMAIN asked for earlier for 30 s)
-		// the last "Synced N services, M endpoints" of the log
+		// the table's services and endpoints, from its gauges
 		synced := func() (n, m int) {
-			log := ours.Log()
-			i := strings.LastIndex(log, "Synced ")
-			if i >= 0 {
-				fmt.Sscanf(log[i:], "Synced %d services, %d endpoints", &n, &m)
-			}
-			return n, m
+			return int(ours.Metric("coredns_endpointsvc_services")), int(ours.Metric("coredns_endpointsvc_endpoints"))
 		}
 		n0, m0 := synced()
 		start = time.Now()
@@ -325,6 +331,7 @@ func TestClusterDNSChurn(t *testing.T) {
 	srv := Start(t, `.:1053 {
     bind 127.0.0.1
     ready 127.0.0.1:8181
+    prometheus 127.0.0.1:9153
     endpointsvc cluster.local in-addr.arpa {
         source kubernetes `+k.Kubeconfig+`
         schema kubernetes
@@ -333,6 +340,7 @@ func TestClusterDNSChurn(t *testing.T) {
 }
 `)
 	within(t, 5*time.Second, srv.DNS(), "db-0.db.shop.svc.cluster.local", dns.TypeA, "10.250.0.1")
+	writesBefore := srv.Metric("coredns_endpointsvc_snapshot_writes_total")
 
 	const n = 1000
 	start := time.Now()
@@ -352,8 +360,19 @@ func TestClusterDNSChurn(t *testing.T) {
 	updates := time.Since(start)
 	within(t, time.Second, srv.DNS(), "db-0.db.shop.svc.cluster.local", dns.TypeA, last)
 	within(t, time.Second, srv.DNS(), ptrName(t, last), dns.TypePTR, "db-0.db.shop.svc.cluster.local.")
-	t.Logf("%d slice updates in %v (%.0f/s); %d table builds", n, updates.Round(time.Millisecond),
-		float64(n)/updates.Seconds(), strings.Count(srv.Log(), "Synced "))
+	// the churn is served by patches of the one Service, never by a whole
+	// build, and the snapshot is written at most once a second
+	whole := srv.Metric("coredns_endpointsvc_syncs_total", `result="updated"`)
+	patches := srv.Metric("coredns_endpointsvc_syncs_total", `result="patched"`)
+	writes := srv.Metric("coredns_endpointsvc_snapshot_writes_total") - writesBefore
+	if whole != 1 || patches < 1 {
+		t.Errorf("%v whole builds, %v patches; want 1 (the first sync) and some", whole, patches)
+	}
+	if max := time.Since(start).Seconds() + 2; writes > max {
+		t.Errorf("%v snapshot writes in %v, want at most one a second", writes, time.Since(start).Round(time.Millisecond))
+	}
+	t.Logf("%d slice updates in %v (%.0f/s); %v patches, %v snapshot writes", n, updates.Round(time.Millisecond),
+		float64(n)/updates.Seconds(), patches, writes)
 	// a clean stop writes the final state: a restart without the API
 	// server answers it from the snapshot
 	k.StopAPI()

@@ -34,13 +34,19 @@ var nodeAddressTypes = set("internalip", "externalip", "hostname", "internaldns"
 // the same objects give the same state. Objects that cannot be mapped (a
 // name that is not a DNS label, an address of the wrong family) are skipped.
 func kubeState(services []*kService, slices []*kSlice, nodes []*kNode, nodeAddress []string) *State {
+	ns, known := kubeNodes(nodes, nodeAddress)
+	st := kubeServices(services, slices, known)
+	st.Nodes = ns
+	return st
+}
+
+// kubeNodes maps nodes (sorted by name in place) and returns the names of
+// those it kept.
+func kubeNodes(nodes []*kNode, nodeAddress []string) ([]Node, map[string]bool) {
 	if len(nodeAddress) == 0 {
 		nodeAddress = defaultNodeAddress
 	}
-	st := &State{
-		Services: make([]Service, 0, len(services)),
-		Nodes:    make([]Node, 0, len(nodes)),
-	}
+	out := make([]Node, 0, len(nodes))
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	known := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
@@ -65,9 +71,15 @@ func kubeState(services []*kService, slices []*kSlice, nodes []*kNode, nodeAddre
 			status = "down"
 		}
 		known[name] = true
-		st.Nodes = append(st.Nodes, Node{ID: name, Name: name, Address: addr, Status: status})
+		out = append(out, Node{ID: name, Name: name, Address: addr, Status: status})
 	}
+	return out, known
+}
 
+// kubeServices maps services and their slices for schema orch; an endpoint
+// runs on its node when known has the node's name, else on none.
+func kubeServices(services []*kService, slices []*kSlice, known map[string]bool) *State {
+	st := &State{Services: make([]Service, 0, len(services))}
 	svcs := make(map[string]bool, len(services))
 	for _, s := range services {
 		name, ns := strings.ToLower(s.Name), strings.ToLower(s.Namespace)

@@ -35,14 +35,29 @@ var (
 		Help:      "Number of endpoints (tasks that count) in the served state.",
 	}, []string{"zone"})
 
-	// syncCount counts sync attempts by source and result: updated,
-	// unchanged, error.
+	// syncCount counts sync attempts by source and result: updated (a
+	// whole state), patched (a part of it), unchanged, error.
 	syncCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
 		Name:      "syncs_total",
 		Help:      "Counter of state syncs, by source and result.",
 	}, []string{"zone", "source", "result"})
+
+	// snapshotBytes counts the bytes of snapshot files written (each write
+	// replaces the whole file), and snapshotWrites the files.
+	snapshotBytes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "snapshot_written_bytes_total",
+		Help:      "Counter of bytes of snapshot files written.",
+	}, []string{"zone"})
+	snapshotWrites = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "snapshot_writes_total",
+		Help:      "Counter of snapshot files written.",
+	}, []string{"zone"})
 
 	// lastSync is the time of the last successful sync (updated or
 	// unchanged), by source.

@@ -2,6 +2,7 @@ package endpointsvc
 
 import (
 	"context"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,23 +22,25 @@ const snapshotInterval = time.Second
 // is still pending (a clean stop keeps the final state).
 type snapshotWriter struct {
 	path string
+	zone string // labels the metrics
 
 	mu      sync.Mutex
-	pending *State    // latest state not written yet; nil: none
-	at      time.Time // when pending was applied
+	pending func(io.Writer) error // writes the latest state not written yet; nil: none
+	at      time.Time             // when pending was applied
 	kick    chan struct{}
 
 	writes atomic.Int64 // files written (tests count them)
 }
 
-func newSnapshotWriter(path string) *snapshotWriter {
-	return &snapshotWriter{path: path, kick: make(chan struct{}, 1)}
+func newSnapshotWriter(path, zone string) *snapshotWriter {
+	return &snapshotWriter{path: path, zone: zone, kick: make(chan struct{}, 1)}
 }
 
-// offer makes st, applied at at, the state to write next.
-func (w *snapshotWriter) offer(st *State, at time.Time) {
+// offer makes the state encode writes, applied at at, the state to write
+// next.
+func (w *snapshotWriter) offer(encode func(io.Writer) error, at time.Time) {
 	w.mu.Lock()
-	w.pending, w.at = st, at
+	w.pending, w.at = encode, at
 	w.mu.Unlock()
 	select {
 	case w.kick <- struct{}{}:
@@ -73,20 +76,24 @@ func (w *snapshotWriter) run(ctx context.Context) {
 // flush writes the pending state, if any.
 func (w *snapshotWriter) flush() {
 	w.mu.Lock()
-	st, at := w.pending, w.at
+	encode, at := w.pending, w.at
 	w.pending = nil
 	w.mu.Unlock()
-	if st == nil {
+	if encode == nil {
 		return
 	}
 	if !snapshotNewest.claim(w.path, at) {
 		return // another instance (a reload's successor) wrote a newer state
 	}
-	if err := persist.WriteStream(w.path, st.encode); err != nil {
+	var n int64
+	count := func(out io.Writer) error { return encode(countWriter{out, &n}) }
+	if err := persist.WriteStream(w.path, count); err != nil {
 		log.Warningf("Writing snapshot %q: %v", w.path, err)
 		return
 	}
 	w.writes.Add(1)
+	snapshotWrites.WithLabelValues(w.zone).Inc()
+	snapshotBytes.WithLabelValues(w.zone).Add(float64(n))
 }
 
 // snapshotNewest remembers, per snapshot path, the time of the newest state
@@ -109,4 +116,16 @@ func (n *newestWrites) claim(path string, at time.Time) bool {
 	}
 	n.at[path] = at
 	return true
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n *int64
+}
+
+func (c countWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	*c.n += int64(n)
+	return n, err
 }

@@ -60,7 +60,7 @@ func readSnapshot(t *testing.T, path string) *State {
 	if err != nil || b == nil {
 		t.Fatalf("reading the snapshot: %v", err)
 	}
-	st, err := DecodeState(b)
+	st, err := DecodeSnapshot(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,29 +76,56 @@ func (idleSource) Run(ctx context.Context, s Sink) {
 	<-ctx.Done()
 }
 
-// TestStateEncodeRoundTrip: the streamed snapshot decodes to the same state
-// (the same hash) for every schema's fields, and equals json.Marshal's
-// document field for field.
-func TestStateEncodeRoundTrip(t *testing.T) {
+// TestCompactRoundTrip: the compact snapshot decodes to the same
+// services, nodes and namespaces and, per service in order, the same tasks
+// but for their ids and versions, for every schema's fields; and a state
+// document (an older meshdns's snapshot) still loads.
+func TestCompactRoundTrip(t *testing.T) {
 	for _, path := range []string{"testdata/state.json", "testdata/spec-state.json"} {
 		st := loadState(t, path)
 		var buf bytes.Buffer
-		if err := st.encode(&buf); err != nil {
+		if err := st.encodeCompact(&buf); err != nil {
 			t.Fatal(err)
 		}
-		back, err := DecodeState(buf.Bytes())
+		back, err := DecodeSnapshot(buf.Bytes())
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", path, err, buf.String())
 		}
-		if back.hash() != st.hash() {
-			t.Errorf("%s: the decoded snapshot differs from the state", path)
+		if !reflect.DeepEqual(back.Services, st.Services) || !reflect.DeepEqual(back.Nodes, st.Nodes) || !reflect.DeepEqual(back.Namespaces, st.Namespaces) {
+			t.Errorf("%s: services, nodes or namespaces differ:\n%s", path, buf.String())
 		}
-		want, _ := json.Marshal(st)
-		var a, b any
-		json.Unmarshal(want, &a)
-		json.Unmarshal(buf.Bytes(), &b)
-		if !reflect.DeepEqual(a, b) {
-			t.Errorf("%s: streamed document differs from json.Marshal's:\n%s\n%s", path, buf.String(), want)
+		if a, b := tasksByService(st), tasksByService(back); !reflect.DeepEqual(a, b) {
+			t.Errorf("%s: tasks differ:\n%v\n%v", path, a, b)
+		}
+		legacy, _ := json.Marshal(st)
+		if old, err := DecodeSnapshot(legacy); err != nil || !reflect.DeepEqual(old, st) {
+			t.Errorf("%s: a state document as snapshot: %v", path, err)
+		}
+		full, _ := json.Marshal(st)
+		if buf.Len() >= len(full) {
+			t.Errorf("%s: compact form %d bytes, the state document %d", path, buf.Len(), len(full))
 		}
 	}
+	bad := []string{`{"format":"meshdns-state-compact/9","nodes":[],"services":[]}`,
+		`{"format":"meshdns-state-compact/1","nodes":[],"services":[{"service":{"id":"s","name":"Bad_Name","status":"active"}}]}`,
+		`{"format":"meshdns-state-compact/1","nodes":[],"services":[],"extra":1}`}
+	for _, b := range bad {
+		if _, err := DecodeSnapshot([]byte(b)); err == nil {
+			t.Errorf("accepted %s", b)
+		}
+	}
+}
+
+// tasksByService lists each service's tasks in order, without id and
+// version.
+func tasksByService(st *State) map[string][]Task {
+	out := map[string][]Task{}
+	for _, task := range st.Tasks {
+		task.ID, task.Version = "", 0
+		if len(task.Ports) == 0 {
+			task.Ports = nil
+		}
+		out[task.ServiceID] = append(out[task.ServiceID], task)
+	}
+	return out
 }

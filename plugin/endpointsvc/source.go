@@ -23,6 +23,9 @@ type Source interface {
 type Sink interface {
 	// Update offers a new, validated state.
 	Update(st *State)
+	// Patch offers a change to part of the last state (see Patch); a
+	// source sends it only after an Update.
+	Patch(p *Patch)
 	// Unchanged records a successful check that found the same content.
 	Unchanged()
 	// Failed records a failed sync; the last good state keeps serving.

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,10 +23,13 @@ import (
 	"github.com/meshdns/meshdns/plugin/pkg/pause"
 )
 
-// kubeSource watches Services, EndpointSlices and Nodes through one shared
-// informer factory, stores them as slim objects (kube_objects.go), and maps
-// them onto a State (kubeState) after the informers synced and again,
-// debounced, after every change. API errors and watch restarts keep the last
+// kubeSource watches Services, EndpointSlices and Nodes (or Namespaces)
+// through one shared informer factory, stores them as slim objects
+// (kube_objects.go), and maps them whole onto a State (kubeState,
+// specState) once the informers synced. After that, debounced, it maps
+// only what changed: an update that changes no field the mapping reads
+// costs a comparison, and a real change maps the Services it touches into
+// a Patch (kube_patch.go). API errors and watch restarts keep the last
 // state; a failure is reported once when it starts, and the recovery once.
 type kubeSource struct {
 	kubeconfig  string // "": in-cluster configuration
@@ -42,10 +43,9 @@ type kubeSource struct {
 	newClient func() (kubernetes.Interface, error)
 	debounce  time.Duration
 
-	hash contentHash // of the last state delivered (only Run's goroutine)
-	have bool
-
-	builds  atomic.Int64 // states mapped from the stores (tests count them)
+	builds  atomic.Int64 // whole states mapped from the stores (tests count them)
+	patches atomic.Int64 // patches delivered
+	rebuilt atomic.Int64 // services mapped by patches
 	skipped atomic.Int64 // updates that changed nothing the mapping reads
 }
 
@@ -133,10 +133,10 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			o.LabelSelector = k.labels
 		})
 	})
-	// No indexers: the stock informers' namespace index costs a set entry
-	// per object, and the build reads every object anyway.
+	// No namespace index (the stock informers' costs a set entry per
+	// object); slices are indexed by their Service, which a patch reads.
 	sliceInf := factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return discoveryv1informers.NewFilteredEndpointSliceInformer(c, namespace, resync, cache.Indexers{}, nil)
+		return discoveryv1informers.NewFilteredEndpointSliceInformer(c, namespace, resync, cache.Indexers{byService: sliceService}, nil)
 	})
 	type watched struct {
 		inf cache.SharedIndexInformer
@@ -157,6 +157,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 		infs = append(infs, watched{nodeInf, transformNode})
 	}
 
+	changed := &kubeDirty{}
 	dirty := make(chan struct{}, 1)
 	errs := make(chan error, 1)
 	mark := func() {
@@ -166,7 +167,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 		}
 	}
 	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { mark() },
+		AddFunc: func(obj any) { changed.mark(obj); mark() },
 		UpdateFunc: func(old, cur any) {
 			// A relist after a watch restart replays every object, and most
 			// updates (heartbeats, labels, annotations) change nothing the
@@ -180,9 +181,11 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 				k.skipped.Add(1)
 				return
 			}
+			changed.mark(old) // a slice may have moved to another Service
+			changed.mark(cur)
 			mark()
 		},
-		DeleteFunc: func(any) { mark() },
+		DeleteFunc: func(obj any) { changed.mark(obj); mark() },
 	}
 	onError := func(_ context.Context, r *cache.Reflector, err error) {
 		if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
@@ -204,6 +207,14 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 		if reg, err := x.inf.AddEventHandler(handler); err == nil {
 			regs = append(regs, reg)
 		}
+	}
+
+	stores := kubeStores{svcs: svcInf.GetStore(), slices: sliceInf.GetIndexer()}
+	if nodeInf != nil {
+		stores.nodes = nodeInf.GetStore()
+	}
+	if nsInf != nil {
+		stores.nss = nsInf.GetStore()
 	}
 
 	fctx, cancel := context.WithCancel(ctx)
@@ -246,7 +257,8 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			default:
 			}
 			failing = false
-			k.build(s, svcInf, sliceInf, nodeInf, nsInf)
+			svcs, nodes, nss := changed.take()
+			k.patch(s, stores, svcs, nodes, nss)
 		case <-syncWait:
 			if syncWait = waiter.next(); syncWait != nil {
 				continue
@@ -256,7 +268,8 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			case <-dirty:
 			default:
 			}
-			k.build(s, svcInf, sliceInf, nodeInf, nsInf) // the sink returns the list's garbage to the OS
+			changed.take()
+			k.build(s, stores) // the sink returns the list's garbage to the OS
 		case <-tick.C:
 			// The informers retry a failing list or watch on their own,
 			// mostly without telling (watch-list backs off silently), so a
@@ -335,64 +348,39 @@ func probe(ctx context.Context, client kubernetes.Interface) error {
 	return err
 }
 
-// build maps the informers' stores onto a state and hands it to s, or
-// reports it unchanged.
-func (k *kubeSource) build(s Sink, svcInf, sliceInf, nodeInf, nsInf cache.SharedIndexInformer) {
-	var nodes, nss cache.Store
-	if nodeInf != nil {
-		nodes = nodeInf.GetStore()
-	}
-	if nsInf != nil {
-		nss = nsInf.GetStore()
-	}
+// build maps the informers' stores whole onto a state and hands it to s.
+func (k *kubeSource) build(s Sink, st kubeStores) {
 	k.builds.Add(1)
-	// The mappings (kubeState, specState) emit only valid, normalised
-	// states - every name checked, every reference resolved, ids unique by
-	// construction (their tests run each result through Validate) - so the
-	// build skips Validate's maps of every id, a large share of the
-	// first sync's peak.
-	st := k.state(svcInf.GetStore(), sliceInf.GetStore(), nodes, nss)
-	// The hash is taken over the fields, not over a JSON encoding: the
-	// encoding of a large cluster is several times the table's size, and
-	// only a snapshot needs it (apply encodes it then).
-	if h := st.hash(); k.have && h == k.hash {
-		s.Unchanged()
-		return
-	} else {
-		k.hash, k.have = h, true
-	}
-	s.Update(st)
+	s.Update(k.state(st))
 }
 
 // state reads the slim objects out of the stores: every selected Service,
-// every slice that belongs to a Service (kubeState keeps those of the
-// selected ones) and every node (nodes is nil for schema kubernetes).
-func (k *kubeSource) state(svcs, slices, nodes, nss cache.Store) *State {
+// every slice that belongs to a Service (the mappings keep those of the
+// selected ones) and every node (schema orch) or namespace (schema
+// kubernetes). The mappings (kubeState, specState) emit only valid,
+// normalised states - every name checked, every reference resolved, ids
+// unique by construction (their tests run each result through Validate) -
+// so the sink need not Validate it.
+func (k *kubeSource) state(st kubeStores) *State {
 	var ks []*kService
-	for _, o := range svcs.List() {
+	for _, o := range st.svcs.List() {
 		if s, ok := o.(*kService); ok && !s.skip && (k.spec || !s.externalName) {
 			ks = append(ks, s)
 		}
 	}
 	var kl []*kSlice
-	for _, o := range slices.List() {
+	for _, o := range st.slices.List() {
 		if sl, ok := o.(*kSlice); ok && sl.service != "" {
 			kl = append(kl, sl)
 		}
 	}
 	if k.spec {
-		st := specState(ks, kl)
-		want := set(k.namespaces...)
-		for _, o := range nss.List() {
-			if n, ok := o.(*kNamespace); ok && validLabel(strings.ToLower(n.Name)) && (len(want) == 0 || want[strings.ToLower(n.Name)]) {
-				st.Namespaces = append(st.Namespaces, strings.ToLower(n.Name))
-			}
-		}
-		sort.Strings(st.Namespaces)
-		return st
+		mapped := specState(ks, kl)
+		mapped.Namespaces = k.namespaceList(st.nss)
+		return mapped
 	}
 	var kn []*kNode
-	for _, o := range nodes.List() {
+	for _, o := range st.nodes.List() {
 		if n, ok := o.(*kNode); ok {
 			kn = append(kn, n)
 		}

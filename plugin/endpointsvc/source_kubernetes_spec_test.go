@@ -84,8 +84,8 @@ func TestKubeSourceSpec(t *testing.T) {
 }
 
 // TestKubeSourceNoOpUpdates: updates that change nothing the mapping reads
-// (labels, annotations, a Node heartbeat) cost a comparison and no build;
-// a real change builds once more.
+// (labels, annotations, a Node heartbeat) cost a comparison and no build
+// or patch; a real change is one patch of one Service.
 func TestKubeSourceNoOpUpdates(t *testing.T) {
 	node := kubeNode("n1", "10.0.0.1", corev1.ConditionTrue)
 	svc := kubeService("default", "web", corev1.ServiceTypeClusterIP)
@@ -94,7 +94,7 @@ func TestKubeSourceNoOpUpdates(t *testing.T) {
 	src := &kubeSource{}
 	e := newKubePlugin(t, client, false, src)
 	expect(t, e, "web.default.cluster.test.", dns.TypeA, "web.default.cluster.test.\t5\tIN\tA\t10.0.0.1")
-	builds := src.builds.Load()
+	builds, patches := src.builds.Load(), src.patches.Load()
 
 	ctx := t.Context()
 	for i := range 20 {
@@ -123,8 +123,8 @@ func TestKubeSourceNoOpUpdates(t *testing.T) {
 		return ""
 	})
 	time.Sleep(50 * time.Millisecond) // longer than the debounce
-	if n := src.builds.Load() - builds; n != 0 {
-		t.Errorf("%d builds after 60 no-op updates, want 0", n)
+	if n, p := src.builds.Load()-builds, src.patches.Load()-patches; n != 0 || p != 0 {
+		t.Errorf("%d builds, %d patches after 60 no-op updates, want 0", n, p)
 	}
 
 	// a real change: one more build, and the answer follows
@@ -139,7 +139,7 @@ func TestKubeSourceNoOpUpdates(t *testing.T) {
 		}
 		return ""
 	})
-	if n := src.builds.Load() - builds; n != 1 {
-		t.Errorf("%d builds after one real change, want 1", n)
+	if n, p := src.builds.Load()-builds, src.patches.Load()-patches; n != 0 || p != 1 {
+		t.Errorf("%d builds, %d patches after one real change, want 0, 1", n, p)
 	}
 }

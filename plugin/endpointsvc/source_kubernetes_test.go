@@ -171,6 +171,7 @@ func fixture() []any {
 type collectSink struct {
 	mu      sync.Mutex
 	states  []*State
+	patches []*Patch
 	fails   []error
 	unch    int
 	updated chan struct{}
@@ -181,6 +182,12 @@ func newCollectSink() *collectSink { return &collectSink{updated: make(chan stru
 func (c *collectSink) Update(st *State) {
 	c.mu.Lock()
 	c.states = append(c.states, st)
+	c.mu.Unlock()
+	c.updated <- struct{}{}
+}
+func (c *collectSink) Patch(p *Patch) {
+	c.mu.Lock()
+	c.patches = append(c.patches, p)
 	c.mu.Unlock()
 	c.updated <- struct{}{}
 }

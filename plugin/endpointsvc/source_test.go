@@ -29,7 +29,8 @@ func (r *recSink) Update(st *State) {
 	defer r.mu.Unlock()
 	r.events, r.last = append(r.events, fmt.Sprintf("update:%d", len(st.Services))), st
 }
-func (r *recSink) Unchanged() { r.add("unchanged") }
+func (r *recSink) Unchanged()     { r.add("unchanged") }
+func (r *recSink) Patch(p *Patch) { r.add(fmt.Sprintf("patch:%d", len(p.State.Services))) }
 func (r *recSink) Failed(err error) {
 	r.add("error:" + err.Error())
 }

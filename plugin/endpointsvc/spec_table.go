@@ -8,12 +8,34 @@ import (
 
 // specTable is the part of a table that schema kubernetes (the Kubernetes
 // DNS specification) reads. It is built from one validated State by
-// buildSpecTable and never changed afterwards. Keys are lowercased.
+// buildSpecTable, or from another specTable and a patch by patched (which
+// copies only what the patch touches), and never changed afterwards. Keys
+// are lowercased.
 type specTable struct {
 	namespaces map[string]struct{} // namespaces that exist (State.Namespaces, or those with a service)
+	derivedNS  bool                // the state listed no namespaces: they are those of the services
 	services   map[svcKey]*specSvc // every service, with or without endpoints
-	list       []*specSvc          // the services, for the reverse index's numbers
-	ptrs       []specPTR           // reverse index: sorted by address, cluster IPs before endpoints
+	// list gives every service a slot, the number the reverse index
+	// refers to it by; a service keeps its slot while a patch replaces it,
+	// and a removed service leaves a nil hole (in free) for the next new one.
+	list    []*specSvc
+	free    []uint32
+	ptrs    [ptrShards][]specPTR // reverse index, sharded by address: each shard sorted by address, cluster IPs before endpoints
+	nEndpts int                  // endpoints the predicate admitted, over all services
+}
+
+// ptrShards is the number of reverse-index shards: a patch copies only the
+// shards its services' addresses fall in (~200 entries each at 50,000
+// endpoints), not the whole index.
+const ptrShards = 256
+
+// ptrShard is the shard of an address (16 bytes, IPv4 v4-mapped):
+// multiplicative hashing of its low 8 bytes, where addresses of one network
+// differ.
+func ptrShard(a [16]byte) int {
+	x := uint64(a[8])<<56 | uint64(a[9])<<48 | uint64(a[10])<<40 | uint64(a[11])<<32 |
+		uint64(a[12])<<24 | uint64(a[13])<<16 | uint64(a[14])<<8 | uint64(a[15])
+	return int((x * 0x9E3779B97F4A7C15) >> 56)
 }
 
 // specSvc is one Service as the specification answers it.
@@ -27,6 +49,8 @@ type specSvc struct {
 	eps             []specEP      // the endpoints the predicate admits, in slice order
 	hostnames       []string      // endpoint i's hostname, parallel to eps; nil when none has one
 	epPorts         []epPorts     // the endpoints' ports, by runs of eps (one run per slice)
+	slot            uint32        // its number in the table's list
+	admitted        int32         // endpoints the predicate admitted (eps and FQDN ones)
 }
 
 // specEP is the address of an endpoint the predicate admitted (IPv4
@@ -124,83 +148,132 @@ func endpointLabel(ip netip.Addr) string {
 // ready ones, or all with publishNotReadyAddresses); ExternalName and
 // cluster-IP services keep theirs only for endpoint names and PTR, as the
 // kubernetes plugin does.
-func buildSpecTable(st *State) (*specTable, int) {
+func buildSpecTable(st *State) *specTable {
 	t := &specTable{
 		namespaces: make(map[string]struct{}, len(st.Namespaces)),
+		derivedNS:  len(st.Namespaces) == 0,
 		services:   make(map[svcKey]*specSvc, len(st.Services)),
 	}
 	for _, ns := range st.Namespaces {
 		t.namespaces[ns] = struct{}{}
 	}
-	nEndpts := 0
 	for _, se := range EndpointSet(st, false) {
-		svc := se.Service
-		if len(st.Namespaces) == 0 { // a state from a source that lists no namespaces
-			t.namespaces[svc.Namespace] = struct{}{}
+		s := newSpecSvc(se)
+		if t.derivedNS {
+			t.namespaces[s.namespace] = struct{}{}
 		}
-		s := &specSvc{name: svc.Name, namespace: svc.Namespace, external: svc.ExternalName, headless: svc.Headless, ports: svc.Ports}
-		for _, a := range svc.ClusterIPs {
-			s.clusterIPs = append(s.clusterIPs, netip.MustParseAddr(a)) // validated
-		}
-		var fqdns []string
-		var ports []TaskPort
-		for _, ep := range se.Endpoints {
-			ip, host, err := ParseAddress(ep.Task.Address)
-			if err != nil {
-				continue
-			}
-			if host != "" {
-				fqdns = append(fqdns, host)
-				continue
-			}
-			if len(s.eps) == 0 || !samePorts(ports, ep.Task.Ports) {
-				if len(s.eps) > 0 {
-					s.epPorts = append(s.epPorts, epPorts{end: int32(len(s.eps)), ports: ports})
-				}
-				ports = ep.Task.Ports
-			}
-			if h := ep.Task.Hostname; h != "" && s.hostnames == nil {
-				s.hostnames = make([]string, len(s.eps), len(se.Endpoints))
-			}
-			if s.hostnames != nil {
-				s.hostnames = append(s.hostnames, ep.Task.Hostname)
-			}
-			s.eps = append(s.eps, specEP(ip.As16()))
-		}
-		if len(s.eps) > 0 {
-			s.epPorts = append(s.epPorts, epPorts{end: int32(len(s.eps)), ports: ports})
-		}
-		if len(fqdns) > 0 && len(s.eps) == 0 && s.headless {
-			sort.Strings(fqdns)
-			s.cname = fqdns[0]
-		}
-		nEndpts += len(se.Endpoints)
-		if len(s.eps) < cap(s.eps) {
-			s.eps = append([]specEP(nil), s.eps...) // do not keep append's room
-		}
-		if s.hostnames != nil && len(s.hostnames) < cap(s.hostnames) {
-			s.hostnames = append([]string(nil), s.hostnames...)
-		}
-		t.services[svcKey{svc.Namespace, svc.Name}] = s
-		n := uint32(len(t.list))
+		s.slot = uint32(len(t.list))
 		t.list = append(t.list, s)
-		for k := range s.clusterIPs {
-			t.ptrs = append(t.ptrs, specPTR{svc: n, ep: int32(-1 - k)})
-		}
-		for i := range s.eps {
-			t.ptrs = append(t.ptrs, specPTR{svc: n, ep: int32(i)})
+		t.services[svcKey{s.namespace, s.name}] = s
+		t.nEndpts += int(s.admitted)
+		for _, p := range s.reverseEntries() {
+			sh := ptrShard(p.key)
+			t.ptrs[sh] = append(t.ptrs[sh], p.ptr)
 		}
 	}
-	sort.SliceStable(t.ptrs, func(i, j int) bool {
-		if c := t.addr(t.ptrs[i]).Compare(t.addr(t.ptrs[j])); c != 0 {
+	for i := range t.ptrs {
+		t.sortShard(t.ptrs[i])
+		if len(t.ptrs[i]) < cap(t.ptrs[i]) {
+			t.ptrs[i] = append([]specPTR(nil), t.ptrs[i]...)
+		}
+	}
+	return t
+}
+
+// newSpecSvc makes the records of one service and its endpoint set.
+func newSpecSvc(se ServiceEndpoints) *specSvc {
+	svc := se.Service
+	s := &specSvc{name: svc.Name, namespace: svc.Namespace, external: svc.ExternalName, headless: svc.Headless,
+		ports: svc.Ports, admitted: int32(len(se.Endpoints))}
+	for _, a := range svc.ClusterIPs {
+		s.clusterIPs = append(s.clusterIPs, netip.MustParseAddr(a)) // validated
+	}
+	var fqdns []string
+	var ports []TaskPort
+	for _, ep := range se.Endpoints {
+		ip, host, err := ParseAddress(ep.Task.Address)
+		if err != nil {
+			continue
+		}
+		if host != "" {
+			fqdns = append(fqdns, host)
+			continue
+		}
+		if len(s.eps) == 0 || !samePorts(ports, ep.Task.Ports) {
+			if len(s.eps) > 0 {
+				s.epPorts = append(s.epPorts, epPorts{end: int32(len(s.eps)), ports: ports})
+			}
+			ports = ep.Task.Ports
+		}
+		if h := ep.Task.Hostname; h != "" && s.hostnames == nil {
+			s.hostnames = make([]string, len(s.eps), len(se.Endpoints))
+		}
+		if s.hostnames != nil {
+			s.hostnames = append(s.hostnames, ep.Task.Hostname)
+		}
+		s.eps = append(s.eps, specEP(ip.As16()))
+	}
+	if len(s.eps) > 0 {
+		s.epPorts = append(s.epPorts, epPorts{end: int32(len(s.eps)), ports: ports})
+	}
+	if len(fqdns) > 0 && len(s.eps) == 0 && s.headless {
+		sort.Strings(fqdns)
+		s.cname = fqdns[0]
+	}
+	if len(s.eps) < cap(s.eps) {
+		s.eps = append([]specEP(nil), s.eps...) // do not keep append's room
+	}
+	if s.hostnames != nil && len(s.hostnames) < cap(s.hostnames) {
+		s.hostnames = append([]string(nil), s.hostnames...)
+	}
+	return s
+}
+
+// keyedPTR is a reverse-index entry with the address it indexes.
+type keyedPTR struct {
+	key [16]byte
+	ptr specPTR
+}
+
+// reverseEntries are the reverse-index entries of s (in its slot): its
+// cluster IPs, then its endpoints.
+func (s *specSvc) reverseEntries() []keyedPTR {
+	out := make([]keyedPTR, 0, len(s.clusterIPs)+len(s.eps))
+	for k, a := range s.clusterIPs {
+		out = append(out, keyedPTR{a.As16(), specPTR{svc: s.slot, ep: int32(-1 - k)}})
+	}
+	for i, a := range s.eps {
+		out = append(out, keyedPTR{a, specPTR{svc: s.slot, ep: int32(i)}})
+	}
+	return out
+}
+
+// sortShard orders a shard by address, cluster IPs before endpoints, and
+// otherwise by slot and endpoint number, so that a patched table and one
+// built whole order equal entries alike.
+func (t *specTable) sortShard(ps []specPTR) {
+	sort.Slice(ps, func(i, j int) bool {
+		if c := t.addr(ps[i]).Compare(t.addr(ps[j])); c != 0 {
 			return c < 0
 		}
-		return t.ptrs[i].ep < 0 && t.ptrs[j].ep >= 0
+		ci, cj := ps[i].ep < 0, ps[j].ep < 0
+		if ci != cj {
+			return ci
+		}
+		if ps[i].svc != ps[j].svc {
+			return t.list[ps[i].svc].less(t.list[ps[j].svc])
+		}
+		return ps[i].ep < ps[j].ep
 	})
-	if len(t.ptrs) < cap(t.ptrs) {
-		t.ptrs = append([]specPTR(nil), t.ptrs...)
+}
+
+// less orders services by namespace and name (the state's order of a
+// Kubernetes state), for entries of one address.
+func (s *specSvc) less(o *specSvc) bool {
+	if s.namespace != o.namespace {
+		return s.namespace < o.namespace
 	}
-	return t, nEndpts
+	return s.name < o.name
 }
 
 // samePorts reports whether two tasks share their ports: the same slice
@@ -224,13 +297,14 @@ func samePorts(a, b []TaskPort) bool {
 // is, else every endpoint with that address.
 func (t *specTable) reverse(ip netip.Addr) []specPTR {
 	ip = ip.Unmap()
-	i := sort.Search(len(t.ptrs), func(i int) bool { return t.addr(t.ptrs[i]).Compare(ip) >= 0 })
+	ps := t.ptrs[ptrShard(ip.As16())]
+	i := sort.Search(len(ps), func(i int) bool { return t.addr(ps[i]).Compare(ip) >= 0 })
 	j := i
-	for j < len(t.ptrs) && t.addr(t.ptrs[j]) == ip {
+	for j < len(ps) && t.addr(ps[j]) == ip {
 		j++
 	}
-	if i < j && t.ptrs[i].ep < 0 {
-		return t.ptrs[i : i+1]
+	if i < j && ps[i].ep < 0 {
+		return ps[i : i+1]
 	}
-	return t.ptrs[i:j]
+	return ps[i:j]
 }

@@ -70,7 +70,7 @@ func (e *Endpointsvc) apply(ctx context.Context, source string, st *State, persi
 	e.swap(st)
 	log.Infof("Synced %d services, %d endpoints from %s in %v", e.tbl.Load().nServices, e.tbl.Load().nEndpts, source, time.Since(start).Round(time.Microsecond))
 	if persistIt && e.snapshot != nil {
-		e.snapshot.offer(st, start) // written off the lock, coalesced
+		e.snapshot.offer(st.encodeCompact, start) // written off the lock, coalesced
 	}
 }
 
@@ -80,16 +80,13 @@ func (e *Endpointsvc) apply(ctx context.Context, source string, st *State, persi
 func (e *Endpointsvc) swap(st *State) {
 	hosts := hostnames(st)
 	resolved, missing := e.resolver.cached(hosts)
-	e.serial++
-	if now := uint32(time.Now().Unix()); now > e.serial {
-		e.serial = now
-	}
+	serial := e.nextSerial()
 	var t *table
 	if e.spec {
-		sp, n := buildSpecTable(st)
-		t = &table{spec: sp, serial: e.serial, nServices: len(sp.services), nEndpts: n}
+		sp := buildSpecTable(st)
+		t = &table{spec: sp, serial: serial, nServices: len(sp.services), nEndpts: sp.nEndpts}
 	} else {
-		t = buildTable(st, e.Zones, e.includeUnhealthy, e.endpointMode, resolved, e.serial)
+		t = buildTable(st, e.Zones, e.includeUnhealthy, e.endpointMode, resolved, serial)
 	}
 	e.state = nil
 	if len(hosts) > 0 {
@@ -156,7 +153,7 @@ func (e *Endpointsvc) loadSnapshot(ctx context.Context) {
 		}
 		return
 	}
-	st, err := DecodeState(b)
+	st, err := DecodeSnapshot(b)
 	if err != nil {
 		log.Warningf("Ignoring snapshot %q: %v", e.snapshotPath, err)
 		return
@@ -199,7 +196,7 @@ func (e *Endpointsvc) start(src Source) {
 	e.first = make(chan struct{})
 	e.once = sync.Once{}
 	if e.snapshotPath != "" {
-		e.snapshot = newSnapshotWriter(e.snapshotPath)
+		e.snapshot = newSnapshotWriter(e.snapshotPath, e.Zones[0])
 		w := e.snapshot
 		e.wg.Add(1)
 		go func() {
@@ -286,6 +283,14 @@ func (k *sink) Update(st *State) {
 		// part of start-up (meshdns releases start-up pages after it).
 		debug.FreeOSMemory()
 	}
+	k.e.firstResult()
+}
+
+func (k *sink) Patch(p *Patch) {
+	syncCount.WithLabelValues(k.e.Zones[0], k.source, "patched").Inc()
+	lastSync.WithLabelValues(k.e.Zones[0], k.source).SetToCurrentTime()
+	k.recovered()
+	k.e.applyPatch(k.ctx, p)
 	k.e.firstResult()
 }
 

@@ -46,6 +46,9 @@ type svcEntry struct {
 	cname string      // endpoint mode, FQDN endpoints only: the lexicographically first FQDN
 	srv   []srvTarget // one per endpoint and port, every port
 	ports []namedPort // one per named service port, in the service's order (few: a linear scan beats a map)
+
+	admitted int32 // endpoints the predicate admitted
+	conflict bool  // endpoint mode: more than one CNAME candidate, or FQDNs beside IPs
 }
 
 // namedPort is a named service port and its SRV targets.
@@ -90,73 +93,93 @@ func buildTable(st *State, zones []string, includeUnhealthy, endpointMode bool, 
 	byID := make(map[string]*nodeEntry, len(st.Nodes))
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
-		e := &nodeEntry{name: n.Name, addrs: nodeAddrs(n.Address, resolved), targets: make([]string, len(zones))}
-		for i, z := range zones {
-			e.targets[i] = n.Name + ".node." + z
-		}
+		e := newNodeEntry(n, zones, resolved)
 		t.nodes[n.Name] = e
 		byID[n.ID] = e
 	}
 	for _, se := range EndpointSet(st, includeUnhealthy) {
-		svc := se.Service
-		e := &svcEntry{}
-		var ips []netip.Addr
-		var fqdns []string
-		for _, sp := range svc.Ports {
-			if sp.Name != "" {
-				e.ports = append(e.ports, namedPort{key: portKey{sp.Name, sp.Protocol}})
-			}
-		}
-		for _, ep := range se.Endpoints {
-			if endpointMode {
-				if ip, host, err := ParseAddress(ep.Task.Address); err == nil && host != "" {
-					fqdns = append(fqdns, host)
-				} else if err == nil {
-					ips = append(ips, ip)
-				}
-			}
-			if ep.Node == nil {
-				continue // an external endpoint: no node address, no SRV
-			}
-			ne := byID[ep.Node.ID]
-			if !endpointMode {
-				ips = appendAddrs(ips, ne.addrs)
-			}
-			named := 0
-			for _, sp := range svc.Ports {
-				if sp.Name != "" {
-					named++
-				}
-				port := hostPort(sp, ep.Task)
-				if port == 0 {
-					continue
-				}
-				st := srvTarget{node: ne, port: port}
-				e.srv = append(e.srv, st)
-				if sp.Name != "" {
-					e.ports[named-1].targets = append(e.ports[named-1].targets, st)
-				}
-			}
-		}
-		for i := range e.ports {
-			e.ports[i].targets = sortTargets(e.ports[i].targets)
-		}
-		e.srv = sortTargets(e.srv)
-		e.addrs = toAddrs(ips)
-		if len(fqdns) > 0 {
-			sort.Strings(fqdns)
-			if len(ips) == 0 {
-				e.cname = fqdns[0]
-			}
-			if len(ips) > 0 || fqdns[len(fqdns)-1] != fqdns[0] {
-				t.nConflicts++
-			}
-		}
-		t.services[svcKey{svc.Namespace, svc.Name}] = e
-		t.nServices++
-		t.nEndpts += len(se.Endpoints)
+		e := newSvcEntry(se, byID, endpointMode)
+		t.services[svcKey{se.Service.Namespace, se.Service.Name}] = e
+		t.add(e, 1)
 	}
 	return t
+}
+
+// add counts entry e into the table's figures (sign 1) or out of them (-1).
+func (t *table) add(e *svcEntry, sign int) {
+	t.nServices += sign
+	t.nEndpts += sign * int(e.admitted)
+	if e.conflict {
+		t.nConflicts += sign
+	}
+}
+
+// newNodeEntry makes the entry of node n: its names in zones and its
+// advertise addresses.
+func newNodeEntry(n *Node, zones []string, resolved map[string][]netip.Addr) *nodeEntry {
+	e := &nodeEntry{name: n.Name, addrs: nodeAddrs(n.Address, resolved), targets: make([]string, len(zones))}
+	for i, z := range zones {
+		e.targets[i] = n.Name + ".node." + z
+	}
+	return e
+}
+
+// newSvcEntry makes the records of one service and its endpoint set; byID
+// holds the entries of the nodes its endpoints run on.
+func newSvcEntry(se ServiceEndpoints, byID map[string]*nodeEntry, endpointMode bool) *svcEntry {
+	svc := se.Service
+	e := &svcEntry{admitted: int32(len(se.Endpoints))}
+	var ips []netip.Addr
+	var fqdns []string
+	for _, sp := range svc.Ports {
+		if sp.Name != "" {
+			e.ports = append(e.ports, namedPort{key: portKey{sp.Name, sp.Protocol}})
+		}
+	}
+	for _, ep := range se.Endpoints {
+		if endpointMode {
+			if ip, host, err := ParseAddress(ep.Task.Address); err == nil && host != "" {
+				fqdns = append(fqdns, host)
+			} else if err == nil {
+				ips = append(ips, ip)
+			}
+		}
+		if ep.Node == nil {
+			continue // an external endpoint: no node address, no SRV
+		}
+		ne := byID[ep.Node.ID]
+		if !endpointMode {
+			ips = appendAddrs(ips, ne.addrs)
+		}
+		named := 0
+		for _, sp := range svc.Ports {
+			if sp.Name != "" {
+				named++
+			}
+			port := hostPort(sp, ep.Task)
+			if port == 0 {
+				continue
+			}
+			st := srvTarget{node: ne, port: port}
+			e.srv = append(e.srv, st)
+			if sp.Name != "" {
+				e.ports[named-1].targets = append(e.ports[named-1].targets, st)
+			}
+		}
+	}
+	for i := range e.ports {
+		e.ports[i].targets = sortTargets(e.ports[i].targets)
+	}
+	e.srv = sortTargets(e.srv)
+	e.addrs = toAddrs(ips)
+	if len(fqdns) > 0 {
+		sort.Strings(fqdns)
+		if len(ips) == 0 {
+			e.cname = fqdns[0]
+		}
+		e.conflict = len(ips) > 0 || fqdns[len(fqdns)-1] != fqdns[0]
+	}
+	return e
 }
 
 // hostPort is the port clients reach task t's service port sp on: the
