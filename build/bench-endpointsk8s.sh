@@ -18,6 +18,15 @@
 # /readyz), dnsperf QPS on 60% A / 20% SRV / 20% PTR; then a table with the
 # ratios endpointsvc/kubernetes (goals: memory <= 0.5, QPS >= 1.5).
 #
+# BENCH_MIX=churn: both plugins at once (each its own meshdns on core 0)
+# on the spec mix while it churns for 60 s: 100 EndpointSlice updates/s (an
+# endpoint turns ready/unready, is added or removed) and a status write on
+# every Node once a minute, with dnsperf at a fixed 5,000 qps on each. Prints
+# each process's CPU seconds (/proc/PID/stat), the update-to-answer latency
+# of added endpoints (their PTR asked every 5 ms; p50, p99), lost queries
+# and response codes, anonymous RSS at the end, endpointsvc's patches and
+# snapshot bytes written, and whether both answer alike afterwards.
+#
 # BENCH_MIX=headless: endpointsvc's orch schema (addresses endpoint) on
 # 5,000 headless Services with one EndpointSlice of 10 ready endpoints each:
 # time to sync, RSS after sync and live Go heap, A QPS (goals: RSS <= 0.5x,

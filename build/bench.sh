@@ -12,3 +12,6 @@ for s in "${scripts[@]}"; do
   echo "== $s"
   "$s"
 done
+# the cluster-DNS churn phase (work per change, both plugins at once)
+echo "== build/bench-endpointsk8s.sh BENCH_MIX=churn"
+BENCH_MIX=churn build/bench-endpointsk8s.sh

@@ -512,11 +512,7 @@ func runSpec(dir string, api *apiServer) {
 	idle := specIdle(dir)
 	fmt.Printf("idle meshdns (whoami only, no plugin holding data): anonymous RSS %.1f MiB 3 s after /ready (RSS %.1f), live Go heap %.1f MiB\n", idle.afterSync, idle.rssAfterSync, idle.heap)
 
-	kc := api.kubeconfig
-	variants := map[string]string{
-		"endpointsvc": "    endpointsvc cluster.local in-addr.arpa ip6.arpa {\n        source kubernetes " + kc + "\n        schema kubernetes\n        pods insecure\n        snapshot endpointsvc.snapshot.json\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }\n",
-		"kubernetes":  "    kubernetes cluster.local in-addr.arpa ip6.arpa {\n        kubeconfig " + kc + "\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }\n",
-	}
+	variants := specVariants(api.kubeconfig)
 	res := map[string][]specRun{}
 	first := map[string]map[specQuery]string{} // each plugin's answers after its first sync
 	for r := 1; r <= *rounds; r++ {
@@ -550,6 +546,15 @@ func runSpec(dir string, api *apiServer) {
 		}
 	}
 	printSpecTable(res)
+}
+
+// specVariants are the two server blocks compared: the shipped stanza and
+// the stock plugin with the same options.
+func specVariants(kc string) map[string]string {
+	return map[string]string{
+		"endpointsvc": "    endpointsvc cluster.local in-addr.arpa ip6.arpa {\n        source kubernetes " + kc + "\n        schema kubernetes\n        pods insecure\n        snapshot endpointsvc.snapshot.json\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }\n",
+		"kubernetes":  "    kubernetes cluster.local in-addr.arpa ip6.arpa {\n        kubeconfig " + kc + "\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }\n",
+	}
 }
 
 // specIdle measures meshdns without a plugin holding data: the baseline of

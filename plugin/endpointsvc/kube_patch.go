@@ -2,6 +2,7 @@ package endpointsvc
 
 import (
 	"io"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync"
@@ -244,23 +245,48 @@ func (k *kubeSource) writeSnapshot(w io.Writer, st kubeStores) error {
 	if err != nil {
 		return err
 	}
-	keys := st.svcs.ListKeys()
-	sort.Strings(keys)
-	for _, key := range keys {
-		o, ok, _ := st.svcs.GetByKey(key)
+	var svcs []*kService
+	for _, o := range st.svcs.List() {
+		if s, ok := o.(*kService); ok {
+			svcs = append(svcs, s)
+		}
+	}
+	sort.Slice(svcs, func(i, j int) bool {
+		if svcs[i].Namespace != svcs[j].Namespace {
+			return svcs[i].Namespace < svcs[j].Namespace
+		}
+		return svcs[i].Name < svcs[j].Name
+	})
+	for _, svc := range svcs {
+		mapped, ok := orchService(svc)
+		if k.spec {
+			mapped, ok = specService(svc)
+		}
 		if !ok {
 			continue
 		}
-		svc := []*kService{o.(*kService)}
-		var mapped *State
-		if k.spec {
-			mapped = specState(svc, k.slicesOf(st, key))
-		} else {
-			mapped = kubeServices(svc, k.slicesOf(st, key), known)
+		if err := cw.service(&mapped); err != nil {
+			return err
 		}
-		for i := range mapped.Services {
-			if err := cw.service(&mapped.Services[i], mapped.Tasks); err != nil {
-				return err
+		// the tasks the mappings would make of the slices (sliceTasks),
+		// written without making them
+		slices := k.slicesOf(st, mapped.ID)
+		sortSlices(slices)
+		for _, sl := range slices {
+			ports := taskPorts(sl)
+			for i := range sl.endpoints {
+				t := compactTask{ports: ports, desired: StatusRunning}
+				if sl.addressType == addressFQDN {
+					t.address = sl.fqdns[i]
+				} else {
+					t.ip = netip.AddrFrom16(sl.endpoints[i].ip).Unmap()
+				}
+				if k.spec {
+					t.hostname, t.actual = specEndpoint(sl, i, svc.notReady)
+				} else {
+					t.node, t.desired, t.actual = kubeEndpoint(sl, i, known)
+				}
+				cw.task(t)
 			}
 		}
 	}

@@ -1,9 +1,11 @@
 package endpointsvc
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 )
 
 // TestKubePatchOneService: among 30 Services, a change to one Service's
@@ -172,5 +175,70 @@ func TestKubePatchNodeDownServed(t *testing.T) {
 	expect(t, e, "n1.node.cluster.test.", dns.TypeA, "n1.node.cluster.test.\t5\tIN\tA\t10.0.0.1")
 	if n := src.builds.Load() - builds; n != 0 {
 		t.Errorf("%d whole builds, want 0", n)
+	}
+}
+
+// TestKubeSnapshotIsTheMapping: the snapshot the kubernetes source writes
+// from its stores, without mapping them whole, decodes to the state the
+// whole mapping makes (but for task ids), for both schemas.
+func TestKubeSnapshotIsTheMapping(t *testing.T) {
+	orch := kubeStores{
+		svcs:   cache.NewStore(cache.MetaNamespaceKeyFunc),
+		slices: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byService: sliceService}),
+		nodes:  cache.NewStore(cache.MetaNamespaceKeyFunc),
+	}
+	for _, o := range fixture() {
+		var x any
+		var store cache.Store
+		switch o.(type) {
+		case *corev1.Node:
+			x, _ = transformNode(o)
+			store = orch.nodes
+		case *corev1.Service:
+			x, _ = transformService(nil)(o)
+			store = orch.svcs
+		case *discoveryv1.EndpointSlice:
+			x, _ = transformSlice(nil)(o)
+			store = orch.slices
+		}
+		if err := store.Add(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := benchStores(60, 4)
+	// one Service publishes not-ready addresses, with an unready endpoint
+	o, _, _ := spec.svcs.GetByKey("ns-1/svc-1")
+	o.(*kService).notReady = true
+	sl, _, _ := spec.slices.GetByKey("ns-1/svc-1-abcde")
+	sl.(*kSlice).endpoints[0].ready = false
+	for _, c := range []struct {
+		name string
+		k    *kubeSource
+		st   kubeStores
+	}{{"orch", &kubeSource{}, orch}, {"spec", &kubeSource{spec: true}, spec}} {
+		var buf bytes.Buffer
+		if err := c.k.writeSnapshot(&buf, c.st); err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeSnapshot(buf.Bytes())
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.name, err, buf.String())
+		}
+		want := c.k.state(c.st)
+		if err := want.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if len(want.Nodes) == 0 {
+			want.Nodes = []Node{} // the document lists none
+		}
+		if !reflect.DeepEqual(got.Services, want.Services) || !reflect.DeepEqual(got.Nodes, want.Nodes) || !reflect.DeepEqual(got.Namespaces, want.Namespaces) {
+			t.Errorf("%s: services, nodes or namespaces differ:\n%s", c.name, buf.String())
+		}
+		if a, b := tasksByService(got), tasksByService(want); !reflect.DeepEqual(a, b) {
+			t.Errorf("%s: tasks differ:\n%v\n%v", c.name, a, b)
+		}
+		if len(want.Tasks) == 0 {
+			t.Errorf("%s: no tasks", c.name)
+		}
 	}
 }

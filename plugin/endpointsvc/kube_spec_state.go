@@ -28,29 +28,10 @@ func specState(services []*kService, slices []*kSlice) *State {
 	notReady := make(map[string]bool)
 	svcs := make(map[string]bool, len(services))
 	for _, s := range services {
-		name, ns := strings.ToLower(s.Name), strings.ToLower(s.Namespace)
-		if s.skip || !validLabel(name) || !validLabel(ns) {
+		svc, ok := specService(s)
+		if !ok {
 			continue
 		}
-		svc := Service{ID: ns + "/" + name, Name: name, Namespace: ns, Status: "active", Headless: s.headless}
-		switch {
-		case s.externalName:
-			t := strings.TrimSuffix(s.target, ".")
-			if _, err := netip.ParseAddr(t); err == nil || !validName(strings.ToLower(t)) {
-				continue // no name to answer with (an address is no CNAME target: NXDOMAIN, as the kubernetes plugin)
-			}
-			svc.ExternalName, svc.Headless = t+".", false
-		case !s.headless:
-			for _, a := range s.clusterIPs {
-				if ip, err := netip.ParseAddr(a); err == nil && ip.Zone() == "" {
-					svc.ClusterIPs = append(svc.ClusterIPs, ip.Unmap().String())
-				}
-			}
-			if len(svc.ClusterIPs) == 0 {
-				continue // neither headless nor addressed: nothing to answer
-			}
-		}
-		svc.Ports = servicePorts(s)
 		svcs[svc.ID] = true
 		if s.notReady {
 			notReady[svc.ID] = true
@@ -60,12 +41,49 @@ func specState(services []*kService, slices []*kSlice) *State {
 	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].ID < st.Services[j].ID })
 
 	st.Tasks = sliceTasks(slices, svcs, func(sl *kSlice, i int, t *Task) {
-		if h := sl.hostname(i); validLabel(h) {
-			t.Hostname = h
-		}
-		if sl.endpoints[i].ready || notReady[sl.service] {
-			t.ActualStatus = StatusHealthy
-		}
+		t.Hostname, t.ActualStatus = specEndpoint(sl, i, notReady[sl.service])
 	})
 	return st
+}
+
+// specService maps one Service, or reports that it has nothing to answer.
+func specService(s *kService) (Service, bool) {
+	name, ns := strings.ToLower(s.Name), strings.ToLower(s.Namespace)
+	if s.skip || !validLabel(name) || !validLabel(ns) {
+		return Service{}, false
+	}
+	svc := Service{ID: ns + "/" + name, Name: name, Namespace: ns, Status: "active", Headless: s.headless}
+	switch {
+	case s.externalName:
+		t := strings.TrimSuffix(s.target, ".")
+		if _, err := netip.ParseAddr(t); err == nil || !validName(strings.ToLower(t)) {
+			return Service{}, false // no name to answer with (an address is no CNAME target: NXDOMAIN, as the kubernetes plugin)
+		}
+		svc.ExternalName, svc.Headless = t+".", false
+	case !s.headless:
+		for _, a := range s.clusterIPs {
+			if ip, err := netip.ParseAddr(a); err == nil && ip.Zone() == "" {
+				svc.ClusterIPs = append(svc.ClusterIPs, ip.Unmap().String())
+			}
+		}
+		if len(svc.ClusterIPs) == 0 {
+			return Service{}, false // neither headless nor addressed: nothing to answer
+		}
+	}
+	svc.Ports = servicePorts(s)
+	return svc, true
+}
+
+// specEndpoint is endpoint i of slice sl as schema kubernetes maps it: its
+// hostname (when it is a DNS label), and healthy when ready or its Service
+// publishes not-ready addresses, else unhealthy.
+func specEndpoint(sl *kSlice, i int, notReady bool) (hostname, actual string) {
+	if h := sl.hostname(i); validLabel(h) {
+		hostname = h
+	}
+	actual = StatusUnhealthy
+	if sl.endpoints[i].ready || notReady {
+		actual = StatusHealthy
+	}
+	return hostname, actual
 }

@@ -82,32 +82,52 @@ func kubeServices(services []*kService, slices []*kSlice, known map[string]bool)
 	st := &State{Services: make([]Service, 0, len(services))}
 	svcs := make(map[string]bool, len(services))
 	for _, s := range services {
-		name, ns := strings.ToLower(s.Name), strings.ToLower(s.Namespace)
-		if s.skip || s.externalName || !validLabel(name) || !validLabel(ns) || ns == nodeNamespace {
+		svc, ok := orchService(s)
+		if !ok {
 			continue
 		}
-		svc := Service{ID: ns + "/" + name, Name: name, Namespace: ns, Status: "active", Ports: servicePorts(s)}
 		svcs[svc.ID] = true
 		st.Services = append(st.Services, svc)
 	}
 	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].ID < st.Services[j].ID })
 
 	st.Tasks = sliceTasks(slices, svcs, func(sl *kSlice, i int, t *Task) {
-		ep := &sl.endpoints[i]
-		if node := ep.nodeName(); known[node] {
-			t.NodeID = node
-		}
-		if ep.terminating {
-			t.DesiredStatus = StatusStopped
-		}
-		switch {
-		case ep.ready:
-			t.ActualStatus = StatusHealthy
-		case ep.serving:
-			t.ActualStatus = StatusRunning
-		}
+		t.NodeID, t.DesiredStatus, t.ActualStatus = kubeEndpoint(sl, i, known)
 	})
 	return st
+}
+
+// orchService maps one Service for schema orch, or reports that it leaves
+// it out.
+func orchService(s *kService) (Service, bool) {
+	name, ns := strings.ToLower(s.Name), strings.ToLower(s.Namespace)
+	if s.skip || s.externalName || !validLabel(name) || !validLabel(ns) || ns == nodeNamespace {
+		return Service{}, false
+	}
+	return Service{ID: ns + "/" + name, Name: name, Namespace: ns, Status: "active", Ports: servicePorts(s)}, true
+}
+
+// kubeEndpoint is endpoint i of slice sl as schema orch maps it: its node
+// when known, desired stopped when terminating (else running), actual
+// healthy when ready, running when only serving, else unhealthy.
+func kubeEndpoint(sl *kSlice, i int, known map[string]bool) (node, desired, actual string) {
+	ep := &sl.endpoints[i]
+	if n := ep.nodeName(); known[n] {
+		node = n
+	}
+	desired = StatusRunning
+	if ep.terminating {
+		desired = StatusStopped
+	}
+	switch {
+	case ep.ready:
+		actual = StatusHealthy
+	case ep.serving:
+		actual = StatusRunning
+	default:
+		actual = StatusUnhealthy
+	}
+	return node, desired, actual
 }
 
 // validEndpointAddress reports whether address fits the slice's addressType.
@@ -131,12 +151,7 @@ func validEndpointAddress(addressType, address string) bool {
 // objects give the same state); status sets each task's schema-specific
 // fields (it starts desired running, actual unhealthy).
 func sliceTasks(slices []*kSlice, svcs map[string]bool, status func(sl *kSlice, i int, t *Task)) []Task {
-	sort.Slice(slices, func(i, j int) bool {
-		if slices[i].Namespace != slices[j].Namespace {
-			return slices[i].Namespace < slices[j].Namespace
-		}
-		return slices[i].Name < slices[j].Name
-	})
+	sortSlices(slices)
 	n := 0
 	for _, sl := range slices {
 		if svcs[sl.service] {
@@ -156,6 +171,16 @@ func sliceTasks(slices []*kSlice, svcs map[string]bool, status func(sl *kSlice, 
 		}
 	}
 	return tasks
+}
+
+// sortSlices orders slices by namespace and name.
+func sortSlices(slices []*kSlice) {
+	sort.Slice(slices, func(i, j int) bool {
+		if slices[i].Namespace != slices[j].Namespace {
+			return slices[i].Namespace < slices[j].Namespace
+		}
+		return slices[i].Name < slices[j].Name
+	})
 }
 
 // taskPorts are a slice's valid ports as task ports (shared by its tasks).

@@ -12,8 +12,13 @@ import (
 
 // snapshotInterval is the least time between two snapshot writes: under
 // churn the file is rewritten at most this often, always with the latest
-// state.
-const snapshotInterval = time.Second
+// state. snapshotDuty widens it for a state so large that one write takes
+// longer than 1/snapshotDuty of it: writing never takes more than that
+// share of the time (of a core, at most).
+const (
+	snapshotInterval = time.Second
+	snapshotDuty     = 25
+)
 
 // snapshotWriter writes the served state to the snapshot file off the
 // sync path: offer hands it the latest state (never blocking, never
@@ -51,6 +56,7 @@ func (w *snapshotWriter) offer(encode func(io.Writer) error, at time.Time) {
 // run writes offered states until ctx is done, then the pending one.
 func (w *snapshotWriter) run(ctx context.Context) {
 	var last time.Time
+	var took time.Duration // the last write
 	for {
 		select {
 		case <-ctx.Done():
@@ -58,7 +64,7 @@ func (w *snapshotWriter) run(ctx context.Context) {
 			return
 		case <-w.kick:
 		}
-		if wait := snapshotInterval - time.Since(last); wait > 0 {
+		if wait := max(snapshotInterval, snapshotDuty*took) - time.Since(last); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -68,8 +74,9 @@ func (w *snapshotWriter) run(ctx context.Context) {
 			case <-t.C:
 			}
 		}
+		start := time.Now()
 		w.flush()
-		last = time.Now()
+		last, took = time.Now(), time.Since(start)
 	}
 }
 

@@ -116,6 +116,33 @@ func TestCompactRoundTrip(t *testing.T) {
 	}
 }
 
+// TestCompactHandWrittenJSON: the hand-written encodings of services and
+// task ports are json.Marshal's, byte for byte.
+func TestCompactHandWrittenJSON(t *testing.T) {
+	for _, path := range []string{"testdata/state.json", "testdata/spec-state.json"} {
+		st := loadState(t, path)
+		for i := range st.Services {
+			want, _ := json.Marshal(&st.Services[i])
+			if got := appendService(nil, &st.Services[i]); string(got) != string(want) {
+				t.Errorf("service %s:\n got %s\nwant %s", st.Services[i].ID, got, want)
+			}
+		}
+		for _, task := range st.Tasks {
+			for _, p := range task.Ports {
+				want, _ := json.Marshal(p)
+				if got := appendTaskPort(nil, p); string(got) != string(want) {
+					t.Errorf("task port:\n got %s\nwant %s", got, want)
+				}
+			}
+		}
+	}
+	odd := Service{ID: "a\"b<", Name: "x", Status: "active", Ports: []ServicePort{{TargetPort: 1}}, ClusterIPs: []string{"::1", "10.0.0.1"}, Headless: true, ExternalName: "é.example."}
+	want, _ := json.Marshal(&odd)
+	if got := appendService(nil, &odd); string(got) != string(want) {
+		t.Errorf("odd service:\n got %s\nwant %s", got, want)
+	}
+}
+
 // tasksByService lists each service's tasks in order, without id and
 // version.
 func tasksByService(st *State) map[string][]Task {

@@ -26,7 +26,8 @@ import (
 // kubeSource watches Services, EndpointSlices and Nodes (or Namespaces)
 // through one shared informer factory, stores them as slim objects
 // (kube_objects.go), and maps them whole onto a State (kubeState,
-// specState) once the informers synced. After that, debounced, it maps
+// specState) once the informers synced. After that (at most one patch per
+// debounce interval) it maps
 // only what changed: an update that changes no field the mapping reads
 // costs a comparison, and a real change maps the Services it touches into
 // a Patch (kube_patch.go). API errors and watch restarts keep the last
@@ -230,7 +231,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 		waiter.pending = nil // a registration failed (only on a stopped informer): never synced
 	}
 	syncWait := waiter.first()
-	var lastProbe time.Time
+	var lastProbe, lastPatch time.Time
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	fail := func(err error) {
@@ -249,16 +250,22 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			if !synced {
 				continue
 			}
-			if !pause.Sleep(ctx, debounce) {
-				return
+			// A change after a quiet spell is patched at once; under churn
+			// at most one patch per debounce interval carries all the
+			// changes that came meanwhile.
+			if wait := debounce - time.Since(lastPatch); wait > 0 {
+				if !pause.Sleep(ctx, wait) {
+					return
+				}
 			}
-			select { // changes that came during the debounce are in this build
+			select { // changes that came while waiting are in this patch
 			case <-dirty:
 			default:
 			}
 			failing = false
 			svcs, nodes, nss := changed.take()
 			k.patch(s, stores, svcs, nodes, nss)
+			lastPatch = time.Now()
 		case <-syncWait:
 			if syncWait = waiter.next(); syncWait != nil {
 				continue

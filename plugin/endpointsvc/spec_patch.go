@@ -63,15 +63,21 @@ func (t *specTable) patched(st *State, removed []svcKey, setNS bool) *specTable 
 		}
 	}
 	for sh := range touched {
-		var ps []specPTR
+		// the old shard is sorted: keep its surviving entries in order and
+		// merge in the new ones, sorted on their own
+		add := added[sh]
+		n.sortShard(add)
+		ps := make([]specPTR, 0, len(t.ptrs[sh])+len(add))
 		for _, p := range t.ptrs[sh] {
-			if !gone[p.svc] {
-				ps = append(ps, p)
+			if gone[p.svc] {
+				continue
 			}
+			for len(add) > 0 && n.ptrLess(add[0], p) {
+				ps, add = append(ps, add[0]), add[1:]
+			}
+			ps = append(ps, p)
 		}
-		ps = append(ps, added[sh]...)
-		n.sortShard(ps)
-		n.ptrs[sh] = slices.Clip(ps)
+		n.ptrs[sh] = append(ps, add...)
 	}
 	switch {
 	case setNS:

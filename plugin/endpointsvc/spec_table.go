@@ -252,19 +252,22 @@ func (s *specSvc) reverseEntries() []keyedPTR {
 // otherwise by slot and endpoint number, so that a patched table and one
 // built whole order equal entries alike.
 func (t *specTable) sortShard(ps []specPTR) {
-	sort.Slice(ps, func(i, j int) bool {
-		if c := t.addr(ps[i]).Compare(t.addr(ps[j])); c != 0 {
-			return c < 0
-		}
-		ci, cj := ps[i].ep < 0, ps[j].ep < 0
-		if ci != cj {
-			return ci
-		}
-		if ps[i].svc != ps[j].svc {
-			return t.list[ps[i].svc].less(t.list[ps[j].svc])
-		}
-		return ps[i].ep < ps[j].ep
-	})
+	sort.Slice(ps, func(i, j int) bool { return t.ptrLess(ps[i], ps[j]) })
+}
+
+// ptrLess is the order of a shard.
+func (t *specTable) ptrLess(a, b specPTR) bool {
+	if c := t.addr(a).Compare(t.addr(b)); c != 0 {
+		return c < 0
+	}
+	ca, cb := a.ep < 0, b.ep < 0
+	if ca != cb {
+		return ca
+	}
+	if a.svc != b.svc {
+		return t.list[a.svc].less(t.list[b.svc])
+	}
+	return a.ep < b.ep
 }
 
 // less orders services by namespace and name (the state's order of a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"strconv"
 )
 
@@ -89,30 +90,40 @@ func (st *State) encodeCompact(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var tasks []Task
 	for i := range st.Services {
-		tasks = tasks[:0]
-		for _, j := range byService[st.Services[i].ID] {
-			tasks = append(tasks, st.Tasks[j])
-		}
-		if err := cw.service(&st.Services[i], tasks); err != nil {
+		if err := cw.service(&st.Services[i]); err != nil {
 			return err
+		}
+		for _, j := range byService[st.Services[i].ID] {
+			t := &st.Tasks[j]
+			cw.task(compactTask{node: t.NodeID, address: t.Address, hostname: t.Hostname, desired: t.DesiredStatus, actual: t.ActualStatus, ports: t.Ports})
 		}
 	}
 	return cw.end()
 }
 
+// compactTask is a task as the compact form writes it: its address is ip,
+// or address when ip is not valid.
+type compactTask struct {
+	node, hostname, desired, actual string
+	address                         string
+	ip                              netip.Addr
+	ports                           []TaskPort
+}
+
 // compactWriter streams the compact form: the nodes and namespaces first,
-// then one service (with its tasks) at a time, so that a large cluster's
-// snapshot is never held in memory whole.
+// then one service and its tasks at a time, so that a large cluster's
+// snapshot is never held in memory whole, nor a task made for it.
 type compactWriter struct {
-	w     io.Writer
-	buf   []byte
-	first bool
+	w        io.Writer
+	buf      []byte
+	services int
+	tasks    int         // tasks of the current service
+	group    compactTask // the current group's statuses and ports
 }
 
 func newCompactWriter(w io.Writer, nodes []Node, namespaces []string) (*compactWriter, error) {
-	cw := &compactWriter{w: w, buf: make([]byte, 0, 4096), first: true}
+	cw := &compactWriter{w: w, buf: make([]byte, 0, 8192)}
 	cw.buf = append(cw.buf, `{"format":"`+compactFormat+`","nodes":`...)
 	if nodes == nil {
 		nodes = []Node{}
@@ -140,55 +151,170 @@ func (cw *compactWriter) json(v any) error {
 	return nil
 }
 
-// service writes svc and its tasks (any order; consecutive tasks that
-// share statuses and ports share a group).
-func (cw *compactWriter) service(svc *Service, tasks []Task) error {
-	if !cw.first {
-		cw.buf = append(cw.buf, ",\n"...)
-	}
-	cw.first = false
-	cw.buf = append(cw.buf, `{"service":`...)
-	if err := cw.json(svc); err != nil {
+// service ends the previous service and starts svc; its tasks follow.
+func (cw *compactWriter) service(svc *Service) error {
+	if err := cw.endService(); err != nil {
 		return err
 	}
-	cw.buf = append(cw.buf, `,"groups":[`...)
-	for i := range tasks {
-		t := &tasks[i]
-		if i == 0 || t.DesiredStatus != tasks[i-1].DesiredStatus || t.ActualStatus != tasks[i-1].ActualStatus || !samePorts(t.Ports, tasks[i-1].Ports) {
-			if i > 0 {
-				cw.buf = append(cw.buf, "]},"...)
-			}
-			cw.buf = append(cw.buf, `{"desired":`...)
-			cw.buf = appendJSONString(cw.buf, t.DesiredStatus)
-			cw.buf = append(cw.buf, `,"actual":`...)
-			cw.buf = appendJSONString(cw.buf, t.ActualStatus)
-			if len(t.Ports) > 0 {
-				cw.buf = append(cw.buf, `,"ports":`...)
-				if err := cw.json(t.Ports); err != nil {
-					return err
-				}
-			}
-			cw.buf = append(cw.buf, `,"tasks":[`...)
-		} else {
-			cw.buf = append(cw.buf, ',')
-		}
-		cw.buf = append(cw.buf, '[')
-		cw.buf = appendJSONString(cw.buf, t.NodeID)
-		cw.buf = append(cw.buf, ',')
-		cw.buf = appendJSONString(cw.buf, t.Address)
-		cw.buf = append(cw.buf, ',')
-		cw.buf = appendJSONString(cw.buf, t.Hostname)
-		cw.buf = append(cw.buf, ']')
+	if cw.services > 0 {
+		cw.buf = append(cw.buf, ",\n"...)
 	}
-	if len(tasks) > 0 {
+	cw.services++
+	cw.buf = append(cw.buf, `{"service":`...)
+	cw.buf = appendService(cw.buf, svc)
+	cw.buf = append(cw.buf, `,"groups":[`...)
+	cw.tasks = 0
+	return nil
+}
+
+// task writes a task of the current service: in the current group when it
+// shares its statuses and ports, else in a new one.
+func (cw *compactWriter) task(t compactTask) {
+	g := &cw.group
+	if cw.tasks == 0 || t.desired != g.desired || t.actual != g.actual || !samePorts(t.ports, g.ports) {
+		if cw.tasks > 0 {
+			cw.buf = append(cw.buf, "]},"...)
+		}
+		*g = t
+		cw.buf = append(cw.buf, `{"desired":`...)
+		cw.buf = appendJSONString(cw.buf, t.desired)
+		cw.buf = append(cw.buf, `,"actual":`...)
+		cw.buf = appendJSONString(cw.buf, t.actual)
+		if len(t.ports) > 0 {
+			cw.buf = append(cw.buf, `,"ports":[`...)
+			for i, p := range t.ports {
+				if i > 0 {
+					cw.buf = append(cw.buf, ',')
+				}
+				cw.buf = appendTaskPort(cw.buf, p)
+			}
+			cw.buf = append(cw.buf, ']')
+		}
+		cw.buf = append(cw.buf, `,"tasks":[`...)
+	} else {
+		cw.buf = append(cw.buf, ',')
+	}
+	cw.tasks++
+	cw.buf = append(cw.buf, '[')
+	cw.buf = appendJSONString(cw.buf, t.node)
+	cw.buf = append(cw.buf, ',')
+	if t.ip.IsValid() {
+		cw.buf = append(cw.buf, '"')
+		cw.buf = t.ip.AppendTo(cw.buf)
+		cw.buf = append(cw.buf, '"')
+	} else {
+		cw.buf = appendJSONString(cw.buf, t.address)
+	}
+	cw.buf = append(cw.buf, ',')
+	cw.buf = appendJSONString(cw.buf, t.hostname)
+	cw.buf = append(cw.buf, ']')
+}
+
+// appendService appends svc as json.Marshal encodes it (a test holds the
+// two alike), without its reflection: a snapshot writes thousands.
+func appendService(b []byte, svc *Service) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, svc.ID)
+	b = append(b, `,"name":`...)
+	b = appendJSONString(b, svc.Name)
+	if svc.Namespace != "" {
+		b = append(b, `,"namespace":`...)
+		b = appendJSONString(b, svc.Namespace)
+	}
+	b = append(b, `,"status":`...)
+	b = appendJSONString(b, svc.Status)
+	if len(svc.Ports) > 0 {
+		b = append(b, `,"ports":[`...)
+		for i, p := range svc.Ports {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '{')
+			if p.Name != "" {
+				b = append(b, `"name":`...)
+				b = appendJSONString(b, p.Name)
+				b = append(b, ',')
+			}
+			if p.Protocol != "" {
+				b = append(b, `"protocol":`...)
+				b = appendJSONString(b, p.Protocol)
+				b = append(b, ',')
+			}
+			b = append(b, `"target_port":`...)
+			b = strconv.AppendInt(b, int64(p.TargetPort), 10)
+			if p.PublishedPort != 0 {
+				b = append(b, `,"published_port":`...)
+				b = strconv.AppendInt(b, int64(p.PublishedPort), 10)
+			}
+			if p.Port != 0 {
+				b = append(b, `,"port":`...)
+				b = strconv.AppendInt(b, int64(p.Port), 10)
+			}
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if len(svc.ClusterIPs) > 0 {
+		b = append(b, `,"cluster_ips":[`...)
+		for i, a := range svc.ClusterIPs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, a)
+		}
+		b = append(b, ']')
+	}
+	if svc.Headless {
+		b = append(b, `,"headless":true`...)
+	}
+	if svc.ExternalName != "" {
+		b = append(b, `,"external_name":`...)
+		b = appendJSONString(b, svc.ExternalName)
+	}
+	return append(b, '}')
+}
+
+// appendTaskPort appends p as TaskPort's JSON encoding.
+func appendTaskPort(b []byte, p TaskPort) []byte {
+	b = append(b, '{')
+	if p.Name != "" {
+		b = append(b, `"name":`...)
+		b = appendJSONString(b, p.Name)
+		b = append(b, ',')
+	}
+	if p.Protocol != "" {
+		b = append(b, `"protocol":`...)
+		b = appendJSONString(b, p.Protocol)
+		b = append(b, ',')
+	}
+	b = append(b, `"container_port":`...)
+	b = strconv.AppendInt(b, int64(p.ContainerPort), 10)
+	if p.HostPort != 0 {
+		b = append(b, `,"host_port":`...)
+		b = strconv.AppendInt(b, int64(p.HostPort), 10)
+	}
+	return append(b, '}')
+}
+
+// endService closes the current service, if any.
+func (cw *compactWriter) endService() error {
+	if cw.services == 0 {
+		return nil
+	}
+	if cw.tasks > 0 {
 		cw.buf = append(cw.buf, "]}"...)
 	}
 	cw.buf = append(cw.buf, "]}"...)
+	cw.tasks = 0
 	return cw.flush(false)
 }
 
 // end closes the document.
 func (cw *compactWriter) end() error {
+	if err := cw.endService(); err != nil {
+		return err
+	}
+	cw.services = 0
 	cw.buf = append(cw.buf, "]}\n"...)
 	return cw.flush(true)
 }
