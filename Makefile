@@ -19,9 +19,6 @@ lint:
 
 test: deps lint build
 	MESHDNS_BIN=$(CURDIR)/$(BIN) $(GO) test -race -timeout 60m -count=1 ./...
-# (then internal/startpages once more as a position-independent
-# executable: its relocated RELRO pages must survive the release)
-	$(GO) test -count=1 -buildmode=pie ./internal/startpages
 
 image: build
 	build/image.sh prebuilt

@@ -1,10 +1,11 @@
-// Command meshdns is a CoreDNS build carrying every stock CoreDNS plugin
-// plus meshdns's own: virtualconsul, endpointsvc and mdnsfallback.
+// Command meshdns is a CoreDNS build carrying the stock CoreDNS plugins
+// listed in plugins.cfg (imported by zplugins.go) plus meshdns's own:
+// virtualconsul, endpointsvc and mdnsfallback.
 package main
 
-import (
-	_ "github.com/coredns/coredns/core/plugin" // every stock CoreDNS plugin
+//go:generate go run ./build/genplugins
 
+import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/coremain"

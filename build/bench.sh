@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench.sh — run every plugin's benchmark script (build/bench-*.sh) in turn.
-# Each compares a meshdns plugin with the stock hosts plugin in the same run,
-# pinned as ../shared/bench/dnsload documents, and prints its figures.
+# Each compares meshdns (a plugin, or the binary) with its stock CoreDNS
+# counterpart in the same run, the server pinned to core 0 and dnsperf to
+# core 1 (build/bench-tools/dnsload), and prints its figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/meshdns ] || build/build.sh bin/meshdns

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # drill-virtualconsul.sh — the virtualconsul outage drill, end to end, under
-# steady dnsperf load (../shared/bench/dnsload, rate-capped, bounded time):
+# steady dnsperf load (build/bench-tools/dnsload, rate-capped, bounded time):
 #
 #  1. A real Consul server (v1.16.3, one node, data directory on disk) holds
 #     N services with transparent-proxy sidecars; meshdns (taskset -c 0)

@@ -6,6 +6,9 @@
 #   kube-apiserver  kube-apiserver v1.34.4
 #   etcd            etcd v3.6.4 (kube-apiserver's; Debian's 3.4 makes it refuse
 #                   client-go's streaming lists: no RequestWatchProgress)
+#   coredns         stock CoreDNS v1.15.0 with every stock plugin, built as
+#                   meshdns is (static, -trimpath -s -w): the baseline of the
+#                   binary figures (build/bench-binary.sh)
 # Cache: $MESHDNS_TOOLS_CACHE (default ~/.cache/meshdns-tools). A cold build
 # takes ~5-10 min on 2 cores; a cached one costs nothing.
 set -euo pipefail
@@ -32,6 +35,12 @@ for tool in "$@"; do
       if [ ! -x "$out" ]; then
         echo "peer-tools: building etcd v3.6.4 into $out (once per machine)" >&2
         (cd etcd && go build -o "$out.tmp" go.etcd.io/etcd/server/v3 && mv "$out.tmp" "$out")
+      fi ;;
+    coredns)
+      out=$cache/coredns-v1.15.0/coredns
+      if [ ! -x "$out" ]; then
+        echo "peer-tools: building coredns v1.15.0 into $out (once per machine)" >&2
+        (cd coredns && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/coredns/coredns && mv "$out.tmp" "$out")
       fi ;;
     *) echo "peer-tools: unknown tool $tool" >&2; exit 2 ;;
   esac

@@ -193,14 +193,10 @@ func runHeadless(dir, kubeconfig string, client kubernetes.Interface) {
 		{"kubernetes", "    kubernetes cluster.local {\n        kubeconfig " + kubeconfig + "\n    }\n"},
 		{"endpointsvc", "    endpointsvc svc.cluster.local {\n        source kubernetes " + kubeconfig + "\n        addresses endpoint\n    }\n"},
 	}
-	// Each variant runs as shipped (meshdns releases the executable's
-	// start-up pages once every plugin has started) and, in round 1, once
-	// more with MESHDNS_KEEP_STARTUP_PAGES=1, so that the figures with the
-	// binary's whole start-up footprint are in the same run.
 	type result struct {
-		shipped, kept, loaded mem
-		sync                  time.Duration
-		qps                   []int
+		shipped, loaded mem
+		sync            time.Duration
+		qps             []int
 	}
 	res := map[string]*result{}
 	for r := 1; r <= *rounds; r++ {
@@ -210,77 +206,64 @@ func runHeadless(dir, kubeconfig string, client kubernetes.Interface) {
 				x = &result{}
 				res[v.name] = x
 			}
-			for _, keep := range []bool{false, true} {
-				if keep && r > 1 {
-					continue
-				}
-				port, ready, prom, pp := freePort(), freePort(), freePort(), freePort()
-				corefile := fmt.Sprintf("cluster.local:%d {\n    bind 127.0.0.1\n    ready 127.0.0.1:%d\n    prometheus 127.0.0.1:%d\n    pprof 127.0.0.1:%d\n%s}\n", port, ready, prom, pp, v.block)
-				cf := filepath.Join(dir, "Corefile."+v.name)
-				if err := os.WriteFile(cf, []byte(corefile), 0o644); err != nil {
-					fail("%v", err)
-				}
-				env := []string{"MESHDNS_KEEP_STARTUP_PAGES=0"}
-				mode := "shipped"
-				if keep {
-					env, mode = []string{"MESHDNS_KEEP_STARTUP_PAGES=1"}, "start-up pages kept"
-				}
-				start0 := time.Now()
-				p := startEnv(env, dir, "taskset", "-c", "0", *meshdns, "-conf", cf)
-				waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/ready", ready), p, 120*time.Second)
-				if v.name != "idle" { // and until the DNS port answers the last Service in full
-					name := fmt.Sprintf("svc-%d.bench.svc.cluster.local.", *services-1)
-					for n := 0; n != *perSvc; n = answerCount(port, name) {
-						if time.Since(start0) > 120*time.Second {
-							fail("%s: %s has %d A records, want %d\n%s", v.name, name, n, *perSvc, p.log.String())
-						}
-						time.Sleep(20 * time.Millisecond)
-					}
-				}
-				syncTime := time.Since(start0)
-				time.Sleep(3 * time.Second) // settle: what a replica holds after sync
-				m := measure(p.cmd.Process.Pid)
-				if v.name != "idle" && !keep {
-					x.qps = append(x.qps, qps(port, queries))
-					fmt.Printf("round %d: %-12s A QPS %d\n", r, v.name, x.qps[len(x.qps)-1])
-					if r == 1 {
-						x.loaded = measure(p.cmd.Process.Pid)
-					}
-				}
-				if r > 1 {
-					p.stop()
-					continue
-				}
-				// The live heap last: pprof's heap profile (the forced GC
-				// behind the figure) maps the symbol tables in again, which
-				// would count in the resident figures above.
-				gc(pp)
-				m.heap = heapMiB(prom)
-				if *logs != "" {
-					_ = os.WriteFile(filepath.Join(*logs, fmt.Sprintf("%s-%s.log", v.name, strings.ReplaceAll(mode, " ", "-"))), p.log.Bytes(), 0o644)
-				}
-				what := fmt.Sprintf("synced in %v", syncTime.Round(time.Millisecond))
-				if v.name == "idle" {
-					what = "no plugin holding data"
-				}
-				fmt.Printf("%-12s %-20s %s; after sync: RSS %.1f MiB (anonymous %.1f, file-backed %.1f), peak RSS %.1f MiB, live Go heap %.1f MiB\n",
-					v.name, mode+":", what, m.rss, m.anon, m.file, m.peak, m.heap)
-				if v.name != "idle" && !keep {
-					fmt.Printf("%-12s %-20s after the QPS load: RSS %.1f MiB (anonymous %.1f, file-backed %.1f)\n", v.name, mode+":", x.loaded.rss, x.loaded.anon, x.loaded.file)
-				}
-				if *memstats {
-					printMemstats(v.name, pp, p.cmd.Process.Pid)
-				}
-				if *profile != "" && !keep {
-					saveProfile(pp, filepath.Join(*profile, v.name+".heap"))
-				}
-				if keep {
-					x.kept = m
-				} else {
-					x.shipped, x.sync = m, syncTime
-				}
-				p.stop()
+			port, ready, prom, pp := freePort(), freePort(), freePort(), freePort()
+			corefile := fmt.Sprintf("cluster.local:%d {\n    bind 127.0.0.1\n    ready 127.0.0.1:%d\n    prometheus 127.0.0.1:%d\n    pprof 127.0.0.1:%d\n%s}\n", port, ready, prom, pp, v.block)
+			cf := filepath.Join(dir, "Corefile."+v.name)
+			if err := os.WriteFile(cf, []byte(corefile), 0o644); err != nil {
+				fail("%v", err)
 			}
+			mode := "meshdns"
+			start0 := time.Now()
+			p := start(dir, "taskset", "-c", "0", *meshdns, "-conf", cf)
+			waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/ready", ready), p, 120*time.Second)
+			if v.name != "idle" { // and until the DNS port answers the last Service in full
+				name := fmt.Sprintf("svc-%d.bench.svc.cluster.local.", *services-1)
+				for n := 0; n != *perSvc; n = answerCount(port, name) {
+					if time.Since(start0) > 120*time.Second {
+						fail("%s: %s has %d A records, want %d\n%s", v.name, name, n, *perSvc, p.log.String())
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			syncTime := time.Since(start0)
+			time.Sleep(3 * time.Second) // settle: what a replica holds after sync
+			m := measure(p.cmd.Process.Pid)
+			if v.name != "idle" {
+				x.qps = append(x.qps, qps(port, queries))
+				fmt.Printf("round %d: %-12s A QPS %d\n", r, v.name, x.qps[len(x.qps)-1])
+				if r == 1 {
+					x.loaded = measure(p.cmd.Process.Pid)
+				}
+			}
+			if r > 1 {
+				p.stop()
+				continue
+			}
+			// The live heap last: pprof's heap profile (the forced GC
+			// behind the figure) maps the symbol tables in again, which
+			// would count in the resident figures above.
+			gc(pp)
+			m.heap = heapMiB(prom)
+			if *logs != "" {
+				_ = os.WriteFile(filepath.Join(*logs, fmt.Sprintf("%s-%s.log", v.name, strings.ReplaceAll(mode, " ", "-"))), p.log.Bytes(), 0o644)
+			}
+			what := fmt.Sprintf("synced in %v", syncTime.Round(time.Millisecond))
+			if v.name == "idle" {
+				what = "no plugin holding data"
+			}
+			fmt.Printf("%-12s %-20s %s; after sync: RSS %.1f MiB (anonymous %.1f, file-backed %.1f), peak RSS %.1f MiB, live Go heap %.1f MiB\n",
+				v.name, mode+":", what, m.rss, m.anon, m.file, m.peak, m.heap)
+			if v.name != "idle" {
+				fmt.Printf("%-12s %-20s after the QPS load: RSS %.1f MiB (anonymous %.1f, file-backed %.1f)\n", v.name, mode+":", x.loaded.rss, x.loaded.anon, x.loaded.file)
+			}
+			if *memstats {
+				printMemstats(v.name, pp, p.cmd.Process.Pid)
+			}
+			if *profile != "" {
+				saveProfile(pp, filepath.Join(*profile, v.name+".heap"))
+			}
+			x.shipped, x.sync = m, syncTime
+			p.stop()
 		}
 	}
 	k, e := res["kubernetes"], res["endpointsvc"]
@@ -294,11 +277,10 @@ func runHeadless(dir, kubeconfig string, client kubernetes.Interface) {
 	ratio := func(what string, a, b float64, goal string) {
 		fmt.Printf("%s: kubernetes %.1f MiB, endpointsvc %.1f MiB, ratio %.2f%s\n", what, a, b, b/a, goal)
 	}
-	ratio("RSS after sync (as shipped)", k.shipped.rss, e.shipped.rss, " (goal <= 0.5)")
-	ratio("RSS after sync, start-up pages kept", k.kept.rss, e.kept.rss, "")
-	ratio("RSS after the QPS load (as shipped)", k.loaded.rss, e.loaded.rss, "")
+	ratio("RSS after sync", k.shipped.rss, e.shipped.rss, " (goal <= 0.5)")
+	ratio("RSS after the QPS load", k.loaded.rss, e.loaded.rss, "")
 	ratio("anonymous RSS after sync (without file-backed pages)", k.shipped.anon, e.shipped.anon, "")
-	ratio("peak RSS (start-up pages kept)", k.kept.peak, e.kept.peak, "")
+	ratio("peak RSS", k.shipped.peak, e.shipped.peak, "")
 	ratio("live Go heap after sync", k.shipped.heap, e.shipped.heap, "")
 	fmt.Printf("time to sync: kubernetes %v, endpointsvc %v\n", k.sync.Round(time.Millisecond), e.sync.Round(time.Millisecond))
 	fmt.Printf("A QPS (%d A records per answer): kubernetes %.0f, endpointsvc %.0f, ratio %.3f (goal >= 1.0)\n", *perSvc, avg(k.qps), avg(e.qps), avg(e.qps)/avg(k.qps))

@@ -276,7 +276,7 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			default:
 			}
 			changed.take()
-			k.build(s, stores) // the sink returns the list's garbage to the OS
+			k.build(s, stores)
 		case <-tick.C:
 			// The informers retry a failing list or watch on their own,
 			// mostly without telling (watch-list backs off silently), so a

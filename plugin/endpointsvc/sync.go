@@ -3,7 +3,6 @@ package endpointsvc
 import (
 	"context"
 	"net/netip"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -275,14 +274,6 @@ func (k *sink) Update(st *State) {
 	lastSync.WithLabelValues(zone, k.source).SetToCurrentTime()
 	k.recovered()
 	k.e.apply(k.ctx, k.source, st, true)
-	if !k.e.hadResult() {
-		// The first state of a source is its largest build (for the
-		// kubernetes source also the initial list's full objects): return
-		// that garbage to the OS now rather than keeping the peak as RSS
-		// until the scavenger gets to it. Before firstResult, so that it is
-		// part of start-up (meshdns releases start-up pages after it).
-		debug.FreeOSMemory()
-	}
 	k.e.firstResult()
 }
 
