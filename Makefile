@@ -19,6 +19,7 @@ lint:
 
 test: deps lint build
 	MESHDNS_BIN=$(CURDIR)/$(BIN) $(GO) test -race -timeout 60m -count=1 ./...
+	build/fuzz.sh 20
 
 image: build
 	build/image.sh prebuilt

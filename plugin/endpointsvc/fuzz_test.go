@@ -1,6 +1,7 @@
 package endpointsvc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -69,6 +70,45 @@ func FuzzDecodeState(f *testing.F) {
 		buildTable(st, []string{"svc.orch."}, true, true, nil, 1)
 		if _, err := DecodeState(mustJSON(t, st)); err != nil {
 			t.Fatalf("snapshot of a valid state is invalid: %v", err)
+		}
+	})
+}
+
+// FuzzDecodeSnapshot: a snapshot in either form is rejected whole or
+// decodes to a valid state that builds both schemas' tables, and whose
+// compact form decodes again to the same services.
+func FuzzDecodeSnapshot(f *testing.F) {
+	for _, path := range []string{"testdata/state.json", "testdata/spec-state.json"} {
+		good, _ := os.ReadFile(path)
+		f.Add(good)
+		st, err := DecodeState(good)
+		if err != nil {
+			f.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := st.encodeCompact(&b); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b.Bytes())
+	}
+	f.Add([]byte(`{"format":"meshdns-state-compact/1","nodes":[],"services":[{"service":{"id":"s","name":"a","status":"active"},"groups":[{"desired":"running","actual":"healthy","tasks":[["","10.0.0.1","h"]]}]}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := DecodeSnapshot(b)
+		if err != nil {
+			return
+		}
+		buildTable(st, []string{"svc.orch."}, true, true, nil, 1)
+		buildSpecTable(st)
+		var out bytes.Buffer
+		if err := st.encodeCompact(&out); err != nil {
+			t.Fatal(err)
+		}
+		back, err := DecodeSnapshot(out.Bytes())
+		if err != nil {
+			t.Fatalf("the compact form of a valid state is invalid: %v\n%s", err, out.String())
+		}
+		if len(back.Services) != len(st.Services) || len(back.Tasks) != len(st.Tasks) {
+			t.Fatalf("%d services, %d tasks after the round trip; want %d, %d", len(back.Services), len(back.Tasks), len(st.Services), len(st.Tasks))
 		}
 	})
 }
