@@ -13,6 +13,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coredns/coredns/plugin/pkg/upstream"
 
+	"github.com/meshdns/meshdns/plugin/pkg/pending"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
 
@@ -39,21 +40,27 @@ func setup(c *caddy.Controller) error {
 		return plugin.Error(pluginName, err)
 	}
 	// a reload hands the table over (tables are immutable), so that the new
-	// instance answers even when its source is down and there is no snapshot
+	// instance answers even when its source is down and there is no
+	// snapshot; what the new instance does not take is dropped when this one
+	// shuts down (the reload succeeded) or takes back over (it failed)
 	c.OnRestart(func() error {
+		pending.Begin()
 		e.handOver()
 		return nil
 	})
 	c.OnRestartFailed(func() error {
+		pending.Failed() // the new instances this reload started
 		carryStore.Drop(e.carryKey)
 		return nil
 	})
 	c.OnStartup(func() error {
 		e.start(e.source)
+		pending.Started(e.stop)
 		return nil
 	})
 	c.OnShutdown(func() error {
 		e.stop()
+		carryStore.Drop(e.carryKey)
 		return nil
 	})
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {

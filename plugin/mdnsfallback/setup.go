@@ -16,6 +16,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/meshdns/meshdns/plugin/pkg/carry"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
+	"github.com/meshdns/meshdns/plugin/pkg/pending"
 
 	"github.com/docker/docker/client"
 )
@@ -43,10 +44,27 @@ func setup(c *caddy.Controller) error {
 		return plugin.Error(pluginName, err)
 	}
 	p := newMDNSFallback(cfg)
-	c.OnStartup(p.onStartup)
-	c.OnRestart(p.onRestart)
-	c.OnRestartFailed(p.onRestartFailed)
-	c.OnShutdown(p.shutdown)
+	// see plugin/pkg/pending for a reload that fails after this instance
+	// started, and plugin/pkg/carry for the records handed across a reload
+	c.OnStartup(func() error {
+		if err := p.onStartup(); err != nil {
+			return err
+		}
+		pending.Started(func() { _ = p.shutdown() })
+		return nil
+	})
+	c.OnRestart(func() error {
+		pending.Begin()
+		return p.onRestart()
+	})
+	c.OnRestartFailed(func() error {
+		pending.Failed() // frees the sockets this instance takes back
+		return p.onRestartFailed()
+	})
+	c.OnShutdown(func() error {
+		carried.Drop(p.carryKey()) // what a new instance did not take
+		return p.shutdown()
+	})
 	c.OnFinalShutdown(p.shutdown)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		p.Next = next

@@ -15,6 +15,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/meshdns/meshdns/plugin/pkg/carry"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
+	"github.com/meshdns/meshdns/plugin/pkg/pending"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
 
@@ -29,10 +30,25 @@ func setup(c *caddy.Controller) error {
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
-	c.OnStartup(v.start)
-	c.OnRestart(v.handOver)
-	c.OnRestartFailed(v.keep)
-	c.OnShutdown(v.stop)
+	// see plugin/pkg/pending for a reload that fails after this instance
+	// started, and plugin/pkg/carry for the table handed across a reload
+	c.OnStartup(func() error {
+		err := v.start()
+		pending.Started(func() { _ = v.stop() })
+		return err
+	})
+	c.OnRestart(func() error {
+		pending.Begin()
+		return v.handOver()
+	})
+	c.OnRestartFailed(func() error {
+		pending.Failed()
+		return v.keep()
+	})
+	c.OnShutdown(func() error {
+		carried.Drop(v.carryKey) // what a new instance did not take
+		return v.stop()
+	})
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		v.Next = next
 		return v

@@ -6,7 +6,12 @@
 //   - the old instance Puts its state in OnRestart (before the new one sets up);
 //   - the new instance Takes it in OnStartup, before its sources run;
 //   - the old instance Drops its key in OnRestartFailed (it keeps serving
-//     its own state, and nothing stale is left for a later reload).
+//     its own state, and nothing stale is left for a later reload);
+//   - the old instance Drops its key in OnShutdown, which caddy runs once
+//     the new instance has started: when the reload changed the key (other
+//     zones or options), nothing took the value, and it must not wait for a
+//     later reload back to this key (which would prefer a stale table to a
+//     newer snapshot) nor stay in memory for the life of the process.
 //
 // Values must be immutable (the plugins' tables are): old and new instances
 // may read the same value at once.
