@@ -266,3 +266,58 @@ func TestReloadAwayAndBackServesNewestRecords(t *testing.T) {
 	reload(a, 2)
 	Eventually(t, 5*time.Second, has("two.weave.local.", "10.32.0.2"))
 }
+
+// TestGaugesPerServer: two blocks serving the same zones on other ports
+// keep their own gauges, labelled by server as CoreDNS's own metrics are
+// (before, both wrote one series labelled by the zone alone).
+func TestGaugesPerServer(t *testing.T) {
+	files := map[string]string{
+		"data/one.json":      `{"services":[{"id":"s1","name":"solo","status":"active"}],"tasks":[],"nodes":[]}`,
+		"data/one-vc.json":   `[{"name": "web.virtual.default.ns.default.ap.dc1.dc.consul", "endpoint": {"address_list": {"address": ["240.0.0.9"]}}}]`,
+		"data/.keep":         "",
+		"data/records1.json": "",
+	}
+	for _, f := range []string{"endpointsvc-state.json", "virtualconsul.json", "weave.records.json"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, "corefile", "data", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files["data/"+f] = string(b)
+	}
+	delete(files, "data/records1.json")
+	block := func(port int, stanza string) string {
+		return fmt.Sprintf(".:%d {\n    bind 127.0.0.1\n%s}\n", port, stanza)
+	}
+	cf := ".:1053 {\n    bind 127.0.0.1\n    ready 127.0.0.1:18181\n    prometheus 127.0.0.1:19153\n    whoami\n}\n" +
+		block(2053, "    endpointsvc svc.orch {\n        source file data/endpointsvc-state.json\n    }\n    virtualconsul {\n        source file data/virtualconsul.json\n    }\n    mdnsfallback {\n        api 127.0.0.1:6785\n        snapshot data/weave.records.json\n    }\n") +
+		block(3053, "    endpointsvc svc.orch {\n        source file data/one.json\n    }\n    virtualconsul {\n        source file data/one-vc.json\n    }\n    mdnsfallback {\n        api 127.0.0.1:6786\n    }\n")
+	s := Start(t, cf, Options{Files: files})
+	a, b := fmt.Sprintf(`server="dns://127.0.0.1:%d"`, s.Port(2053)), fmt.Sprintf(`server="dns://127.0.0.1:%d"`, s.Port(3053))
+	for _, c := range []struct {
+		metric string
+		a, b   float64
+	}{
+		{"coredns_endpointsvc_services", 3, 1},
+		{"coredns_virtualconsul_entries", 5, 1},
+		{"coredns_mdnsfallback_records", 1, 0},
+	} {
+		Eventually(t, 5*time.Second, func() string {
+			m := s.Metrics()
+			if x, y := metricValue(m, c.metric, a), metricValue(m, c.metric, b); x != c.a || y != c.b {
+				return fmt.Sprintf("%s: %v on the first block, %v on the second; want %v, %v\n%s", c.metric, x, y, c.a, c.b, grepLines(m, c.metric))
+			}
+			return ""
+		})
+	}
+}
+
+// grepLines are the lines of text that start with prefix.
+func grepLines(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -25,7 +25,7 @@ var (
 		Subsystem: pluginName,
 		Name:      "services",
 		Help:      "Number of services in the served state.",
-	}, []string{"zone"})
+	}, []string{"server", "zone"})
 
 	// endpointsGauge is the number of tasks the predicate admitted.
 	endpointsGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
@@ -33,7 +33,7 @@ var (
 		Subsystem: pluginName,
 		Name:      "endpoints",
 		Help:      "Number of endpoints (tasks that count) in the served state.",
-	}, []string{"zone"})
+	}, []string{"server", "zone"})
 
 	// syncCount counts sync attempts by source and result: updated (a
 	// whole state), patched (a part of it), unchanged, error.
@@ -66,7 +66,7 @@ var (
 		Subsystem: pluginName,
 		Name:      "last_sync_timestamp_seconds",
 		Help:      "Unix time of the last successful state sync, by source.",
-	}, []string{"zone", "source"})
+	}, []string{"server", "zone", "source"})
 )
 
 // Results of a query, the values of requests_total's result label.
@@ -113,4 +113,4 @@ var cnameConflicts = promauto.NewGaugeVec(prometheus.GaugeOpts{
 	Subsystem: pluginName,
 	Name:      "cname_conflicts",
 	Help:      "Number of services with more than one CNAME candidate (FQDN endpoints).",
-}, []string{"zone"})
+}, []string{"server", "zone"})

@@ -13,6 +13,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coredns/coredns/plugin/pkg/upstream"
 
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/pending"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
@@ -63,6 +64,7 @@ func setup(c *caddy.Controller) error {
 		carryStore.Drop(e.carryKey)
 		return nil
 	})
+	e.servers = conf.Servers(c)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		e.Next = next
 		return e

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshdns/meshdns/plugin/pkg/carry"
+	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
 )
 
@@ -21,7 +22,8 @@ type syncer struct {
 	ready atomic.Bool
 
 	includeUnhealthy bool
-	endpointMode     bool // addresses endpoint: answer the tasks' own addresses
+	endpointMode     bool     // addresses endpoint: answer the tasks' own addresses
+	servers          []string // the server label of the gauges (conf.Servers)
 	snapshotPath     string
 	snapshot         *snapshotWriter // nil without snapshotPath; set by start
 	refresh          time.Duration   // hostname re-resolution period (the TTL)
@@ -105,9 +107,9 @@ func (e *Endpointsvc) publish(t *table) {
 	e.tbl.Store(t)
 	e.ready.Store(true)
 	zone := e.Zones[0]
-	servicesGauge.WithLabelValues(zone).Set(float64(t.nServices))
-	cnameConflicts.WithLabelValues(zone).Set(float64(t.nConflicts))
-	endpointsGauge.WithLabelValues(zone).Set(float64(t.nEndpts))
+	gauges.Of(servicesGauge, e.servers, zone).Set(float64(t.nServices))
+	gauges.Of(cnameConflicts, e.servers, zone).Set(float64(t.nConflicts))
+	gauges.Of(endpointsGauge, e.servers, zone).Set(float64(t.nEndpts))
 }
 
 // refreshHosts re-resolves the current state's hostnames and rebuilds the
@@ -260,6 +262,11 @@ func (e *Endpointsvc) stop() {
 	}
 }
 
+// synced records a successful sync of source.
+func (e *Endpointsvc) synced(source string) {
+	gauges.Of(lastSync, e.servers, e.Zones[0], source).SetToCurrentTime()
+}
+
 // sink is a source's view of the plugin: it counts and logs results.
 type sink struct {
 	e       *Endpointsvc
@@ -271,7 +278,7 @@ type sink struct {
 func (k *sink) Update(st *State) {
 	zone := k.e.Zones[0]
 	syncCount.WithLabelValues(zone, k.source, "updated").Inc()
-	lastSync.WithLabelValues(zone, k.source).SetToCurrentTime()
+	k.e.synced(k.source)
 	k.recovered()
 	k.e.apply(k.ctx, k.source, st, true)
 	k.e.firstResult()
@@ -279,7 +286,7 @@ func (k *sink) Update(st *State) {
 
 func (k *sink) Patch(p *Patch) {
 	syncCount.WithLabelValues(k.e.Zones[0], k.source, "patched").Inc()
-	lastSync.WithLabelValues(k.e.Zones[0], k.source).SetToCurrentTime()
+	k.e.synced(k.source)
 	k.recovered()
 	k.e.applyPatch(k.ctx, p)
 	k.e.firstResult()
@@ -288,7 +295,7 @@ func (k *sink) Patch(p *Patch) {
 func (k *sink) Unchanged() {
 	zone := k.e.Zones[0]
 	syncCount.WithLabelValues(zone, k.source, "unchanged").Inc()
-	lastSync.WithLabelValues(zone, k.source).SetToCurrentTime()
+	k.e.synced(k.source)
 	k.recovered()
 	k.e.firstResult()
 }

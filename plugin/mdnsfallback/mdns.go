@@ -269,7 +269,7 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 			}
 		}
 	}
-	cacheEntries.Set(float64(p.cache.Len()))
+	p.cacheGauge.Set(float64(p.cache.Len()))
 	for _, n := range woke {
 		p.inflight.finish(n)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnsutil"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
+	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,9 +38,11 @@ type MDNSFallback struct {
 	db       *DB
 	cache    *answerCache
 	inflight *inflight
-	mdns     atomic.Pointer[responder] // nil without interfaces or before start
-	ready    atomic.Bool
-	stats    stats
+
+	cacheGauge, recordsGauge gauges.Set                // this block's cache_entries and records
+	mdns                     atomic.Pointer[responder] // nil without interfaces or before start
+	ready                    atomic.Bool
+	stats                    stats
 
 	soas         []soa.Names // SOA names of cfg.zones, in the same order
 	reverseZones []string    // reverse zones covering cfg.reverse, for the SOA
@@ -63,6 +66,7 @@ type stats struct {
 
 // config is the parsed Corefile stanza.
 type config struct {
+	servers     []string // the server labels of the gauges (conf.Servers)
 	zones       []string
 	api         string // "" when off
 	tokenFile   string
@@ -81,6 +85,7 @@ type config struct {
 
 func newMDNSFallback(cfg config) *MDNSFallback {
 	p := &MDNSFallback{cfg: cfg}
+	p.cacheGauge, p.recordsGauge = gauges.Of(cacheEntries, cfg.servers), gauges.Of(records, cfg.servers)
 	p.db = NewDB(cfg.zones, cfg.maxRecords)
 	p.cache = newAnswerCache(cfg.cacheSize)
 	p.inflight = newInflight(1024)
@@ -96,7 +101,7 @@ func newMDNSFallback(cfg config) *MDNSFallback {
 	p.db.onGone = p.sendGoodbyes
 	p.db.onPut = p.announce
 	p.db.onChange = func() {
-		records.Set(float64(p.db.Len()))
+		p.recordsGauge.Set(float64(p.db.Len()))
 		if s := p.snap.Load(); s != nil {
 			s.notify()
 		}
@@ -180,7 +185,7 @@ func (p *MDNSFallback) resolve(ctx context.Context, resp *responder, name string
 		if p.cfg.negativeTTL > 0 {
 			now := time.Now()
 			p.cache.setNegative(name, now.Add(p.cfg.negativeTTL), now)
-			cacheEntries.Set(float64(p.cache.Len()))
+			p.cacheGauge.Set(float64(p.cache.Len()))
 		}
 	})
 	if c == nil {

@@ -45,19 +45,19 @@ var (
 		Help:      "Counter of mDNS packets or records ignored by reason (malformed, off_link, interface, out_of_zone).",
 	}, []string{"reason"})
 
-	cacheEntries = promauto.NewGauge(prometheus.GaugeOpts{
+	cacheEntries = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
 		Name:      "cache_entries",
 		Help:      "Names in the mDNS answer cache (positive and negative).",
-	})
+	}, []string{"server"})
 
-	records = promauto.NewGauge(prometheus.GaugeOpts{
+	records = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
 		Name:      "records",
 		Help:      "Records in the local record database.",
-	})
+	}, []string{"server"})
 
 	apiRequests = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
@@ -69,19 +69,19 @@ var (
 
 // Container updater metrics.
 var (
-	updaterContainers = promauto.NewGauge(prometheus.GaugeOpts{
+	updaterContainers = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
 		Name:      "updater_containers",
 		Help:      "Containers the container updater tracks (running, with a name in the zones).",
-	})
+	}, []string{"server"})
 
-	updaterConnected = promauto.NewGauge(prometheus.GaugeOpts{
+	updaterConnected = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
 		Name:      "updater_connected",
 		Help:      "1 while the container updater follows the engine's events, else 0.",
-	})
+	}, []string{"server"})
 
 	updaterEvents = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,

@@ -16,6 +16,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/meshdns/meshdns/plugin/pkg/carry"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
+	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/pending"
 
 	"github.com/docker/docker/client"
@@ -77,6 +78,7 @@ func setup(c *caddy.Controller) error {
 // start-up).
 func parse(c *caddy.Controller) (config, error) {
 	cfg := config{
+		servers:     conf.Servers(c),
 		api:         defaultAPI,
 		timeout:     defaultTimeout,
 		ttl:         uint32(defaultTTL / time.Second),
@@ -337,7 +339,7 @@ func (p *MDNSFallback) readToken() error {
 func (p *MDNSFallback) start() error {
 	lifecycle.Lock()
 	defer lifecycle.Unlock()
-	records.Set(float64(p.db.Len()))
+	p.recordsGauge.Set(float64(p.db.Len()))
 	if p.cfg.snapshot != "" {
 		s := newSnapshotWriter(p.cfg.snapshot, p.db)
 		s.start()
@@ -381,6 +383,7 @@ func (p *MDNSFallback) start() error {
 			return plugin.Error(pluginName, fmt.Errorf("updater docker: %w", err))
 		}
 		u := newUpdater(*uc, p.db, p.cfg.zones, e)
+		u.connected, u.containers = gauges.Of(updaterConnected, p.cfg.servers), gauges.Of(updaterContainers, p.cfg.servers)
 		u.start()
 		p.updater.Store(u)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coredns/coredns/plugin"
 
+	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/pause"
 )
 
@@ -173,10 +174,12 @@ type updaterCounts struct {
 
 // updater runs one engine's container updater.
 type updater struct {
-	cfg   updaterConfig
-	db    *DB
-	zones []string
-	eng   engine
+	cfg updaterConfig
+
+	connected, containers gauges.Set // updater_connected, updater_containers of this block
+	db                    *DB
+	zones                 []string
+	eng                   engine
 
 	mu      sync.Mutex
 	tracked map[string]*tracked // by container ID
@@ -220,7 +223,7 @@ func (u *updater) stop() {
 	u.cancel = nil
 	_ = u.eng.Close()
 	u.setState("stopped", "")
-	updaterConnected.Set(0)
+	u.connected.Set(0)
 }
 
 func (u *updater) setState(state, errText string) {
@@ -247,7 +250,7 @@ func (u *updater) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		updaterConnected.Set(0)
+		u.connected.Set(0)
 		if up > 0 {
 			wasUp = true
 			if up >= time.Second {
@@ -296,7 +299,7 @@ func (u *updater) session(ctx context.Context) (time.Duration, error) {
 		u.counts.reconnects.Add(1)
 	}
 	u.setState("connected", "")
-	updaterConnected.Set(1)
+	u.connected.Set(1)
 	log.Infof("Container engine %s (API %s) synced: %d containers in the zones", u.eng.Endpoint(), ver, u.trackedLen())
 	since := time.Now()
 	up := func() time.Duration { return max(time.Since(since), time.Nanosecond) }
@@ -409,14 +412,14 @@ func (u *updater) upsert(c ctrInfo) {
 	}
 	t.c, t.recs = c, recs
 	u.applyLocked(t)
-	updaterContainers.Set(float64(len(u.tracked)))
+	u.containers.Set(float64(len(u.tracked)))
 }
 
 // remove forgets a container and deletes its records (with goodbyes).
 func (u *updater) remove(id string) {
 	u.mu.Lock()
 	delete(u.tracked, id)
-	updaterContainers.Set(float64(len(u.tracked)))
+	u.containers.Set(float64(len(u.tracked)))
 	u.mu.Unlock()
 	u.db.DeleteOwned(id, updaterOwner, nil)
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
 
+	"github.com/meshdns/meshdns/plugin/pkg/gauges"
+
 	"github.com/miekg/dns"
 )
 
@@ -87,6 +89,7 @@ type envoySource struct {
 	until   atomic.Int64 // Unix nanoseconds: skip the listener before this
 	failing atomic.Bool  // between a failure and the next answer, for logs and the gauge
 	zone    string       // the zone label of the failing gauge
+	servers []string     // its server labels
 }
 
 // fail opens (or extends, never shortens) the backoff window after a
@@ -100,7 +103,7 @@ func (e *envoySource) fail(now time.Time, err error) {
 		}
 	}
 	if e.failing.CompareAndSwap(false, true) {
-		sourceFailing.WithLabelValues(e.zone, "envoy").Set(1)
+		gauges.Of(sourceFailing, e.servers, e.zone, "envoy").Set(1)
 		log.Errorf("Source envoy failing, not asking %s for %v: %v", e.address, e.backoff, err)
 	}
 }
@@ -108,7 +111,7 @@ func (e *envoySource) fail(now time.Time, err error) {
 // ok notes an answer from the listener.
 func (e *envoySource) ok() {
 	if e.failing.Load() && e.failing.CompareAndSwap(true, false) {
-		sourceFailing.WithLabelValues(e.zone, "envoy").Set(0)
+		gauges.Of(sourceFailing, e.servers, e.zone, "envoy").Set(0)
 		log.Infof("Source envoy recovered: %s answers", e.address)
 	}
 }

@@ -32,7 +32,7 @@ var (
 		Subsystem: pluginName,
 		Name:      "entries",
 		Help:      "The number of distinct names in the serving table.",
-	}, []string{"zone"})
+	}, []string{"server", "zone"})
 
 	syncCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
@@ -46,14 +46,14 @@ var (
 		Subsystem: pluginName,
 		Name:      "source_failing",
 		Help:      "1 while the source is failing (error, disconnect, timeout) and the last good table serves, else 0.",
-	}, []string{"zone", "source"})
+	}, []string{"server", "zone", "source"})
 
 	lastSync = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
 		Name:      "last_sync_timestamp_seconds",
 		Help:      "The time of the last successful sync, by source.",
-	}, []string{"zone", "source"})
+	}, []string{"server", "zone", "source"})
 )
 
 // counters are one server's request counters, resolved once so that the

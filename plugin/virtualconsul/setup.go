@@ -15,6 +15,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/meshdns/meshdns/plugin/pkg/carry"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
+	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/pending"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
@@ -153,8 +154,9 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 	// The server block's keys (zones and ports) tell apart two blocks that
 	// serve the same zones on different ports.
 	v.carryKey = pluginName + " " + strings.Join(c.ServerBlockKeys, " ") + " " + strings.Join(zones, " ")
+	v.servers = conf.Servers(c)
 	if v.remote != nil {
-		v.remote.zone = v.metricZone
+		v.remote.zone, v.remote.servers = v.metricZone, v.servers
 	}
 	for _, z := range zones {
 		v.zones = append(v.zones, soa.For(z))
@@ -199,7 +201,7 @@ func (v *VirtualConsul) start() error {
 	if v.remote != nil {
 		// A fresh listener state is not failing: clear a gauge the replaced
 		// instance (before a reload) may have left at 1.
-		sourceFailing.WithLabelValues(v.metricZone, "envoy").Set(0)
+		gauges.Of(sourceFailing, v.servers, v.metricZone, "envoy").Set(0)
 		return nil
 	}
 	if t, ok := carried.Take(v.carryKey); ok {
@@ -243,7 +245,7 @@ func (v *VirtualConsul) stop() error {
 // swap makes t the serving table.
 func (v *VirtualConsul) swap(t *Table) {
 	v.table.Store(t)
-	tableEntries.WithLabelValues(v.metricZone).Set(float64(t.Len()))
+	gauges.Of(tableEntries, v.servers, v.metricZone).Set(float64(t.Len()))
 }
 
 // loadSnapshot serves the persisted table, if there is a valid one; a
@@ -271,7 +273,8 @@ func (v *VirtualConsul) reporter(src string) func(Sync) {
 		failing                 bool   // touched by the source's goroutine only
 		lastReject, lastSnapErr string //
 	)
-	failingGauge := sourceFailing.WithLabelValues(v.metricZone, src)
+	failingGauge := gauges.Of(sourceFailing, v.servers, v.metricZone, src)
+	synced := gauges.Of(lastSync, v.servers, v.metricZone, src)
 	failingGauge.Set(0)
 	return func(s Sync) {
 		syncCount.WithLabelValues(v.metricZone, src, s.Result).Inc()
@@ -283,7 +286,7 @@ func (v *VirtualConsul) reporter(src string) func(Sync) {
 		switch s.Result {
 		case SyncOK:
 			v.swap(s.Table)
-			lastSync.WithLabelValues(v.metricZone, src).SetToCurrentTime()
+			synced.SetToCurrentTime()
 			lastReject = ""
 			log.Infof("Synced %d entries from source %s", s.Table.Len(), src)
 			if v.snapshot == "" {

@@ -32,6 +32,7 @@ type VirtualConsul struct {
 	remote        *envoySource // the remote-listener mode (source envoy), else nil
 	snapshot      string       // snapshot path, "" for none
 	metricZone    string       // the zone label of the table metrics
+	servers       []string     // the server labels of its gauges (conf.Servers)
 	carryKey      string       // the key of the table carried across a reload
 
 	table atomic.Pointer[Table] // nil until a table is loaded

@@ -4,6 +4,7 @@ package conf
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -47,4 +48,22 @@ func Path(c *caddy.Controller, p string) string {
 		return a
 	}
 	return p
+}
+
+// Servers are the values of the `server` label that CoreDNS's metrics give
+// the servers the block of c listens on (metrics.WithServer):
+// transport://address, one per listen address (bind), as CoreDNS groups
+// its servers. Gauges set outside a query carry them, so that two blocks
+// serving the same zone on other ports do not overwrite each other.
+func Servers(c *caddy.Controller) []string {
+	cfg := dnsserver.GetConfig(c)
+	var out []string
+	for _, h := range cfg.ListenHosts {
+		addr := net.JoinHostPort(h, cfg.Port)
+		if a, err := net.ResolveTCPAddr("tcp", addr); err == nil {
+			addr = a.String()
+		}
+		out = append(out, cfg.Transport+"://"+addr)
+	}
+	return out
 }
