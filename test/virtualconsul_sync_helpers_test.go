@@ -200,26 +200,32 @@ func (a *consulAgent) put(path, body string) {
 // gets the service's virtual IP.
 //
 // It returns once Consul's catalog shows the sidecar's virtual IP, so that
-// tests measure meshdns and not Consul: a registration the leader handles
-// before it has turned virtual IPs on (shortly after its election) leaves
-// the proxy without one, so the registration is repeated every 2 s until
-// the VIP is there. Consul 1.16's leader turns them on in a routine that,
-// when its first attempt fails without an error (the system-metadata
-// write during its establishment), tries again only a minute later
+// tests measure meshdns and not Consul. Consul assigns the VIP when it
+// writes the proxy to the catalog, and only once its leader has turned
+// virtual IPs on: a registration it handles before then (right after its
+// election) leaves the proxy without one, and registering the same
+// definition again changes nothing in the catalog (the agent syncs only a
+// changed service). So every 2 s the sidecar is registered again with a
+// new Meta value, which makes the agent write it. Consul 1.16's leader
+// turns virtual IPs on in a routine that, when its first attempt fails
+// without an error, tries again only a minute later
 // (virtualIPVersionCheckInterval, agent/consul/leader_connect.go): seen in
-// ~1 of 20 runs, so the wait is 75 s.
+// 2 of ~20 runs, so the wait is 75 s.
 func (a *consulAgent) Register(name string, port int) {
 	a.t.Helper()
-	body := fmt.Sprintf(`{"Name": %q, "Port": %d, "Connect": {"SidecarService": {"Proxy": {"Mode": "transparent"}}}}`, name, port)
-	a.put("/v1/agent/service/register", body)
+	body := func(try int) string {
+		return fmt.Sprintf(`{"Name": %q, "Port": %d, "Connect": {"SidecarService": {"Meta": {"registration": "%d"}, "Proxy": {"Mode": "transparent"}}}}`, name, port, try)
+	}
+	a.put("/v1/agent/service/register", body(0))
 	start, last := time.Now(), time.Now()
-	for a.vip(name) == "" {
+	for try := 1; a.vip(name) == ""; {
 		if time.Since(start) > 75*time.Second {
 			a.t.Fatalf("consul gave %s-sidecar-proxy no virtual IP in 75 s", name)
 		}
 		if time.Since(last) > 2*time.Second {
 			a.t.Logf("consul: %s-sidecar-proxy has no virtual IP %v after its registration: registering again", name, time.Since(start).Round(time.Millisecond))
-			a.put("/v1/agent/service/register", body)
+			a.put("/v1/agent/service/register", body(try))
+			try++
 			last = time.Now()
 		}
 		time.Sleep(50 * time.Millisecond)
