@@ -242,3 +242,35 @@ func TestKubeSnapshotIsTheMapping(t *testing.T) {
 		}
 	}
 }
+
+// TestKubePatchHostnameNodesRebuildWhole: with hostname advertise addresses
+// (re-resolved from a whole state), a change still reaches the answers:
+// the patch falls back to the source's whole state.
+func TestKubePatchHostnameNodesRebuildWhole(t *testing.T) {
+	client := fake.NewClientset(
+		kubeNode("node4", "10.0.0.4", corev1.ConditionTrue),
+		kubeService("default", "web", corev1.ServiceTypeClusterIP),
+		kubeSlice("default", "web-a", "web", discoveryv1.AddressTypeIPv4, ep("10.1.0.1", "node4")))
+	src := &kubeSource{nodeAddress: []string{"hostname"}}
+	e := newKubePlugin(t, client, false, src)
+	eventually(t, func() string {
+		if got := ask(t, e, "web.default.cluster.test.", dns.TypeA); fmt.Sprint(got) != "[web.default.cluster.test.\t5\tIN\tA\t198.51.100.4]" {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+	x, _ := client.DiscoveryV1().EndpointSlices("default").Get(t.Context(), "web-a", metav1.GetOptions{})
+	x.Endpoints[0].Conditions.Ready, x.ResourceVersion = ptr(false), "9"
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(t.Context(), x, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() string {
+		if got := ask(t, e, "web.default.cluster.test.", dns.TypeA); len(got) != 0 {
+			return fmt.Sprint(got)
+		}
+		return ""
+	})
+	if p := src.patches.Load(); p != 1 {
+		t.Errorf("%d patches, want 1", p)
+	}
+}
