@@ -420,7 +420,7 @@ func (x *xdsServer) Set(version string, domains map[string][]string) {
 type listenerStandIn struct {
 	t       testing.TB
 	addr    string
-	table   map[string]string // canonical FQDN (lowercase) → IPv4
+	table   map[string]string // canonical FQDN (lowercase) → IPv4 addresses, comma-separated
 	srv     *dns.Server
 	hung    atomic.Bool
 	queries atomic.Int64
@@ -472,7 +472,11 @@ func (l *listenerStandIn) serve(w dns.ResponseWriter, r *dns.Msg) {
 	case !ok:
 		m.Rcode = dns.RcodeNameError
 	case q.Qtype == dns.TypeA:
-		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.ParseIP(ip)}}
+		// Envoy's listener answers with its default TTL of 300 s; a name
+		// listed with several addresses ("a,b") gets them all
+		for _, a := range strings.Split(ip, ",") {
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.ParseIP(a)})
+		}
 	default:
 		m.Rcode = dns.RcodeNameError // Envoy answers NXDOMAIN for a type it lacks
 	}

@@ -253,6 +253,31 @@ const vcEnvoyCorefile = `consul.:1053 {
 }
 `
 
+// TestVirtualConsulEnvoyTTLAndAmbiguous: in remote-listener mode answers
+// carry the plugin's ttl, not the listener's (Envoy's 300 s), and a name the
+// listener answers with two VIPs is ambiguous: it goes on to the next
+// plugin, never answered with both addresses.
+func TestVirtualConsulEnvoyTTLAndAmbiguous(t *testing.T) {
+	standIn := startConsulStandIn(t)
+	l := startListenerStandIn(t, map[string]string{vcFull("web") + ".": "240.0.0.1", vcFull("two") + ".": "240.0.0.5,240.0.0.6"})
+	cf := strings.Replace(vcEnvoyCorefile, "            backoff 2s\n        }\n", "            backoff 2s\n        }\n        ttl 7\n", 1)
+	s := Start(t, cf, Options{Ports: map[int]int{8653: portOf(l.addr), 5399: standIn.Port(1053)}, WaitDNS: true})
+	r := Query(t, s.DNS(), "web.virtual.consul", dns.TypeA, "udp")
+	if len(r.Answer) != 1 || rrData(r.Answer[0]) != "240.0.0.1" || r.Answer[0].Header().Ttl != 7 {
+		t.Fatalf("web: %v, want 240.0.0.1 with TTL 7", r)
+	}
+	got := Rdata(Query(t, s.DNS(), "two.virtual.consul", dns.TypeA, "udp"))
+	for _, a := range got {
+		if a == "240.0.0.5" || a == "240.0.0.6" {
+			t.Fatalf("an ambiguous name was answered with the listener's VIPs: %v", got)
+		}
+	}
+	if s.Metric("coredns_virtualconsul_requests_total", `result="ambiguous"`) != 1 {
+		t.Fatalf("the ambiguous answer was not counted:\n%s", s.Metrics())
+	}
+	t.Logf("two.virtual.consul went on to the servers: %v", got)
+}
+
 // TestVirtualConsulEnvoyBackoff: remote-listener mode against a real DNS
 // server on loopback standing for Envoy's virtual_dns listener. Hits are
 // rewritten to the asked name, over UDP even for TCP clients; a hung or dead

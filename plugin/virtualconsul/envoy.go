@@ -38,12 +38,14 @@ func newEnvoySource(c *caddy.Controller, args []string) (*envoySource, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		addr = net.JoinHostPort(strings.Trim(addr, "[]"), defaultEnvoyPort)
 	}
-	if _, err := net.ResolveUDPAddr("udp", addr); err != nil {
+	// a hostname is resolved here, once per (re)load, never per query
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
 		return nil, fmt.Errorf("address %q: %v", args[0], err)
 	}
-	e := &envoySource{address: addr, timeout: defaultEnvoyTimeout, backoff: defaultEnvoyBackoff}
+	e := &envoySource{address: ua.String(), timeout: defaultEnvoyTimeout, backoff: defaultEnvoyBackoff}
 	seen := map[string]bool{}
-	err := sourceBlock(c, func(opt string, args []string) error {
+	err = sourceBlock(c, func(opt string, args []string) error {
 		if seen[opt] {
 			return c.Errf("source envoy: %s given twice", opt)
 		}
@@ -118,7 +120,10 @@ func (e *envoySource) ok() {
 
 // serveRemote answers q (the canonical key key) from the listener, or passes
 // it on: only a NOERROR answer with records for the key is a hit, rewritten
-// to the asked name.
+// to the asked name and given the plugin's TTL (not the listener's: Envoy's
+// default is 300 s). An answer with more than one record of the asked type
+// is ambiguous and passed on, as table mode and Consul Dataplane do: a
+// client must never get two services' addresses for one name.
 func (v *VirtualConsul) serveRemote(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, key string, c *counters) (int, error) {
 	e := v.remote
 	now := time.Now()
@@ -147,12 +152,16 @@ func (v *VirtualConsul) serveRemote(ctx context.Context, w dns.ResponseWriter, r
 			if !strings.EqualFold(h.Name, key) || h.Class != dns.ClassINET || (h.Rrtype != q.Qtype && q.Qtype != dns.TypeANY) {
 				continue
 			}
-			h.Name = q.Name
+			h.Name, h.Ttl = q.Name, v.ttl
 			answer = append(answer, rr)
 		}
 	}
 	if len(answer) == 0 {
 		c.miss.Inc()
+		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
+	}
+	if ambiguous(answer) {
+		c.ambiguous.Inc()
 		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
 	}
 	out := new(dns.Msg)
@@ -162,4 +171,16 @@ func (v *VirtualConsul) serveRemote(ctx context.Context, w dns.ResponseWriter, r
 	c.hit.Inc()
 	w.WriteMsg(out)
 	return dns.RcodeSuccess, nil
+}
+
+// ambiguous reports whether rrs hold more than one record of a type.
+func ambiguous(rrs []dns.RR) bool {
+	for i := range rrs {
+		for j := i + 1; j < len(rrs); j++ {
+			if rrs[i].Header().Rrtype == rrs[j].Header().Rrtype {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -445,3 +445,17 @@ func TestEnvoyGaugeResetAtStart(t *testing.T) {
 		t.Errorf("failing gauge after the new instance started = %v, want 0", got)
 	}
 }
+
+// TestEnvoyAddressResolvedOnce: a hostname in `source envoy ADDRESS` is
+// resolved when the Corefile is read, so that no query waits on a lookup.
+func TestEnvoyAddressResolvedOnce(t *testing.T) {
+	v, err := parse(caddy.NewTestController("dns", `virtualconsul {
+		source envoy localhost:8653
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := v.remote.address; a != "127.0.0.1:8653" && a != "[::1]:8653" {
+		t.Fatalf("listener address %q, want localhost resolved", a)
+	}
+}
