@@ -175,7 +175,7 @@ func TestReloadAwayAndBackServesNewest(t *testing.T) {
 			}
 			head := ".:1053 {\n    bind 127.0.0.1\n    ready 127.0.0.1:18181\n    whoami\n}\n"
 			s := Start(t, head+c.stanzaA, Options{Files: map[string]string{"data/state.json": string(src)}})
-			state, conf := filepath.Join(s.Dir, "data", "state.json"), filepath.Join(s.Dir, "Corefile.e2e")
+			state := filepath.Join(s.Dir, "data", "state.json")
 			answers := func(want string) func() string {
 				return func() string {
 					if got := Rdata(Query(t, s.DNS(), c.name, dns.TypeA, "udp")); strings.Join(got, ",") != want {
@@ -184,21 +184,8 @@ func TestReloadAwayAndBackServesNewest(t *testing.T) {
 					return ""
 				}
 			}
-			reload := func(stanza string, n int) {
-				t.Helper()
-				if err := os.WriteFile(conf, []byte(s.rewrite(head+stanza)), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				s.Signal(syscall.SIGUSR1)
-				Eventually(t, 10*time.Second, func() string {
-					if got := strings.Count(s.Log(), "Reloading complete"); got < n {
-						return fmt.Sprintf("%d reloads complete, want %d", got, n)
-					}
-					return ""
-				})
-			}
 			Eventually(t, 5*time.Second, answers(c.old))
-			reload(c.stanzaB, 1) // A hands its table over under A's key; B does not take it
+			reloadTo(t, s, head+c.stanzaB, 1) // A hands its table over under A's key; B does not take it
 			Eventually(t, 5*time.Second, answers(c.old))
 			newer := strings.Replace(string(src), c.old, c.newer, 1)
 			if err := os.WriteFile(state, []byte(newer), 0o644); err != nil {
@@ -209,7 +196,7 @@ func TestReloadAwayAndBackServesNewest(t *testing.T) {
 			if err := os.Remove(state); err != nil {
 				t.Fatal(err)
 			}
-			reload(c.stanzaA, 2) // back to A's key, the source gone
+			reloadTo(t, s, head+c.stanzaA, 2) // back to A's key, the source gone
 			Eventually(t, 5*time.Second, answers(c.newer))
 		})
 	}
@@ -224,7 +211,6 @@ func TestReloadAwayAndBackServesNewestRecords(t *testing.T) {
 	a := "weave.local.:1053 {\n" + stanza
 	b := "weave.local.:1053 other.local.:1053 {\n" + strings.Replace(stanza, "mdnsfallback {", "mdnsfallback weave.local other.local {", 1)
 	s := Start(t, head+a, Options{Files: map[string]string{"data/.keep": ""}})
-	conf := filepath.Join(s.Dir, "Corefile.e2e")
 	put := func(name, ip string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPut, "http://"+s.Addr(6785)+"/name/demo/"+ip, strings.NewReader("domain="+name))
@@ -234,19 +220,6 @@ func TestReloadAwayAndBackServesNewestRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-	}
-	reload := func(stanza string, n int) {
-		t.Helper()
-		if err := os.WriteFile(conf, []byte(s.rewrite(head+stanza)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		s.Signal(syscall.SIGUSR1)
-		Eventually(t, 10*time.Second, func() string {
-			if got := strings.Count(s.Log(), "Reloading complete"); got < n {
-				return fmt.Sprintf("%d reloads complete, want %d", got, n)
-			}
-			return ""
-		})
 	}
 	has := func(name, want string) func() string {
 		return func() string {
@@ -258,12 +231,12 @@ func TestReloadAwayAndBackServesNewestRecords(t *testing.T) {
 	}
 	put("one.weave.local", "10.32.0.1")
 	Eventually(t, 5*time.Second, has("one.weave.local.", "10.32.0.1"))
-	reload(b, 1)
+	reloadTo(t, s, head+b, 1)
 	Eventually(t, 5*time.Second, has("one.weave.local.", "10.32.0.1"))
 	put("two.weave.local", "10.32.0.2")
 	Eventually(t, 5*time.Second, has("two.weave.local.", "10.32.0.2"))
 	time.Sleep(1500 * time.Millisecond) // the snapshot follows
-	reload(a, 2)
+	reloadTo(t, s, head+a, 2)
 	Eventually(t, 5*time.Second, has("two.weave.local.", "10.32.0.2"))
 }
 
@@ -320,4 +293,20 @@ func grepLines(text, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// reloadTo writes corefile (its ports mapped as at the start) as s's
+// Corefile, reloads with SIGUSR1, and waits until n reloads completed.
+func reloadTo(t *testing.T, s *Server, corefile string, n int) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(s.Dir, "Corefile.e2e"), []byte(s.rewrite(corefile)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.Signal(syscall.SIGUSR1)
+	Eventually(t, 10*time.Second, func() string {
+		if got := strings.Count(s.Log(), "Reloading complete"); got < n {
+			return fmt.Sprintf("%d reloads complete, want %d", got, n)
+		}
+		return ""
+	})
 }

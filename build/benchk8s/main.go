@@ -412,16 +412,7 @@ func populate(c kubernetes.Interface) {
 	err := pool(16, func(work chan<- func() error) {
 		ip := func(n int) string { return fmt.Sprintf("10.%d.%d.%d", 100+n/65536, n/256%256, n%256) }
 		for n := 0; n < *nodes; n++ {
-			work <- func() error {
-				node, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", n)}}, metav1.CreateOptions{})
-				if err != nil {
-					return err
-				}
-				node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.%d.%d", n/256, n%256)}}
-				node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-				_, err = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
-				return err
-			}
+			work <- func() error { return createNode(ctx, c, n, nil) }
 		}
 		tr, port, pname, proto := true, int32(8080), "http", corev1.ProtocolTCP
 		for i := 0; i < *services; i++ {
@@ -457,6 +448,19 @@ func populate(c kubernetes.Interface) {
 	}
 }
 
+// createNode creates Node node-n with labels, Ready, its InternalIP
+// 192.168.x.y.
+func createNode(ctx context.Context, c kubernetes.Interface, n int, labels map[string]string) error {
+	node, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", n), Labels: labels}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.%d.%d", n/256, n%256)}}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	_, err = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	return err
+}
+
 func answerCount(port int, name string) int {
 	out, err := exec.Command("dig", "@127.0.0.1", "-p", strconv.Itoa(port), "+time=2", "+tries=1", "+short", name, "A").Output()
 	if err != nil {
@@ -478,23 +482,9 @@ func statusMiB(pid int, field string) float64 {
 }
 
 func heapMiB(prom int) float64 {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", prom))
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	_, _ = buf.ReadFrom(resp.Body)
-	for _, l := range strings.Split(buf.String(), "\n") {
-		if f := strings.Fields(l); len(f) == 2 && f[0] == "go_memstats_heap_alloc_bytes" {
-			v, _ := strconv.ParseFloat(f[1], 64)
-			return v / (1 << 20)
-		}
-	}
-	return 0
+	return metric(prom, "go_memstats_heap_alloc_bytes") / (1 << 20)
 }
 
-// gc forces a garbage collection through pprof's heap endpoint.
 func gc(port int) {
 	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", port)); err == nil {
 		resp.Body.Close()

@@ -173,15 +173,7 @@ func populateSpec(c kubernetes.Interface) *specObjects {
 	err = pool(16, func(work chan<- func() error) {
 		for n := 0; n < *nodes; n++ {
 			work <- func() error {
-				node, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", n),
-					Labels: map[string]string{"kubernetes.io/hostname": fmt.Sprintf("node-%d", n), "topology.kubernetes.io/zone": zones[n%3]}}}, metav1.CreateOptions{})
-				if err != nil {
-					return err
-				}
-				node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("192.168.%d.%d", n/256, n%256)}}
-				node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "bench", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-				_, err = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
-				return err
+				return createNode(ctx, c, n, map[string]string{"kubernetes.io/hostname": fmt.Sprintf("node-%d", n), "topology.kubernetes.io/zone": zones[n%3]})
 			}
 		}
 		tcp := corev1.ProtocolTCP

@@ -304,6 +304,15 @@ type kMeta struct {
 
 var _ metav1.Object = (*kMeta)(nil)
 
+// less orders objects by namespace, then name: the order the mappings
+// emit, so that the same objects give the same state.
+func (m *kMeta) less(o *kMeta) bool {
+	if m.Namespace != o.Namespace {
+		return m.Namespace < o.Namespace
+	}
+	return m.Name < o.Name
+}
+
 func (m *kMeta) GetNamespace() string                  { return m.Namespace }
 func (m *kMeta) SetNamespace(ns string)                { m.Namespace = ns }
 func (m *kMeta) GetName() string                       { return m.Name }

@@ -251,12 +251,7 @@ func (k *kubeSource) writeSnapshot(w io.Writer, st kubeStores) error {
 			svcs = append(svcs, s)
 		}
 	}
-	sort.Slice(svcs, func(i, j int) bool {
-		if svcs[i].Namespace != svcs[j].Namespace {
-			return svcs[i].Namespace < svcs[j].Namespace
-		}
-		return svcs[i].Name < svcs[j].Name
-	})
+	sort.Slice(svcs, func(i, j int) bool { return svcs[i].less(&svcs[j].kMeta) })
 	for _, svc := range svcs {
 		mapped, ok := orchService(svc)
 		if k.spec {

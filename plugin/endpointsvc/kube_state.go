@@ -175,12 +175,7 @@ func sliceTasks(slices []*kSlice, svcs map[string]bool, status func(sl *kSlice, 
 
 // sortSlices orders slices by namespace and name.
 func sortSlices(slices []*kSlice) {
-	sort.Slice(slices, func(i, j int) bool {
-		if slices[i].Namespace != slices[j].Namespace {
-			return slices[i].Namespace < slices[j].Namespace
-		}
-		return slices[i].Name < slices[j].Name
-	})
+	sort.Slice(slices, func(i, j int) bool { return slices[i].less(&slices[j].kMeta) })
 }
 
 // taskPorts are a slice's valid ports as task ports (shared by its tasks).

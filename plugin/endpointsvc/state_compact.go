@@ -229,27 +229,10 @@ func appendService(b []byte, svc *Service) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, '{')
-			if p.Name != "" {
-				b = append(b, `"name":`...)
-				b = appendJSONString(b, p.Name)
-				b = append(b, ',')
-			}
-			if p.Protocol != "" {
-				b = append(b, `"protocol":`...)
-				b = appendJSONString(b, p.Protocol)
-				b = append(b, ',')
-			}
-			b = append(b, `"target_port":`...)
-			b = strconv.AppendInt(b, int64(p.TargetPort), 10)
-			if p.PublishedPort != 0 {
-				b = append(b, `,"published_port":`...)
-				b = strconv.AppendInt(b, int64(p.PublishedPort), 10)
-			}
-			if p.Port != 0 {
-				b = append(b, `,"port":`...)
-				b = strconv.AppendInt(b, int64(p.Port), 10)
-			}
+			b = appendPortHead(b, p.Name, p.Protocol)
+			b = appendIntField(b, `"target_port":`, p.TargetPort, false)
+			b = appendIntField(b, `,"published_port":`, p.PublishedPort, true)
+			b = appendIntField(b, `,"port":`, p.Port, true)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -276,24 +259,37 @@ func appendService(b []byte, svc *Service) []byte {
 
 // appendTaskPort appends p as TaskPort's JSON encoding.
 func appendTaskPort(b []byte, p TaskPort) []byte {
-	b = append(b, '{')
-	if p.Name != "" {
-		b = append(b, `"name":`...)
-		b = appendJSONString(b, p.Name)
-		b = append(b, ',')
-	}
-	if p.Protocol != "" {
-		b = append(b, `"protocol":`...)
-		b = appendJSONString(b, p.Protocol)
-		b = append(b, ',')
-	}
-	b = append(b, `"container_port":`...)
-	b = strconv.AppendInt(b, int64(p.ContainerPort), 10)
-	if p.HostPort != 0 {
-		b = append(b, `,"host_port":`...)
-		b = strconv.AppendInt(b, int64(p.HostPort), 10)
-	}
+	b = appendPortHead(b, p.Name, p.Protocol)
+	b = appendIntField(b, `"container_port":`, p.ContainerPort, false)
+	b = appendIntField(b, `,"host_port":`, p.HostPort, true)
 	return append(b, '}')
+}
+
+// appendPortHead opens a port's object with its name and protocol, each
+// left out when empty (omitempty), each followed by a comma.
+func appendPortHead(b []byte, name, proto string) []byte {
+	b = append(b, '{')
+	if name != "" {
+		b = append(b, `"name":`...)
+		b = appendJSONString(b, name)
+		b = append(b, ',')
+	}
+	if proto != "" {
+		b = append(b, `"protocol":`...)
+		b = appendJSONString(b, proto)
+		b = append(b, ',')
+	}
+	return b
+}
+
+// appendIntField appends key (with its quotes, colon and any leading
+// comma) and n, or nothing when n is 0 and omitZero (omitempty).
+func appendIntField(b []byte, key string, n int, omitZero bool) []byte {
+	if omitZero && n == 0 {
+		return b
+	}
+	b = append(b, key...)
+	return strconv.AppendInt(b, int64(n), 10)
 }
 
 // endService closes the current service, if any.
