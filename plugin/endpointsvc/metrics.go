@@ -59,6 +59,15 @@ var (
 		Help:      "Counter of snapshot files written.",
 	}, []string{"zone"})
 
+	// snapshotHeld is 1 while the snapshot keeps the last non-empty state
+	// against an empty sync (the empty-sync rule, persist.Writer).
+	snapshotHeld = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "snapshot_empty_held",
+		Help:      "1 while the snapshot keeps the last non-empty state because the source returned none, for less than empty_grace.",
+	}, []string{"server", "zone"})
+
 	// lastSync is the time of the last successful sync (updated or
 	// unchanged), by source.
 	lastSync = promauto.NewGaugeVec(prometheus.GaugeOpts{

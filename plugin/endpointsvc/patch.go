@@ -50,7 +50,7 @@ func (e *Endpointsvc) applyPatch(ctx context.Context, p *Patch) {
 		e.publish(cur.patched(p.State, p.Removed, p.DirtyNodes, e.Zones, e.includeUnhealthy, e.endpointMode, nil, e.nextSerial()))
 	}
 	if e.snapshot != nil && p.Snapshot != nil {
-		e.snapshot.offer(p.Snapshot, start)
+		e.snapshot.Offer(p.Snapshot, e.tbl.Load().nServices, start)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/pending"
+	"github.com/meshdns/meshdns/plugin/pkg/persist"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
 
@@ -75,7 +76,7 @@ func setup(c *caddy.Controller) error {
 // parse reads one endpointsvc block. It has no side effects: the source
 // does nothing until start. Each option is read by setup_options.go.
 func parse(c *caddy.Controller) (*Endpointsvc, error) {
-	e := &Endpointsvc{namespace: DefaultNamespace, ttl: defaultTTL, syncer: &syncer{}}
+	e := &Endpointsvc{namespace: DefaultNamespace, ttl: defaultTTL, syncer: &syncer{emptyGrace: persist.DefaultEmptyGrace}}
 	o := &options{}
 	blocks := 0
 	for c.Next() {
@@ -98,6 +99,9 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 	}
 	if err := e.checkSchema(c, o.zonesGiven, o.podsSeen, o.orchSchemaOnly); err != nil {
 		return nil, err
+	}
+	if o.graceSeen && e.snapshotPath == "" {
+		return nil, c.Err("empty_grace needs snapshot")
 	}
 	if e.spec && !o.ttlSeen {
 		e.ttl = defaultSpecTTL

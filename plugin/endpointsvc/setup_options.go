@@ -34,6 +34,7 @@ type options struct {
 	maxBody             int64
 	tokenFile           string
 	podsSeen, ttlSeen   bool
+	graceSeen           bool
 	zonesGiven          bool
 }
 
@@ -50,7 +51,7 @@ func (o *options) option(c *caddy.Controller, e *Endpointsvc) error {
 		return o.orchOption(c, v)
 	case "namespace", "addresses", "include_unhealthy", "schema", "pods":
 		return o.schemaOption(c, e, v)
-	case "ttl", "snapshot", "fallthrough":
+	case "ttl", "snapshot", "empty_grace", "fallthrough":
 		return o.servingOption(c, e, v)
 	default:
 		return c.Errf("unknown property %q", v)
@@ -255,6 +256,12 @@ func (o *options) servingOption(c *caddy.Controller, e *Endpointsvc, v string) e
 		e.ttl, o.ttlSeen = ttl, true
 	case "snapshot":
 		e.snapshotPath = conf.Path(c, a[0])
+	case "empty_grace":
+		d, err := time.ParseDuration(a[0])
+		if err != nil || d < 0 {
+			return c.Errf("bad empty_grace %q: want a duration, 0 to write an empty state at once", a[0])
+		}
+		e.emptyGrace, o.graceSeen = d, true
 	}
 	return nil
 }

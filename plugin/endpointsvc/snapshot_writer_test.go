@@ -14,7 +14,7 @@ import (
 )
 
 // TestSnapshotCoalesced: 200 states applied back to back are written at
-// most once per snapshotInterval, the file ends on the last state, and a
+// most once per persist.DefaultInterval, the file ends on the last state, and a
 // stop writes a state still pending.
 func TestSnapshotCoalesced(t *testing.T) {
 	snap := filepath.Join(t.TempDir(), "snap.json")
@@ -35,13 +35,13 @@ func TestSnapshotCoalesced(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	time.Sleep(snapshotInterval + 200*time.Millisecond)
+	time.Sleep(persist.DefaultInterval + 200*time.Millisecond)
 	st := readSnapshot(t, snap)
 	if st.Services[0].Name != "svc199" {
 		t.Errorf("snapshot holds %q, want the last state svc199", st.Services[0].Name)
 	}
-	writes := int(e.snapshot.writes.Load())
-	if max := int(elapsed/snapshotInterval) + 2; writes > max || writes < 1 {
+	writes := int(e.snapshot.Writes())
+	if max := int(elapsed/persist.DefaultInterval) + 2; writes > max || writes < 1 {
 		t.Errorf("%d writes for 200 states in %v, want 1 to %d", writes, elapsed.Round(time.Millisecond), max)
 	}
 	t.Logf("200 states in %v: %d snapshot writes", elapsed.Round(time.Millisecond), writes)

@@ -25,7 +25,8 @@ type syncer struct {
 	endpointMode     bool     // addresses endpoint: answer the tasks' own addresses
 	servers          []string // the server label of the gauges (conf.Servers)
 	snapshotPath     string
-	snapshot         *snapshotWriter // nil without snapshotPath; set by start
+	emptyGrace       time.Duration   // the empty-sync rule's grace (persist.Writer)
+	snapshot         *persist.Writer // nil without snapshotPath; set by start
 	refresh          time.Duration   // hostname re-resolution period (the TTL)
 	carryKey         string          // identifies this instance's table across a reload
 
@@ -71,7 +72,7 @@ func (e *Endpointsvc) apply(ctx context.Context, source string, st *State, persi
 	e.swap(st)
 	log.Infof("Synced %d services, %d endpoints from %s in %v", e.tbl.Load().nServices, e.tbl.Load().nEndpts, source, time.Since(start).Round(time.Microsecond))
 	if persistIt && e.snapshot != nil {
-		e.snapshot.offer(st.encodeCompact, start) // written off the lock, coalesced
+		e.snapshot.Offer(st.encodeCompact, e.tbl.Load().nServices, start) // written off the lock, coalesced
 	}
 }
 
@@ -147,6 +148,7 @@ func (e *Endpointsvc) loadSnapshot(ctx context.Context) {
 	if e.snapshotPath == "" {
 		return
 	}
+	persist.Loaded(e.snapshotPath, 0)
 	b, err := persist.ReadFile(e.snapshotPath)
 	if err != nil || b == nil {
 		if err != nil {
@@ -159,6 +161,7 @@ func (e *Endpointsvc) loadSnapshot(ctx context.Context) {
 		log.Warningf("Ignoring snapshot %q: %v", e.snapshotPath, err)
 		return
 	}
+	persist.Loaded(e.snapshotPath, len(st.Services))
 	e.apply(ctx, "snapshot", st, false)
 }
 
@@ -197,12 +200,12 @@ func (e *Endpointsvc) start(src Source) {
 	e.first = make(chan struct{})
 	e.once = sync.Once{}
 	if e.snapshotPath != "" {
-		e.snapshot = newSnapshotWriter(e.snapshotPath, e.Zones[0])
+		e.snapshot = e.newSnapshotWriter()
 		w := e.snapshot
 		e.wg.Add(1)
 		go func() {
 			defer e.wg.Done()
-			w.run(ctx)
+			w.Run(ctx)
 		}()
 	}
 	e.wg.Add(2)
@@ -257,7 +260,7 @@ func (e *Endpointsvc) stop() {
 		e.wg.Wait()
 		e.cancel = nil
 		if e.snapshot != nil {
-			e.snapshot.flush() // a state applied while the writer was stopping
+			e.snapshot.Flush() // a state applied while the writer was stopping
 		}
 	}
 }

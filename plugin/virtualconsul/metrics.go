@@ -48,6 +48,15 @@ var (
 		Help:      "1 while the source is failing (error, disconnect, timeout) and the last good table serves, else 0.",
 	}, []string{"server", "zone", "source"})
 
+	// snapshotHeld is 1 while the snapshot keeps the last non-empty table
+	// against an empty sync (the empty-sync rule, persist.Writer).
+	snapshotHeld = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "snapshot_empty_held",
+		Help:      "1 while the snapshot keeps the last non-empty table because the source returned none, for less than empty_grace.",
+	}, []string{"server", "zone"})
+
 	lastSync = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,

@@ -17,6 +17,7 @@ import (
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/pending"
+	"github.com/meshdns/meshdns/plugin/pkg/persist"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
 
@@ -70,7 +71,7 @@ const (
 func parse(c *caddy.Controller) (*VirtualConsul, error) {
 	v := &VirtualConsul{
 		ns: defaultNamespace, ap: defaultPartition, dc: defaultDatacenter,
-		ttl: uint32(defaultTTL / time.Second),
+		ttl: uint32(defaultTTL / time.Second), emptyGrace: persist.DefaultEmptyGrace,
 	}
 	var zones []string
 	for i := 0; c.Next(); i++ {
@@ -110,6 +111,15 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				if st, err := os.Stat(filepath.Dir(v.snapshot)); err != nil || !st.IsDir() {
 					return nil, c.Errf("snapshot directory %q does not exist", filepath.Dir(v.snapshot))
 				}
+			case "empty_grace":
+				if len(args) != 1 {
+					return nil, c.ArgErr()
+				}
+				d, err := time.ParseDuration(args[0])
+				if err != nil || d < 0 {
+					return nil, c.Errf("bad empty_grace %q: want a duration, 0 to write an empty table at once", args[0])
+				}
+				v.emptyGrace = d
 			case "namespace", "partition", "datacenter":
 				if len(args) != 1 {
 					return nil, c.ArgErr()
@@ -143,6 +153,9 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				return nil, c.Errf("unknown property %q", opt)
 			}
 		}
+		if seen["empty_grace"] && v.snapshot == "" {
+			return nil, c.Err("empty_grace needs snapshot")
+		}
 		if v.src == nil && v.snapshot == "" && v.remote == nil {
 			return nil, c.Err("virtualconsul needs a source or a snapshot")
 		}
@@ -165,11 +178,13 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 	return v, nil
 }
 
-// lifecycle holds the running source between OnStartup and OnShutdown.
+// lifecycle holds the running source and snapshot writer between
+// OnStartup and OnShutdown.
 type lifecycle struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
+	writer *persist.Writer // nil without a snapshot
 }
 
 // carried holds the serving tables across a reload (SIGUSR1), by carryKey;
@@ -221,10 +236,25 @@ func (v *VirtualConsul) start() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	v.life.cancel, v.life.done = cancel, done
-	report := v.reporter(v.src.Name())
+	var wg sync.WaitGroup
+	if v.snapshot != "" {
+		w := v.newSnapshotWriter()
+		v.life.writer = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.Run(ctx) // writes what is pending when ctx ends
+		}()
+	}
+	report := v.reporter(v.src.Name(), v.life.writer)
+	wg.Add(1)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		v.src.Run(ctx, report)
+	}()
+	go func() {
+		wg.Wait()
+		close(done)
 	}()
 	return nil
 }
@@ -252,6 +282,11 @@ func (v *VirtualConsul) swap(t *Table) {
 // corrupt snapshot is logged and ignored.
 func (v *VirtualConsul) loadSnapshot() {
 	t, err := readSnapshot(v.snapshot)
+	n := 0
+	if t != nil {
+		n = t.Len()
+	}
+	persist.Loaded(v.snapshot, n)
 	switch {
 	case err != nil:
 		syncCount.WithLabelValues(v.metricZone, "snapshot", SyncRejected).Inc()
@@ -268,10 +303,10 @@ func (v *VirtualConsul) loadSnapshot() {
 // state changes only: one line when the source starts failing (an error,
 // a disconnect, a timeout) and one when it recovers; the last good table
 // keeps serving meanwhile.
-func (v *VirtualConsul) reporter(src string) func(Sync) {
+func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
 	var (
-		failing                 bool   // touched by the source's goroutine only
-		lastReject, lastSnapErr string //
+		failing    bool   // touched by the source's goroutine only
+		lastReject string //
 	)
 	failingGauge := gauges.Of(sourceFailing, v.servers, v.metricZone, src)
 	synced := gauges.Of(lastSync, v.servers, v.metricZone, src)
@@ -289,20 +324,8 @@ func (v *VirtualConsul) reporter(src string) func(Sync) {
 			synced.SetToCurrentTime()
 			lastReject = ""
 			log.Infof("Synced %d entries from source %s", s.Table.Len(), src)
-			if v.snapshot == "" {
-				return
-			}
-			msg := ""
-			if err := writeSnapshot(v.snapshot, s.Table); err != nil {
-				msg = err.Error()
-			}
-			if msg != lastSnapErr {
-				if msg != "" {
-					log.Errorf("Writing the snapshot: %s", msg)
-				} else {
-					log.Infof("Snapshot %q written again", v.snapshot)
-				}
-				lastSnapErr = msg
+			if snap != nil {
+				snap.Offer(s.Table.WriteJSON, s.Table.Len(), time.Now()) // written off the source's goroutine, coalesced
 			}
 		case SyncUnchanged:
 		case SyncRejected:

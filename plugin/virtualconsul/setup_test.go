@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+
+	"github.com/meshdns/meshdns/plugin/pkg/persist"
 )
 
 func TestParse(t *testing.T) {
@@ -297,4 +299,9 @@ func TestCarry(t *testing.T) {
 	if _, ok := carried.Take(next.carryKey); ok {
 		t.Fatal("the carried table was left behind after the new instance took it")
 	}
+}
+
+// writeSnapshot persists t at path as the snapshot writer does.
+func writeSnapshot(path string, t *Table) error {
+	return persist.WriteStream(path, t.WriteJSON)
 }

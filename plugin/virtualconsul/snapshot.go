@@ -4,19 +4,9 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
 )
-
-// writeSnapshot persists t at path atomically (temp file, fsync, rename), in
-// the table file's own JSON shape.
-func writeSnapshot(path string, t *Table) error {
-	var buf bytes.Buffer
-	buf.Grow(t.Len() * 96)
-	if err := t.WriteJSON(&buf); err != nil {
-		return fmt.Errorf("snapshot %s: %w", path, err)
-	}
-	return persist.WriteFile(path, buf.Bytes())
-}
 
 // readSnapshot loads the table persisted at path. A missing snapshot is
 // (nil, nil); a corrupt one is an error, which the caller logs and ignores.
@@ -30,4 +20,14 @@ func readSnapshot(path string) (*Table, error) {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}
 	return b.Table(), nil
+}
+
+// newSnapshotWriter returns the writer of this instance's snapshot: off the
+// source's goroutine, coalesced to at most one write a second, and
+// following the empty-sync rule with v.emptyGrace (persist.Writer).
+func (v *VirtualConsul) newSnapshotWriter() *persist.Writer {
+	w := persist.NewWriter(v.snapshot, log)
+	w.EmptyGrace = v.emptyGrace
+	w.OnHold = gauges.Of(snapshotHeld, v.servers, v.metricZone).SetBool
+	return w
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
@@ -28,12 +29,13 @@ type VirtualConsul struct {
 	ns, ap, dc    string      // this workload's identity, expands short names
 	ttl           uint32
 	authoritative bool
-	src           source       // nil when only a snapshot is configured, or in remote-listener mode
-	remote        *envoySource // the remote-listener mode (source envoy), else nil
-	snapshot      string       // snapshot path, "" for none
-	metricZone    string       // the zone label of the table metrics
-	servers       []string     // the server labels of its gauges (conf.Servers)
-	carryKey      string       // the key of the table carried across a reload
+	src           source        // nil when only a snapshot is configured, or in remote-listener mode
+	remote        *envoySource  // the remote-listener mode (source envoy), else nil
+	snapshot      string        // snapshot path, "" for none
+	emptyGrace    time.Duration // the empty-sync rule's grace (persist.Writer)
+	metricZone    string        // the zone label of the table metrics
+	servers       []string      // the server labels of its gauges (conf.Servers)
+	carryKey      string        // the key of the table carried across a reload
 
 	table atomic.Pointer[Table] // nil until a table is loaded
 	ctrs  sync.Map              // server → *counters, resolved on the server's first query

@@ -35,3 +35,12 @@ func (gs Set) SetToCurrentTime() {
 		g.SetToCurrentTime()
 	}
 }
+
+// SetBool sets every gauge to 1 when b, else to 0.
+func (gs Set) SetBool(b bool) {
+	x := 0.0
+	if b {
+		x = 1
+	}
+	gs.Set(x)
+}

@@ -1,0 +1,164 @@
+package persist
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+)
+
+// state returns an encoder of a state of n entries.
+func state(n int) func(io.Writer) error {
+	return func(w io.Writer) error { _, err := io.WriteString(w, strconv.Itoa(n)); return err }
+}
+
+type holds struct {
+	mu sync.Mutex
+	ev []bool
+}
+
+func (h *holds) add(b bool) { h.mu.Lock(); h.ev = append(h.ev, b); h.mu.Unlock() }
+func (h *holds) get() []bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]bool(nil), h.ev...)
+}
+
+func newTestWriter(t *testing.T, grace time.Duration) (*Writer, *holds, func()) {
+	t.Helper()
+	w := NewWriter(filepath.Join(t.TempDir(), "snap"), clog.NewWithPlugin("test"))
+	w.Interval, w.EmptyGrace = 10*time.Millisecond, grace
+	h := &holds{}
+	w.OnHold = h.add
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	return w, h, func() { cancel(); <-done }
+}
+
+func fileIs(t *testing.T, path, want string) {
+	t.Helper()
+	b, _ := os.ReadFile(path)
+	if string(b) != want {
+		t.Fatalf("snapshot holds %q, want %q", b, want)
+	}
+}
+
+func settle() { time.Sleep(60 * time.Millisecond) }
+
+// TestEmptyHold: an empty state after a non-empty one is not written until
+// it has held for the grace; a non-empty state in between ends the hold;
+// once the grace is over the empty state is written.
+func TestEmptyHold(t *testing.T) {
+	w, h, stop := newTestWriter(t, 400*time.Millisecond)
+	defer stop()
+	w.Offer(state(3), 3, time.Now())
+	settle()
+	fileIs(t, w.Path, "3")
+
+	w.Offer(state(0), 0, time.Now())
+	settle()
+	fileIs(t, w.Path, "3") // held
+	w.Offer(state(5), 5, time.Now())
+	settle()
+	fileIs(t, w.Path, "5") // the hold ended
+	if got := h.get(); len(got) != 2 || !got[0] || got[1] {
+		t.Fatalf("OnHold calls %v, want [true false]", got)
+	}
+
+	start := time.Now()
+	w.Offer(state(0), 0, start)
+	settle()
+	fileIs(t, w.Path, "5")
+	for time.Since(start) < 2*time.Second {
+		if b, _ := os.ReadFile(w.Path); string(b) == "0" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fileIs(t, w.Path, "0")
+	if took := time.Since(start); took < 400*time.Millisecond {
+		t.Fatalf("empty state written after %v, before the 400ms grace", took)
+	}
+	if got := h.get(); len(got) != 4 || !got[2] || got[3] {
+		t.Fatalf("OnHold calls %v, want [true false true false]", got)
+	}
+	// empty after empty: written as usual, no hold
+	w.Offer(state(0), 0, time.Now())
+	settle()
+	if len(h.get()) != 4 {
+		t.Fatalf("an empty state after an empty one started a hold")
+	}
+}
+
+// TestEmptyHoldStop: a stop during the hold keeps the non-empty file, and
+// the hold outlives the instance (a reload's successor continues it).
+func TestEmptyHoldStop(t *testing.T) {
+	w, _, stop := newTestWriter(t, time.Hour)
+	w.Offer(state(7), 7, time.Now())
+	settle()
+	w.Offer(state(0), 0, time.Now())
+	stop()
+	fileIs(t, w.Path, "7")
+
+	w2 := NewWriter(w.Path, clog.NewWithPlugin("test"))
+	w2.EmptyGrace = time.Hour
+	w2.Offer(state(0), 0, time.Now())
+	w2.Flush()
+	fileIs(t, w.Path, "7")
+}
+
+// TestEmptyHoldLoaded: a snapshot read at start is protected like one
+// written; a missing one (Loaded with 0) is not, and a zero grace writes
+// the empty state at once.
+func TestEmptyHoldLoaded(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "loaded")
+	if err := WriteFile(p, []byte("9")); err != nil {
+		t.Fatal(err)
+	}
+	Loaded(p, 9)
+	w := NewWriter(p, clog.NewWithPlugin("test"))
+	w.EmptyGrace = time.Hour
+	w.Offer(state(0), 0, time.Now())
+	w.Flush()
+	fileIs(t, p, "9")
+
+	q := filepath.Join(dir, "missing")
+	Loaded(q, 0)
+	w = NewWriter(q, clog.NewWithPlugin("test"))
+	w.EmptyGrace = time.Hour
+	w.Offer(state(0), 0, time.Now())
+	w.Flush()
+	fileIs(t, q, "0")
+
+	r := filepath.Join(dir, "nograce")
+	w = NewWriter(r, clog.NewWithPlugin("test"))
+	w.Offer(state(2), 2, time.Now())
+	w.Flush()
+	w.Offer(state(0), 0, time.Now())
+	w.Flush()
+	fileIs(t, r, "0")
+}
+
+// TestWriterNewestWins: an older state offered after a newer one was
+// written (an instance stopping after its successor wrote) is not written.
+func TestWriterNewestWins(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "snap")
+	old := time.Now()
+	a, b := NewWriter(p, clog.NewWithPlugin("test")), NewWriter(p, clog.NewWithPlugin("test"))
+	b.Offer(state(2), 2, old.Add(time.Second))
+	b.Flush()
+	a.Offer(state(1), 1, old)
+	a.Flush()
+	fileIs(t, p, "2")
+	if a.Writes() != 0 || b.Writes() != 1 {
+		t.Fatalf("writes %d and %d, want 0 and 1", a.Writes(), b.Writes())
+	}
+}
