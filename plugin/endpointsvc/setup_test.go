@@ -107,6 +107,18 @@ func TestParse(t *testing.T) {
 		{in: "endpointsvc {\nsource file a.json\nsource file b.json\n}", err: "only one source"},
 		{in: "endpointsvc {\nsource file\n}", err: "Wrong argument count"},
 		{in: "endpointsvc {\nsource consul x\n}", err: `unknown source "consul"`},
+		{in: "endpointsvc {\nsource file a.json\nsnapshot s.json\nempty_grace 30s\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if e.emptyGrace != 30*time.Second {
+				t.Errorf("empty_grace %v", e.emptyGrace)
+			}
+		}},
+		{in: "endpointsvc {\nsource file a.json\nsnapshot s.json\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if e.emptyGrace != 5*time.Minute {
+				t.Errorf("default empty_grace %v, want 5m", e.emptyGrace)
+			}
+		}},
+		{in: "endpointsvc {\nsource file a.json\nempty_grace 1m\n}", err: "empty_grace needs snapshot"},
+		{in: "endpointsvc {\nsource file a.json\nsnapshot s.json\nempty_grace soon\n}", err: `bad empty_grace "soon"`},
 		{in: "endpointsvc {\nsource orch ftp://x/\n}", err: `bad orch URL "ftp://x/"`},
 		{in: "endpointsvc {\nsource file a.json 1ms\n}", err: `bad interval "1ms"`},
 		{in: "endpointsvc {\nsource file a.json\nttl 1.5s\n}", err: `invalid TTL "1.5s" (want whole seconds`},

@@ -53,7 +53,7 @@ func TestParse(t *testing.T) {
 			if f := v.src.(*fileSource); f.interval != 250*time.Millisecond {
 				t.Errorf("interval = %v", f.interval)
 			}
-			if v.snapshot != dir+"/snap.json" || v.ns != "team" || v.ap != "part" || v.dc != "dc2" || v.ttl != 30 || !v.authoritative {
+			if v.snapshot != dir+"/snap.json" || v.ns != "team" || v.ap != "part" || v.dc != "dc2" || v.ttl != 30 || !v.authoritative || v.emptyGrace != 5*time.Minute {
 				t.Errorf("options = %+v", v)
 			}
 		}},
@@ -97,6 +97,24 @@ func TestParse(t *testing.T) {
 			source file a.json
 			source file b.json
 		}`, "Testfile:3 - Error during parsing: source given twice", nil},
+		{`virtualconsul {
+			source file /tmp/t.json
+			empty_grace 1m
+		}`, "empty_grace needs snapshot", nil},
+		{`virtualconsul {
+			source file /tmp/t.json
+			snapshot ` + dir + `/snap.json
+			empty_grace -1s
+		}`, "Testfile:4 - Error during parsing: bad empty_grace", nil},
+		{`virtualconsul {
+			source file /tmp/t.json
+			snapshot ` + dir + `/snap.json
+			empty_grace 0
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			if v.emptyGrace != 0 {
+				t.Errorf("empty_grace = %v, want 0", v.emptyGrace)
+			}
+		}},
 		{`virtualconsul {
 			source file a.json
 			snapshot /nonexistent-dir/snap.json
