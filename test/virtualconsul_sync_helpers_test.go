@@ -36,7 +36,9 @@ import (
 	xdsserver "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/miekg/dns"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -81,6 +83,9 @@ connect { enabled = true }
 ports { http = %d, dns = %d, grpc = %d, serf_lan = %d, serf_wan = %d, server = %d, grpc_tls = -1, https = -1 }
 log_level = "warn"
 `, a.ports[0], a.ports[1], a.ports[2], a.ports[3], a.ports[4], a.ports[5])
+	if strings.Contains(extraHCL, "log_level") {
+		hcl = strings.Replace(hcl, "log_level = \"warn\"\n", "", 1)
+	}
 	hcl += extraHCL
 	if persistent {
 		hcl += "server = true\nbootstrap_expect = 1\nperformance { raft_multiplier = 1 }\n"
@@ -179,6 +184,42 @@ func (a *consulAgent) get(path string, out any) error {
 	}
 	return json.Unmarshal(b, out)
 }
+
+func (a *consulAgent) GRPC() string { return "127.0.0.1:" + strconv.Itoa(a.ports[2]) }
+
+// putJSON PUTs body to path and decodes the answer into out.
+func (a *consulAgent) putJSON(path, body string, out any) {
+	a.t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, "http://"+a.HTTP()+path, strings.NewReader(body))
+	req.Header.Set("X-Consul-Token", a.token)
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		a.t.Fatalf("consul PUT %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		a.t.Fatalf("consul PUT %s: %s: %s", path, resp.Status, b)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		a.t.Fatalf("consul PUT %s: %v: %s", path, err, b)
+	}
+}
+
+// CreateToken makes an ACL token with a new policy of rules and returns
+// its secret.
+func (a *consulAgent) CreateToken(name, rules string) string {
+	a.t.Helper()
+	var p struct{ ID string }
+	a.putJSON("/v1/acl/policy", fmt.Sprintf(`{"Name": %q, "Rules": %q}`, name, rules), &p)
+	var tok struct{ SecretID string }
+	a.putJSON("/v1/acl/token", fmt.Sprintf(`{"Description": %q, "Policies": [{"ID": %q}]}`, name, p.ID), &tok)
+	return tok.SecretID
+}
+
+// Log is the agent's output so far.
+func (a *consulAgent) Log() string { return a.log.String() }
 
 func (a *consulAgent) put(path, body string) {
 	a.t.Helper()
@@ -308,6 +349,11 @@ type xdsServer struct {
 	srv   *grpc.Server
 	node  string
 	tls   *tls.Config // nil: plaintext
+
+	refuseDelta  bool         // serve state-of-the-world only: delta streams get Unimplemented
+	deltaStreams atomic.Int64 // streams opened, by protocol
+	sotwStreams  atomic.Int64
+	nonces       sync.Map // delta: response nonce → the version it carried
 }
 
 func startXDS(t testing.TB, node string) *xdsServer {
@@ -318,7 +364,18 @@ func startXDS(t testing.TB, node string) *xdsServer {
 // startXDSTLS is startXDS serving TLS with cfg.
 func startXDSTLS(t testing.TB, node string, cfg *tls.Config) *xdsServer {
 	t.Helper()
-	x := &xdsServer{t: t, port: freePort(t), node: node, cache: cache.NewSnapshotCache(true, cache.IDHash{}, nil), tls: cfg}
+	return startXDSWith(t, &xdsServer{node: node, tls: cfg})
+}
+
+// startXDSSotWOnly is startXDS refusing delta streams.
+func startXDSSotWOnly(t testing.TB, node string) *xdsServer {
+	t.Helper()
+	return startXDSWith(t, &xdsServer{node: node, refuseDelta: true})
+}
+
+func startXDSWith(t testing.TB, x *xdsServer) *xdsServer {
+	t.Helper()
+	x.t, x.port, x.cache = t, freePort(t), cache.NewSnapshotCache(true, cache.IDHash{}, nil)
 	x.Start()
 	t.Cleanup(x.Stop)
 	return x
@@ -328,15 +385,33 @@ func (x *xdsServer) Addr() string { return "127.0.0.1:" + strconv.Itoa(x.port) }
 
 func (x *xdsServer) Start() {
 	x.t.Helper()
-	cb := xdsserver.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discovery.DiscoveryRequest) error {
-		if req.GetErrorDetail() != nil {
-			x.nacks.Add(1)
-		} else if req.GetResponseNonce() != "" {
-			x.acks.Store(req.GetVersionInfo(), true)
-		}
-		return nil
-	}}
-	srv := xdsserver.NewServer(context.Background(), x.cache, cb)
+	cb := xdsserver.CallbackFuncs{
+		StreamOpenFunc:      func(context.Context, int64, string) error { x.sotwStreams.Add(1); return nil },
+		DeltaStreamOpenFunc: func(context.Context, int64, string) error { x.deltaStreams.Add(1); return nil },
+		StreamRequestFunc: func(_ int64, req *discovery.DiscoveryRequest) error {
+			if req.GetErrorDetail() != nil {
+				x.nacks.Add(1)
+			} else if req.GetResponseNonce() != "" {
+				x.acks.Store(req.GetVersionInfo(), true)
+			}
+			return nil
+		},
+		StreamDeltaResponseFunc: func(_ int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+			x.nonces.Store(resp.GetNonce(), resp.GetSystemVersionInfo())
+		},
+		StreamDeltaRequestFunc: func(_ int64, req *discovery.DeltaDiscoveryRequest) error {
+			if req.GetErrorDetail() != nil {
+				x.nacks.Add(1)
+			} else if v, ok := x.nonces.Load(req.GetResponseNonce()); ok {
+				x.acks.Store(v, true)
+			}
+			return nil
+		},
+	}
+	var srv discovery.AggregatedDiscoveryServiceServer = xdsserver.NewServer(context.Background(), x.cache, cb)
+	if x.refuseDelta {
+		srv = sotwOnly{srv}
+	}
 	var opts []grpc.ServerOption
 	if x.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(x.tls)))
@@ -356,6 +431,16 @@ func (x *xdsServer) Start() {
 	}
 	x.srv = g
 	go g.Serve(l)
+}
+
+// sotwOnly is an ADS server that refuses delta streams, as a control plane
+// that implements state-of-the-world only.
+type sotwOnly struct {
+	discovery.AggregatedDiscoveryServiceServer
+}
+
+func (sotwOnly) DeltaAggregatedResources(discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	return status.Error(codes.Unimplemented, "method DeltaAggregatedResources not implemented")
 }
 
 func (x *xdsServer) Stop() {

@@ -151,12 +151,44 @@ const vcXDSCorefile = `consul.:1053 {
 
 // TestVirtualConsulXDS: a real go-control-plane server pushes a
 // virtual_dns listener, a new version, then an invalid one (NACKed, the old
-// answers stay); after a disconnect the source reconnects.
+// answers stay); after a disconnect the source reconnects. The same over
+// delta ADS (the default), state-of-the-world ADS (protocol sotw), and
+// against a server that refuses delta (the default falls back once).
 func TestVirtualConsulXDS(t *testing.T) {
+	for _, c := range []struct {
+		mode, option string
+		start        func(testing.TB, string) *xdsServer
+		delta        bool // the streams must be delta, else state-of-the-world
+	}{
+		{"delta", "", startXDS, true},
+		{"sotw", "\n            protocol sotw", startXDS, false},
+		{"fallback", "", startXDSSotWOnly, false},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			x := c.start(t, "sidecar-1")
+			s := xdsScenario(t, x, strings.Replace(vcXDSCorefile, "cluster web", "cluster web"+c.option, 1))
+			if d, w := x.deltaStreams.Load(), x.sotwStreams.Load(); (c.delta && (d < 2 || w != 0)) || (!c.delta && (d != 0 || w < 2)) {
+				t.Fatalf("%d delta and %d state-of-the-world streams (two connections)", d, w)
+			}
+			proto := "state-of-the-world ADS"
+			if c.delta {
+				proto = "delta ADS"
+			}
+			if !strings.Contains(s.Log(), "over "+proto) {
+				t.Fatalf("the log does not say %s is in use:\n%s", proto, s.Log())
+			}
+			if n := strings.Count(s.Log(), "refuses delta ADS"); (c.mode == "fallback") != (n == 1) || n > 1 {
+				t.Fatalf("%d fall-back log lines", n)
+			}
+		})
+	}
+}
+
+// xdsScenario runs the TestVirtualConsulXDS scenario against x.
+func xdsScenario(t *testing.T, x *xdsServer, corefile string) *Server {
 	standIn := startConsulStandIn(t)
-	x := startXDS(t, "sidecar-1")
 	x.Set("v1", map[string][]string{vcFull("web"): {"240.0.0.1"}, vcFull("api"): {"240.0.0.2"}})
-	s := Start(t, vcXDSCorefile, Options{Ports: map[int]int{18000: x.port, 5399: standIn.Port(1053)}})
+	s := Start(t, corefile, Options{Ports: map[int]int{18000: x.port, 5399: standIn.Port(1053)}})
 	a := func(name string) []string { return Rdata(Query(t, s.DNS(), name, dns.TypeA, "udp")) }
 	if got := a("web.virtual.consul"); strings.Join(got, "") != "240.0.0.1" {
 		t.Fatalf("v1: web = %v", got)
@@ -236,6 +268,13 @@ func TestVirtualConsulXDS(t *testing.T) {
 		}
 		return ""
 	})
+	Eventually(t, 2*time.Second, func() string {
+		if !x.Acked("v4") {
+			return "v4 not ACKed"
+		}
+		return ""
+	})
+	return s
 }
 
 // vcEnvoyCorefile is the remote-listener mode (8653 → the listener stand-in).
@@ -510,10 +549,18 @@ func TestVirtualConsulOutageDrill(t *testing.T) {
 }
 
 // TestVirtualConsulXDSOutageDrill is the outage drill with the xDS control
-// plane: under steady load the server stops → zero failed answers; meshdns
-// restarts while it is down → the snapshot answers as soon as ready; a new
-// version made meanwhile appears when the server is back.
+// plane, over delta and over state-of-the-world ADS: under steady load the
+// server stops → zero failed answers; meshdns restarts while it is down →
+// the snapshot answers as soon as ready; a new version made meanwhile
+// appears when the server is back.
 func TestVirtualConsulXDSOutageDrill(t *testing.T) {
+	t.Run("delta", func(t *testing.T) { xdsOutageDrill(t, vcXDSCorefile) })
+	t.Run("sotw", func(t *testing.T) {
+		xdsOutageDrill(t, strings.Replace(vcXDSCorefile, "cluster web", "cluster web\n            protocol sotw", 1))
+	})
+}
+
+func xdsOutageDrill(t *testing.T, corefile string) {
 	standIn := startConsulStandIn(t)
 	x := startXDS(t, "sidecar-1")
 	want := map[string]string{}
@@ -525,7 +572,7 @@ func TestVirtualConsulXDSOutageDrill(t *testing.T) {
 		want[svc+".virtual.consul."] = ip
 	}
 	x.Set("v1", domains)
-	s := Start(t, vcXDSCorefile, Options{Ports: map[int]int{18000: x.port, 5399: standIn.Port(1053)}})
+	s := Start(t, corefile, Options{Ports: map[int]int{18000: x.port, 5399: standIn.Port(1053)}})
 
 	stop := make(chan struct{})
 	load := steadyLoad(s.DNS(), want, 200, 20*time.Second, stop)

@@ -176,7 +176,7 @@ func (o *options) orchOption(c *caddy.Controller, v string) error {
 			o.maxBackoff = d
 		}
 	case "max_body":
-		n, err := parseSize(a[0])
+		n, err := conf.ParseSize(a[0])
 		if err != nil {
 			return c.Errf("bad max_body %q: %v", a[0], err)
 		}

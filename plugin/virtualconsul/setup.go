@@ -333,6 +333,11 @@ func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
 				log.Errorf("Rejected a table, the previous one keeps serving: %s", msg)
 				lastReject = msg
 			}
+		case SyncNoTable:
+			if msg := s.Err.Error(); msg != lastReject {
+				log.Warningf("Source %s carries no table, the previous one keeps serving: %s", src, msg)
+				lastReject = msg
+			}
 		default:
 			if !failing {
 				failing = true

@@ -36,7 +36,7 @@ type Sync struct {
 	Result string
 	// Table is the new table when Result is SyncOK, else nil.
 	Table *Table
-	// Err says why, for SyncRejected and SyncError.
+	// Err says why, for SyncRejected, SyncNoTable and SyncError.
 	Err error
 }
 
@@ -45,5 +45,6 @@ const (
 	SyncOK        = "ok"        // a new table was built
 	SyncUnchanged = "unchanged" // same content as the last table: nothing rebuilt
 	SyncRejected  = "rejected"  // the payload was invalid: the old table keeps serving
+	SyncNoTable   = "no_table"  // the payload was valid but carried no table (xds: no virtual_dns listener): the old table keeps serving
 	SyncError     = "error"     // the source could not be read
 )

@@ -74,6 +74,27 @@ func TestParseSources(t *testing.T) {
 			}
 		}},
 		{`virtualconsul {
+			source xds 127.0.0.1:8502 {
+				node web-sidecar-proxy
+				token_file secret/token
+				max_message_size 256m
+				protocol sotw
+			}
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			x := v.src.(*xdsSource)
+			if !strings.HasSuffix(x.tokenFile, "/secret/token") || x.maxMsg != 256<<20 || x.protocol != protoSotW || x.using != protoSotW {
+				t.Errorf("xds = %+v", x)
+			}
+		}},
+		{`virtualconsul {
+			source xds 127.0.0.1:8502
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			x := v.src.(*xdsSource)
+			if x.maxMsg != defaultMaxMessageSize || x.protocol != protoAuto || x.using != protoDelta || x.tokenFile != "" {
+				t.Errorf("xds defaults = %+v", x)
+			}
+		}},
+		{`virtualconsul {
 			source envoy 127.0.0.1
 		}`, "", func(t *testing.T, v *VirtualConsul) {
 			e := v.remote
@@ -136,6 +157,16 @@ func TestParseSources(t *testing.T) {
 				node
 			}
 		}`, "Testfile:3 - Error during parsing: Wrong argument count", nil},
+		{`virtualconsul {
+			source xds 127.0.0.1:18000 {
+				protocol incremental
+			}
+		}`, `Testfile:3 - Error during parsing: source xds: bad protocol "incremental"`, nil},
+		{`virtualconsul {
+			source xds 127.0.0.1:18000 {
+				max_message_size 3g
+			}
+		}`, `Testfile:3 - Error during parsing: source xds: bad max_message_size "3g"`, nil},
 		{`virtualconsul {
 			source xds 127.0.0.1:18000 {
 				tls ` + dir + `/ca.pem ` + dir + `/cert.pem ` + dir + `/key.pem
@@ -231,20 +262,27 @@ func listenerAny(t testing.TB, name string, domains map[string][]string) *anypb.
 func TestListenerEntries(t *testing.T) {
 	other, _ := anypb.New(&listener.Listener{Name: "public_listener"})
 	vd := listenerAny(t, "virtual_dns:127.0.0.1:8653", map[string][]string{webKey: {"240.0.0.1"}})
-	got, err := ListenerEntries([]*anypb.Any{other, vd})
-	if err != nil || len(got) != 1 || got[0].Name != webKey || got[0].Addresses[0] != "240.0.0.1" {
-		t.Fatalf("entries = %+v, %v", got, err)
+	got, found, err := ListenerEntries([]*anypb.Any{other, vd})
+	if err != nil || !found || len(got) != 1 || got[0].Name != webKey || got[0].Addresses[0] != "240.0.0.1" {
+		t.Fatalf("entries = %+v, %v, %v", got, found, err)
 	}
-	if got, err := ListenerEntries([]*anypb.Any{other}); err != nil || len(got) != 0 {
-		t.Fatalf("no virtual_dns listener: %+v, %v (want an empty table)", got, err)
+	if got, found, err := ListenerEntries([]*anypb.Any{other}); err != nil || found || len(got) != 0 {
+		t.Fatalf("no virtual_dns listener: %+v, %v, %v (want no table, not an empty one)", got, found, err)
+	}
+	empty := listenerAny(t, "virtual_dns", map[string][]string{})
+	if got, found, err := ListenerEntries([]*anypb.Any{empty}); err != nil || !found || len(got) != 0 {
+		t.Fatalf("a virtual_dns listener without names: %+v, %v, %v (want an empty table)", got, found, err)
 	}
 	noFilter, _ := anypb.New(&listener.Listener{Name: "virtual_dns"})
-	if _, err := ListenerEntries([]*anypb.Any{noFilter}); err == nil || !strings.Contains(err.Error(), "has no envoy.filters.udp.dns_filter filter") {
+	if _, _, err := ListenerEntries([]*anypb.Any{noFilter}); err == nil || !strings.Contains(err.Error(), "has no envoy.filters.udp.dns_filter filter") {
 		t.Fatalf("no filter: %v", err)
 	}
 	cluster, _ := anypb.New(&dnstable.DnsTable{})
-	if _, err := ListenerEntries([]*anypb.Any{cluster}); err == nil {
+	if _, _, err := ListenerEntries([]*anypb.Any{vd, cluster}); err == nil {
 		t.Fatal("a non-listener resource was accepted")
+	}
+	if s := (&xdsSource{}).table([]*anypb.Any{other}); s.Result != SyncNoTable || !strings.Contains(s.Err.Error(), "none of the 1 listeners") {
+		t.Fatalf("no virtual_dns listener: %+v", s)
 	}
 	// An invalid table is rejected by the source (and NACKed).
 	bad := listenerAny(t, "virtual_dns", map[string][]string{"web.consul": {"240.0.0.1"}})
@@ -267,7 +305,7 @@ func FuzzListenerEntries(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a := &anypb.Any{TypeUrl: listenerTypeURL, Value: data}
-		entries, err := ListenerEntries([]*anypb.Any{a})
+		entries, _, err := ListenerEntries([]*anypb.Any{a})
 		if err == nil {
 			_, _ = Build(entries) // must not panic
 		}

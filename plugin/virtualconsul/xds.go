@@ -13,15 +13,14 @@ import (
 
 	"github.com/coredns/caddy"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	dnsfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/udp/dns_filter/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
@@ -34,12 +33,27 @@ const (
 	dnsFilterTypeURL   = "type.googleapis.com/envoy.extensions.filters.udp.dns_filter.v3.DnsFilterConfig"
 	dnsFilterName      = "envoy.filters.udp.dns_filter"
 	virtualDNSListener = "virtual_dns" // the prefix of the listener's name
+	tokenHeader        = "x-consul-token"
 )
 
 // Reconnects of the xds source back off from xdsRetryMin up to xdsRetryMax.
 const (
 	xdsRetryMin = 250 * time.Millisecond
 	xdsRetryMax = 10 * time.Second
+)
+
+// defaultMaxMessageSize bounds a response the xds source accepts. gRPC's
+// own default, 4 MiB, is one listener of ~55,000 names: every update of a
+// larger mesh would fail forever. 64 MiB holds ~900,000.
+const defaultMaxMessageSize = 64 << 20
+
+// The xDS variants: delta (incremental) ADS, which Consul's servers and
+// agents serve (hashicorp/consul#9855), and state-of-the-world ADS, which
+// they refuse ("not implemented") and some control planes alone offer.
+const (
+	protoDelta = "delta"
+	protoSotW  = "sotw"
+	protoAuto  = "auto" // delta, falling back once to sotw when refused
 )
 
 func init() { sourceTypes["xds"] = newXDSSource }
@@ -50,12 +64,15 @@ func init() { sourceTypes["xds"] = newXDSSource }
 //	    node ID
 //	    cluster NAME
 //	    tls CA CERT KEY
+//	    token_file PATH
+//	    max_message_size SIZE
+//	    protocol auto|delta|sotw
 //	}
 func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 	if len(args) != 1 {
 		return nil, errors.New("want ADDRESS")
 	}
-	x := &xdsSource{address: args[0], node: "meshdns"}
+	x := &xdsSource{address: args[0], node: "meshdns", maxMsg: defaultMaxMessageSize, protocol: protoAuto}
 	if h, err := os.Hostname(); err == nil && h != "" {
 		x.node = h
 	}
@@ -65,15 +82,28 @@ func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 			return c.Errf("source xds: %s given twice", opt)
 		}
 		seen[opt] = true
+		if opt != "tls" && len(args) != 1 {
+			return c.ArgErr()
+		}
 		switch opt {
-		case "node", "cluster":
-			if len(args) != 1 {
-				return c.ArgErr()
+		case "node":
+			x.node = args[0]
+		case "cluster":
+			x.cluster = args[0]
+		case "token_file":
+			x.tokenFile = conf.Path(c, args[0])
+		case "max_message_size":
+			n, err := conf.ParseSize(args[0])
+			if err != nil || n > 1<<31-1 {
+				return c.Errf("source xds: bad max_message_size %q: want a size up to 2g, such as 64m", args[0])
 			}
-			if opt == "node" {
-				x.node = args[0]
-			} else {
-				x.cluster = args[0]
+			x.maxMsg = int(n)
+		case "protocol":
+			switch args[0] {
+			case protoAuto, protoDelta, protoSotW:
+				x.protocol = args[0]
+			default:
+				return c.Errf("source xds: bad protocol %q: want auto, delta or sotw", args[0])
 			}
 		case "tls":
 			if len(args) != 3 {
@@ -95,6 +125,10 @@ func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 	if err != nil {
 		return nil, err
 	}
+	x.using = protoDelta
+	if x.protocol == protoSotW {
+		x.using = protoSotW
+	}
 	return x, nil
 }
 
@@ -115,21 +149,27 @@ func loadClientTLS(ca, cert, key string) (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
 
-// xdsSource subscribes to listeners over an ADS stream and takes the inline
-// DNS table of the DNS filter of the listener named virtual_dns…. Every good
-// version is ACKed; a version whose table is invalid is NACKed and the
-// previous table keeps serving. A broken stream reconnects with a capped
-// exponential backoff.
+// xdsSource subscribes to listeners over an ADS stream, delta or
+// state-of-the-world (xds_delta.go, xds_sotw.go), and takes the inline DNS
+// table of the DNS filter of the listener named virtual_dns…. Every good
+// response is ACKed; one whose table is invalid is NACKed and the previous
+// table keeps serving, as it does when no listener carries a table. A
+// broken stream reconnects with a capped exponential backoff.
 type xdsSource struct {
-	address string
-	node    string
-	cluster string
-	tls     *tls.Config // nil: plaintext
+	address   string
+	node      string // the proxy's service ID, for Consul
+	cluster   string
+	tls       *tls.Config // nil: plaintext
+	tokenFile string      // "" : the environment's, if any
+	maxMsg    int
+	protocol  string // protoAuto, protoDelta or protoSotW
 
 	// Run's goroutine only:
-	acked     string        // the last version ACKed
-	nacked    string        // the last version NACKed
-	nackDelay time.Duration // how long to hold the next NACK of that version
+	using     string        // the protocol the next stream speaks
+	logged    string        // the protocol last logged as in use
+	acked     string        // sotw: the last version ACKed
+	nacked    string        // the content last NACKed
+	nackDelay time.Duration // how long to hold the next NACK of that content
 	last      [32]byte      // hash of the entries of the last table reported
 	built     bool
 }
@@ -143,7 +183,12 @@ func (x *xdsSource) Run(ctx context.Context, report func(Sync)) {
 		if ctx.Err() != nil {
 			return
 		}
-		report(Sync{Result: SyncError, Err: fmt.Errorf("xds %s: %w", x.address, err)})
+		if !got && x.protocol == protoAuto && x.using == protoDelta && refused(err) {
+			x.using = protoSotW // once: a server that refuses delta is not asked again
+			log.Infof("Source xds: %s refuses delta ADS (%v); falling back to state-of-the-world", x.address, err)
+			continue
+		}
+		report(Sync{Result: SyncError, Err: x.explain(err)})
 		if got {
 			retry = 0 // the stream worked: start the backoff over
 		}
@@ -154,9 +199,61 @@ func (x *xdsSource) Run(ctx context.Context, report func(Sync)) {
 	}
 }
 
+// refused reports whether err is a server's refusal of the protocol: gRPC's
+// Unimplemented, or the Unknown "not implemented" that Consul's xDS server
+// answers state-of-the-world with.
+func refused(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && (s.Code() == codes.Unimplemented || (s.Code() == codes.Unknown && strings.Contains(s.Message(), "not implemented")))
+}
+
+// explain words a stream's error for the log: a refused token says where
+// the token came from.
+func (x *xdsSource) explain(err error) error {
+	if c := status.Code(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
+		_, from, _ := x.token()
+		return fmt.Errorf("xds %s: the server refused the token %s as node %q: %w", x.address, from, x.node, err)
+	}
+	return fmt.Errorf("xds %s: %w", x.address, err)
+}
+
+// token returns the ACL token a stream sends as x-consul-token: token_file
+// (read at every connect, so a rotated token is picked up), else
+// CONSUL_GRPC_TOKEN, CONSUL_HTTP_TOKEN, CONSUL_HTTP_TOKEN_FILE; from says
+// which, for the log.
+func (x *xdsSource) token() (tok, from string, err error) {
+	if x.tokenFile != "" {
+		b, err := os.ReadFile(x.tokenFile)
+		if err != nil {
+			return "", "from token_file", err
+		}
+		if tok = strings.TrimSpace(string(b)); tok == "" {
+			return "", "from token_file", fmt.Errorf("token_file %s is empty", x.tokenFile)
+		}
+		return tok, "from token_file " + x.tokenFile, nil
+	}
+	for _, env := range []string{"CONSUL_GRPC_TOKEN", "CONSUL_HTTP_TOKEN"} {
+		if tok = os.Getenv(env); tok != "" {
+			return tok, "from " + env, nil
+		}
+	}
+	if f := os.Getenv("CONSUL_HTTP_TOKEN_FILE"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", "from CONSUL_HTTP_TOKEN_FILE", err
+		}
+		return strings.TrimSpace(string(b)), "from CONSUL_HTTP_TOKEN_FILE " + f, nil
+	}
+	return "", "(none given)", nil
+}
+
 // stream runs one ADS stream until it breaks; got says whether any
 // response arrived on it.
 func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, err error) {
+	tok, _, err := x.token()
+	if err != nil {
+		return false, err
+	}
 	creds := insecure.NewCredentials()
 	if x.tls != nil {
 		creds = credentials.NewTLS(x.tls)
@@ -164,6 +261,7 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 	// Keepalive pings find a hung control plane; 5 minutes is as often as
 	// a gRPC server allows by default.
 	conn, err := grpc.NewClient(x.address, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(x.maxMsg)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}))
 	if err != nil {
 		return false, err
@@ -171,58 +269,62 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 	defer conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
-	if err != nil {
-		return false, err
+	if tok != "" {
+		sctx = metadata.AppendToOutgoingContext(sctx, tokenHeader, tok)
 	}
 	node := &core.Node{Id: x.node, Cluster: x.cluster, UserAgentName: "meshdns"}
-	req := &discovery.DiscoveryRequest{Node: node, TypeUrl: listenerTypeURL, VersionInfo: x.acked}
-	if err := st.Send(req); err != nil {
-		return false, err
+	if x.using == protoDelta {
+		return x.deltaStream(sctx, conn, node, report)
 	}
-	for {
-		resp, err := st.Recv()
-		if err != nil {
-			return got, err
+	return x.sotwStream(sctx, conn, node, report)
+}
+
+// following logs, once per change, the protocol a working stream speaks.
+func (x *xdsSource) following() {
+	if x.logged != x.using {
+		x.logged = x.using
+		name := "delta ADS"
+		if x.using == protoSotW {
+			name = "state-of-the-world ADS"
 		}
-		got = true
-		if resp.GetTypeUrl() != listenerTypeURL {
-			continue // not subscribed; nothing to ACK
-		}
-		s := x.table(resp.GetResources())
-		ack := &discovery.DiscoveryRequest{Node: node, TypeUrl: listenerTypeURL, ResponseNonce: resp.GetNonce()}
-		if s.Result == SyncRejected {
-			ack.VersionInfo = x.acked
-			ack.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: s.Err.Error()}
-			s.Err = fmt.Errorf("xds %s: version %q NACKed: %w", x.address, resp.GetVersionInfo(), s.Err)
-			if resp.GetVersionInfo() == x.nacked {
-				// A control plane answers a NACK by sending the same version
-				// again at once: hold each repeated NACK (1s, doubling up to
-				// xdsRetryMax, 10s) instead of spinning, and report it only once.
-				if !pause.Sleep(ctx, x.nackDelay) {
-					return got, ctx.Err()
-				}
-				x.nackDelay = min(2*x.nackDelay, xdsRetryMax)
-			} else {
-				x.nacked, x.nackDelay = resp.GetVersionInfo(), time.Second
-				report(s)
-			}
-		} else {
-			x.acked, x.nacked = resp.GetVersionInfo(), ""
-			ack.VersionInfo = x.acked
-			report(s)
-		}
-		if err := st.Send(ack); err != nil {
-			return got, err
-		}
+		log.Infof("Source xds: following %s over %s as node %q", x.address, name, x.node)
 	}
 }
 
-// table builds the table of one listener response.
+// handle reports the table of one response's listeners and returns the
+// NACK's error detail, or nil to ACK. key names the response's content, so
+// that a NACKed content sent again at once (as a control plane answers a
+// NACK) is held (1 s, doubling up to xdsRetryMax) and reported only once.
+func (x *xdsSource) handle(ctx context.Context, key string, resources []*anypb.Any, report func(Sync)) (*rpcstatus.Status, error) {
+	s := x.table(resources)
+	if s.Result != SyncRejected {
+		x.nacked = ""
+		report(s)
+		return nil, nil
+	}
+	detail := &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: s.Err.Error()}
+	s.Err = fmt.Errorf("xds %s: version %q NACKed: %w", x.address, key, s.Err)
+	if key == x.nacked {
+		if !pause.Sleep(ctx, x.nackDelay) {
+			return nil, ctx.Err()
+		}
+		x.nackDelay = min(2*x.nackDelay, xdsRetryMax)
+	} else {
+		x.nacked, x.nackDelay = key, time.Second
+		report(s)
+	}
+	return detail, nil
+}
+
+// table builds the table of one response's listeners.
 func (x *xdsSource) table(resources []*anypb.Any) Sync {
-	entries, err := ListenerEntries(resources)
+	entries, found, err := ListenerEntries(resources)
 	if err != nil {
 		return Sync{Result: SyncRejected, Err: err}
+	}
+	if !found {
+		return Sync{Result: SyncNoTable, Err: fmt.Errorf("xds %s: none of the %d listeners is named %s…: no table to follow (Consul before 1.17 pushes none)",
+			x.address, len(resources), virtualDNSListener)}
 	}
 	h := sha256.New()
 	for _, e := range entries {
@@ -238,52 +340,4 @@ func (x *xdsSource) table(resources []*anypb.Any) Sync {
 	}
 	x.last, x.built = sum, true
 	return Sync{Result: SyncOK, Table: t}
-}
-
-// ListenerEntries returns the virtual domains of the inline DNS table of the
-// DNS filter of the first listener in resources whose name starts with
-// virtual_dns. No such listener is an empty table (the control plane
-// removed it); a listener or filter that does not decode is an error.
-func ListenerEntries(resources []*anypb.Any) ([]Entry, error) {
-	for _, r := range resources {
-		if r.GetTypeUrl() != listenerTypeURL {
-			return nil, fmt.Errorf("resource of type %q in a listener response", r.GetTypeUrl())
-		}
-		var l listener.Listener
-		if err := r.UnmarshalTo(&l); err != nil {
-			return nil, fmt.Errorf("listener: %w", err)
-		}
-		if !strings.HasPrefix(l.GetName(), virtualDNSListener) {
-			continue
-		}
-		return dnsFilterEntries(&l)
-	}
-	return nil, nil
-}
-
-// dnsFilterEntries reads the DNS filter's inline table of listener l.
-func dnsFilterEntries(l *listener.Listener) ([]Entry, error) {
-	for _, f := range l.GetListenerFilters() {
-		tc := f.GetTypedConfig()
-		if f.GetName() != dnsFilterName && tc.GetTypeUrl() != dnsFilterTypeURL {
-			continue
-		}
-		if tc == nil {
-			return nil, fmt.Errorf("listener %s: DNS filter without typed_config", l.GetName())
-		}
-		var cfg dnsfilter.DnsFilterConfig
-		if err := tc.UnmarshalTo(&cfg); err != nil {
-			return nil, fmt.Errorf("listener %s: DNS filter: %w", l.GetName(), err)
-		}
-		table := cfg.GetServerConfig().GetInlineDnsTable()
-		if table == nil {
-			return nil, fmt.Errorf("listener %s: DNS filter has no inline_dns_table", l.GetName())
-		}
-		entries := make([]Entry, 0, len(table.GetVirtualDomains()))
-		for _, d := range table.GetVirtualDomains() {
-			entries = append(entries, Entry{Name: d.GetName(), Addresses: d.GetEndpoint().GetAddressList().GetAddress()})
-		}
-		return entries, nil
-	}
-	return nil, fmt.Errorf("listener %s has no %s filter", l.GetName(), dnsFilterName)
 }

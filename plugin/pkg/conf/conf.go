@@ -3,10 +3,12 @@
 package conf
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -66,4 +68,23 @@ func Servers(c *caddy.Controller) []string {
 		out = append(out, cfg.Transport+"://"+addr)
 	}
 	return out
+}
+
+// ParseSize accepts bytes with an optional k, m or g suffix (powers of 1024).
+func ParseSize(s string) (int64, error) {
+	mult := int64(1)
+	t := strings.ToLower(s)
+	switch {
+	case strings.HasSuffix(t, "k"):
+		mult, t = 1<<10, t[:len(t)-1]
+	case strings.HasSuffix(t, "m"):
+		mult, t = 1<<20, t[:len(t)-1]
+	case strings.HasSuffix(t, "g"):
+		mult, t = 1<<30, t[:len(t)-1]
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 || n > (1<<40)/mult {
+		return 0, errors.New("want a positive size such as 65536, 512k or 64m")
+	}
+	return n * mult, nil
 }

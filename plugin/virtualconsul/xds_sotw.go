@@ -1,0 +1,47 @@
+package virtualconsul
+
+import (
+	"context"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+)
+
+// sotwStream runs one state-of-the-world ADS stream: every listener
+// response carries every listener, and is ACKed with its version or NACKed
+// with the last version ACKed.
+func (x *xdsSource) sotwStream(ctx context.Context, conn *grpc.ClientConn, node *core.Node, report func(Sync)) (got bool, err error) {
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: listenerTypeURL, VersionInfo: x.acked}); err != nil {
+		return false, err
+	}
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return got, err
+		}
+		if !got {
+			got = true
+			x.following()
+		}
+		if resp.GetTypeUrl() != listenerTypeURL {
+			continue // not subscribed; nothing to ACK
+		}
+		nack, err := x.handle(ctx, resp.GetVersionInfo(), resp.GetResources(), report)
+		if err != nil {
+			return got, err
+		}
+		ack := &discovery.DiscoveryRequest{Node: node, TypeUrl: listenerTypeURL, ResponseNonce: resp.GetNonce(), VersionInfo: x.acked, ErrorDetail: nack}
+		if nack == nil {
+			x.acked = resp.GetVersionInfo()
+			ack.VersionInfo = x.acked
+		}
+		if err := st.Send(ack); err != nil {
+			return got, err
+		}
+	}
+}
