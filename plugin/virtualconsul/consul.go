@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"sort"
 	"strings"
@@ -136,10 +137,17 @@ func sourceBlock(c *caddy.Controller, opt func(name string, args []string) error
 	return c.EOFErr()
 }
 
-// consulSource follows the Consul catalog: a blocking query on the connect
-// proxies (index + wait, so the agent answers when something changed), then
-// each proxy's entries, whose consul-virtual tagged address is the VIP of the
-// proxy's destination service. Rounds are at least consulMinGap apart and
+// consulSource follows the Consul catalog through the local agent: one
+// blocking query on the list of connect proxies, and a read of each proxy
+// only when it is new to the list or still lacks its VIP, all stale (any
+// server answers; never a leader's read). The agent's cache (?cached) is
+// not used: Consul 1.16.3's agent kept serving a cached list that missed
+// registrations and deregistrations, and answered a blocking query on it at
+// once with the old index. A proxy's VIP is its destination's, which Consul keeps for
+// as long as the service exists, so a list that changed in another way (an
+// instance more or less, a service without a proxy) costs no read at all:
+// the work per change does not grow with the mesh. After a failed round
+// every proxy is read again. Rounds are at least consulMinGap apart and
 // errors back off, so a flapping catalog or a dead agent is never polled
 // busily.
 type consulSource struct {
@@ -149,16 +157,27 @@ type consulSource struct {
 	upstreams map[string]bool // nil: every service
 
 	// Run's goroutine only:
-	last  [32]byte // hash of the entries of the last table reported
+	known map[string]proxyEntries // the proxies of the last round, by service name
+	last  [32]byte                // hash of the entries of the last table reported
 	built bool
 	// pending: the last round saw a proxy without its VIP, so the next
 	// round waits at most pendingWait (consulPendingWait, doubling while
-	// it stays pending) and reads the proxies again even when the services
+	// it stays pending) and reads those proxies again even when the list's
 	// index did not move.
 	pending     bool
 	pendingWait time.Duration
+	// noNS: the agent is Consul CE, which refuses ns=*: ask for the
+	// default namespace only.
+	noNS bool
 
 	probeEvery, probeTimeout time.Duration // tests shorten them (0: the defaults)
+}
+
+// proxyEntries are the VIP entries read from one proxy service, and
+// whether one of its instances had no VIP (yet).
+type proxyEntries struct {
+	entries []Entry
+	pending bool
 }
 
 func (s *consulSource) Name() string { return "consul" }
@@ -183,7 +202,6 @@ func (s *consulSource) client() (*api.Client, error) {
 func (s *consulSource) Run(ctx context.Context, report func(Sync)) {
 	var (
 		client *api.Client
-		dc     string
 		index  uint64
 		retry  time.Duration
 		round  time.Time
@@ -197,13 +215,10 @@ func (s *consulSource) Run(ctx context.Context, report func(Sync)) {
 		if client == nil {
 			client, err = s.client()
 		}
-		if err == nil && dc == "" {
-			dc, err = consulDatacenter(ctx, client)
-		}
 		var next uint64
 		var sy Sync
 		if err == nil {
-			next, sy, err = s.sync(ctx, client, dc, index)
+			next, sy, err = s.sync(ctx, client, index)
 		}
 		if ctx.Err() != nil {
 			return
@@ -213,8 +228,8 @@ func (s *consulSource) Run(ctx context.Context, report func(Sync)) {
 			// The agent may come back as another one; and the first round
 			// after a failure must not block (index 0), so that a recovery
 			// is reported when the agent answers, not when the catalog
-			// next changes.
-			client, dc, index = nil, "", 0
+			// next changes. It reads every proxy again.
+			client, index, s.known = nil, 0, nil
 			retry = pause.Double(retry, consulRetryMin, consulRetryMax)
 			if !pause.Sleep(ctx, retry) {
 				return
@@ -240,9 +255,20 @@ func (s *consulSource) display() string {
 	return "127.0.0.1:8500"
 }
 
-// sync runs one catalog round: it waits until the proxies' index passes
-// index, then reads every proxy and builds the table.
-func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, index uint64) (uint64, Sync, error) {
+// query returns the options of every request: stale (any server answers,
+// never a leader's consistent read) and across namespaces unless the agent
+// is Consul CE.
+func (s *consulSource) query(ctx context.Context) *api.QueryOptions {
+	q := &api.QueryOptions{AllowStale: true}
+	if !s.noNS {
+		q.Namespace = "*"
+	}
+	return q.WithContext(ctx)
+}
+
+// sync runs one catalog round: it waits until the proxies' list passes
+// index, then reads the proxies it has not read and builds the table.
+func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint64) (uint64, Sync, error) {
 	cat := client.Catalog()
 	qctx, cancel := context.WithTimeout(ctx, consulWait+consulWait/16+15*time.Second)
 	defer cancel()
@@ -251,9 +277,17 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 	if s.pending {
 		wait = s.pendingWait
 	}
-	proxies, meta, err := cat.Services((&api.QueryOptions{
-		Filter: s.filter(), WaitIndex: index, WaitTime: wait,
-	}).WithContext(qctx))
+	list := func() (map[string][]string, *api.QueryMeta, error) {
+		q := s.query(qctx)
+		q.Filter, q.WaitIndex, q.WaitTime = s.filter(), index, wait
+		return cat.Services(q)
+	}
+	proxies, meta, err := list()
+	if err != nil && !s.noNS && enterpriseOnly(err) {
+		s.noNS = true
+		log.Infof("Source consul: %s is Consul CE (no namespaces): following namespace default, partition default", s.display())
+		proxies, meta, err = list()
+	}
 	if err != nil {
 		if why := hung(); why != nil {
 			return 0, Sync{}, why
@@ -268,9 +302,26 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	entries, pending, err := s.read(qctx, cat, names, dc)
+	known := make(map[string]proxyEntries, len(names))
+	var unread []string
+	for _, n := range names {
+		if p, ok := s.known[n]; ok && !p.pending {
+			known[n] = p
+		} else {
+			unread = append(unread, n)
+		}
+	}
+	read, err := s.read(qctx, cat, unread)
 	if err != nil {
 		return 0, Sync{}, err
+	}
+	maps.Copy(known, read)
+	s.known = known
+	pending := false
+	var entries []Entry
+	for _, n := range names {
+		entries = append(entries, known[n].entries...)
+		pending = pending || known[n].pending
 	}
 	switch s.pending = pending; {
 	case !pending:
@@ -300,6 +351,13 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, dc string, 
 	}
 	s.last, s.built = sum, true
 	return meta.LastIndex, Sync{Result: SyncOK, Table: t}, nil
+}
+
+// enterpriseOnly reports whether err is a Consul CE agent refusing an
+// Enterprise parameter (ns).
+func enterpriseOnly(err error) bool {
+	var se api.StatusError
+	return errors.As(err, &se) && se.Code == 400 && strings.Contains(se.Body, "Enterprise feature")
 }
 
 // watchdog asks the agent for its version every probe interval while ctx
@@ -350,14 +408,10 @@ func (s *consulSource) watchdog(ctx context.Context, cancel context.CancelFunc, 
 const consulReaders = 8
 
 // read reads the catalog entries of the proxies names, consulReaders at a
-// time, and returns their VIP entries and whether a proxy lacked its VIP.
-func (s *consulSource) read(ctx context.Context, cat *api.Catalog, names []string, dc string) ([]Entry, bool, error) {
-	type result struct {
-		entries []Entry
-		pending bool
-		err     error
-	}
-	results := make([]result, len(names))
+// time, and returns their VIP entries.
+func (s *consulSource) read(ctx context.Context, cat *api.Catalog, names []string) (map[string]proxyEntries, error) {
+	results := make([]proxyEntries, len(names))
+	errs := make([]error, len(names))
 	next := make(chan int)
 	var wg sync.WaitGroup
 	for w := 0; w < min(consulReaders, len(names)); w++ {
@@ -365,12 +419,12 @@ func (s *consulSource) read(ctx context.Context, cat *api.Catalog, names []strin
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				svcs, _, err := cat.Service(names[i], "", (&api.QueryOptions{}).WithContext(ctx))
+				svcs, _, err := cat.Service(names[i], "", s.query(ctx))
 				if err != nil {
-					results[i].err = fmt.Errorf("catalog service %s: %w", names[i], err)
+					errs[i] = fmt.Errorf("catalog service %s: %w", names[i], err)
 					continue
 				}
-				results[i].entries, results[i].pending = s.entries(svcs, dc)
+				results[i].entries, results[i].pending = s.entries(svcs)
 			}
 		}()
 	}
@@ -379,16 +433,14 @@ func (s *consulSource) read(ctx context.Context, cat *api.Catalog, names []strin
 	}
 	close(next)
 	wg.Wait()
-	var entries []Entry
-	pending := false
-	for _, r := range results {
-		if r.err != nil {
-			return nil, false, r.err
+	out := make(map[string]proxyEntries, len(names))
+	for i, n := range names {
+		if errs[i] != nil {
+			return nil, errs[i]
 		}
-		entries = append(entries, r.entries...)
-		pending = pending || r.pending
+		out[n] = results[i]
 	}
-	return entries, pending, nil
+	return out, nil
 }
 
 // filter selects the proxies of the catalog the source reads: every connect
@@ -407,7 +459,7 @@ func (s *consulSource) filter() string {
 
 // entries returns the VIP entries of a proxy's catalog entries, and whether
 // one of the wanted proxies has no VIP (yet).
-func (s *consulSource) entries(svcs []*api.CatalogService, dc string) (out []Entry, pending bool) {
+func (s *consulSource) entries(svcs []*api.CatalogService) (out []Entry, pending bool) {
 	for _, e := range svcs {
 		if e.ServiceProxy == nil { // the services were filtered to proxies; be sure
 			continue
@@ -429,7 +481,7 @@ func (s *consulSource) entries(svcs []*api.CatalogService, dc string) (out []Ent
 			ap = defaultPartition
 		}
 		if edc == "" {
-			edc = dc
+			edc = defaultDatacenter // Consul fills it in every catalog entry
 		}
 		name := dest + ".virtual." + ns + ".ns." + ap + ".ap." + edc + ".dc.consul"
 		if _, err := canonicalName(name); err != nil {
@@ -438,19 +490,4 @@ func (s *consulSource) entries(svcs []*api.CatalogService, dc string) (out []Ent
 		out = append(out, Entry{Name: name, Addresses: []string{vip.Address}})
 	}
 	return out, pending
-}
-
-// consulDatacenter asks the agent for its datacenter.
-func consulDatacenter(ctx context.Context, client *api.Client) (string, error) {
-	qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	var self map[string]map[string]any
-	if _, err := client.Raw().Query("/v1/agent/self", &self, (&api.QueryOptions{}).WithContext(qctx)); err != nil {
-		return "", err
-	}
-	dc, _ := self["Config"]["Datacenter"].(string)
-	if dc == "" {
-		return "", errors.New("the agent reports no datacenter")
-	}
-	return strings.ToLower(dc), nil
 }

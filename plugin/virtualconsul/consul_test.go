@@ -61,10 +61,10 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"web-sidecar-proxy": []}`)
 	case r.URL.Path == "/v1/catalog/service/web-sidecar-proxy" && f.noVIP:
 		w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
-		fmt.Fprint(w, `[{"ServiceProxy": {"DestinationServiceName": "web"}}]`)
+		fmt.Fprint(w, `[{"Datacenter": "DC7", "ServiceProxy": {"DestinationServiceName": "web"}}]`)
 	case r.URL.Path == "/v1/catalog/service/web-sidecar-proxy":
 		w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
-		fmt.Fprintf(w, `[{"ServiceTaggedAddresses": {"consul-virtual": {"Address": "240.0.0.%d", "Port": 20000}},
+		fmt.Fprintf(w, `[{"Datacenter": "DC7", "ServiceTaggedAddresses": {"consul-virtual": {"Address": "240.0.0.%d", "Port": 20000}},
 			"ServiceProxy": {"DestinationServiceName": "web"}}]`, f.index%2+1)
 	default:
 		http.NotFound(w, r)
@@ -279,6 +279,137 @@ func TestConsulSourceSlowBlockingQuery(t *testing.T) {
 	for _, sy := range syncs {
 		if sy.Result == SyncError {
 			t.Fatalf("a healthy agent holding its blocking query was reported failing: %v", sy.Err)
+		}
+	}
+}
+
+// catalogFake is a catalog of connect proxies (service name → VIP) that
+// records every request, answers the services list at once with an index
+// that moves on every change, and refuses ns like Consul CE.
+type catalogFake struct {
+	mu       sync.Mutex
+	index    int
+	proxies  map[string]string
+	requests []string // path?query of every request
+}
+
+func (f *catalogFake) set(mod func(map[string]string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mod(f.proxies)
+	f.index++
+}
+
+func (f *catalogFake) log() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.requests...)
+}
+
+func (f *catalogFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests = append(f.requests, r.URL.Path+"?"+r.URL.RawQuery)
+	if r.URL.Query().Has("ns") {
+		http.Error(w, `Invalid query parameter: "ns" - Namespaces are a Consul Enterprise feature`, http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
+	switch name, isSvc := strings.CutPrefix(r.URL.Path, "/v1/catalog/service/"); {
+	case r.URL.Path == "/v1/catalog/services":
+		var b strings.Builder
+		b.WriteString("{")
+		i := 0
+		for n := range f.proxies {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, "%q: []", n)
+			i++
+		}
+		b.WriteString("}")
+		fmt.Fprint(w, b.String())
+	case isSvc && f.proxies[name] != "":
+		fmt.Fprintf(w, `[{"Datacenter": "dc1", "ServiceTaggedAddresses": {"consul-virtual": {"Address": %q}},
+			"ServiceProxy": {"DestinationServiceName": %q}}]`, f.proxies[name], strings.TrimSuffix(name, "-sidecar-proxy"))
+	case isSvc:
+		fmt.Fprint(w, `[]`)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// TestConsulSourceReadsOnlyWhatChanged: the first round reads every proxy;
+// afterwards a list change that adds a proxy reads that proxy alone, one
+// that removes a proxy or changes nothing about the proxies reads none.
+// Every request is a stale read (no leader's read), and a Consul CE agent's
+// refusal of ns=* is taken once, then default/default is followed.
+func TestConsulSourceReadsOnlyWhatChanged(t *testing.T) {
+	f := &catalogFake{proxies: map[string]string{}}
+	for i := range 50 {
+		f.proxies[fmt.Sprintf("s%d-sidecar-proxy", i)] = fmt.Sprintf("240.0.0.%d", i+1)
+	}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	s := &consulSource{address: srv.URL}
+	got := make(chan Sync, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx, func(sy Sync) { got <- sy }) }()
+	defer func() { cancel(); <-done }()
+	next := func(want string) Sync {
+		t.Helper()
+		select {
+		case sy := <-got:
+			if sy.Result != want {
+				t.Fatalf("round: %s (%v), want %s", sy.Result, sy.Err, want)
+			}
+			return sy
+		case <-time.After(5 * time.Second):
+			t.Fatal("no round in 5s")
+		}
+		return Sync{}
+	}
+	reads := func(from int) (n int) {
+		for _, r := range f.log()[from:] {
+			if strings.HasPrefix(r, "/v1/catalog/service/") {
+				n++
+			}
+		}
+		return n
+	}
+	if sy := next(SyncOK); sy.Table.Len() != 50 {
+		t.Fatalf("first table: %d entries", sy.Table.Len())
+	}
+	if n := reads(0); n != 50 {
+		t.Fatalf("first round read %d proxies, want 50", n)
+	}
+	mark := len(f.log())
+	f.set(func(p map[string]string) { p["new-sidecar-proxy"] = "240.0.1.1" })
+	if sy := next(SyncOK); sy.Table.Len() != 51 {
+		t.Fatalf("after an added proxy: %d entries", sy.Table.Len())
+	}
+	if n := reads(mark); n != 1 {
+		t.Fatalf("an added proxy cost %d reads, want 1", n)
+	}
+	mark = len(f.log())
+	f.set(func(p map[string]string) { delete(p, "s7-sidecar-proxy") })
+	if sy := next(SyncOK); sy.Table.Len() != 50 {
+		t.Fatalf("after a removed proxy: %d entries", sy.Table.Len())
+	}
+	f.set(func(map[string]string) {}) // an instance more of some proxy: the list's index moves, nothing else
+	next(SyncUnchanged)
+	if n := reads(mark); n != 0 {
+		t.Fatalf("a removal and an unchanged list cost %d reads, want 0", n)
+	}
+	for i, r := range f.log() {
+		switch {
+		case i == 0 && !strings.Contains(r, "ns=%2A"):
+			t.Fatalf("the first request %q does not ask every namespace", r)
+		case i > 0 && strings.Contains(r, "ns="):
+			t.Fatalf("request %d %q asks for namespaces after the agent refused them", i, r)
+		case !strings.Contains(r, "stale"):
+			t.Fatalf("request %q is not a stale read", r)
 		}
 	}
 }

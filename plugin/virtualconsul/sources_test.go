@@ -217,12 +217,12 @@ func TestConsulEntries(t *testing.T) {
 		return s
 	}
 	svcs := []*api.CatalogService{
-		proxy("Web", "240.0.0.1", "", "", ""),
+		proxy("Web", "240.0.0.1", "", "", "DC9"),
 		proxy("api", "240.0.0.2", "team", "part", "DC2"),
 		proxy("novip", "", "", "", ""),
 		{ServiceName: "plain"},
 	}
-	got, pending := (&consulSource{}).entries(svcs, "dc9")
+	got, pending := (&consulSource{}).entries(svcs)
 	if !pending {
 		t.Error("a proxy without its VIP did not mark the round pending")
 	}
@@ -233,7 +233,7 @@ func TestConsulEntries(t *testing.T) {
 	if len(got) != len(want) || got[0].Name != want[0].Name || got[1].Name != want[1].Name || got[1].Addresses[0] != "240.0.0.2" {
 		t.Fatalf("entries = %+v, want %+v", got, want)
 	}
-	if got, pending := (&consulSource{upstreams: map[string]bool{"api": true}}).entries(svcs, "dc1"); len(got) != 1 || !strings.HasPrefix(got[0].Name, "api.") || pending {
+	if got, pending := (&consulSource{upstreams: map[string]bool{"api": true}}).entries(svcs); len(got) != 1 || !strings.HasPrefix(got[0].Name, "api.") || pending {
 		t.Fatalf("upstreams api: %+v (pending %v: novip is not an upstream)", got, pending)
 	}
 }
@@ -408,7 +408,7 @@ func FuzzConsulEntries(f *testing.F) {
 		if json.Unmarshal(data, &svcs) != nil {
 			return
 		}
-		entries, _ := (&consulSource{}).entries(svcs, "dc1")
+		entries, _ := (&consulSource{}).entries(svcs)
 		_, _ = Build(entries) // an invalid entry is an error, never a panic
 	})
 }
