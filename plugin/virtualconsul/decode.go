@@ -142,12 +142,8 @@ func decodeObject(dec *json.Decoder, b *Builder) error {
 				return errors.New("virtual_domains given twice")
 			}
 			found = true
-			var configs any
-			if err := dec.Decode(&configs); err != nil {
+			if err := decodeConfigDump(dec, b); err != nil {
 				return fmt.Errorf("config_dump: %w", err)
-			}
-			if err := decodeConfigDump(configs, b); err != nil {
-				return err
 			}
 		default:
 			var skip json.RawMessage
@@ -165,16 +161,85 @@ func decodeObject(dec *json.Decoder, b *Builder) error {
 	return nil
 }
 
-// decodeConfigDump finds the listener named virtual_dns… in an Envoy
-// config_dump's configs and decodes the virtual_domains of its DNS table.
-func decodeConfigDump(configs any, b *Builder) error {
-	l := findListener(configs)
-	if l == nil {
-		return errors.New("config_dump has no listener named virtual_dns*")
+// decodeConfigDump reads an Envoy config_dump's configs array, one config
+// at a time: only the listener dumps are decoded, every other config
+// (clusters, routes, secrets: the bulk of a large dump) is skipped token by
+// token, never held. The table is that of the listener named virtual_dns…,
+// chosen the same way every time: a static listener first, else the active
+// state of a dynamic one; a warming or draining listener (a version Envoy
+// is not, or no longer, serving) never.
+func decodeConfigDump(dec *json.Decoder, b *Builder) error {
+	if err := expectDelim(dec, '['); err != nil {
+		return err
 	}
-	domains, ok := findKey(l, "inline_dns_table", "inlineDnsTable")
+	var static, active json.RawMessage
+	for dec.More() {
+		if err := expectDelim(dec, '{'); err != nil {
+			return err
+		}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return err
+			}
+			switch tok {
+			case "static_listeners", "staticListeners":
+				var ls []struct {
+					Listener json.RawMessage `json:"listener"`
+				}
+				if err := dec.Decode(&ls); err != nil {
+					return err
+				}
+				for _, l := range ls {
+					if static == nil && virtualDNS(l.Listener) {
+						static = l.Listener
+					}
+				}
+			case "dynamic_listeners", "dynamicListeners":
+				var ls []struct {
+					Name   string `json:"name"`
+					Active *struct {
+						Listener json.RawMessage `json:"listener"`
+					} `json:"active_state"`
+					ActiveCamel *struct {
+						Listener json.RawMessage `json:"listener"`
+					} `json:"activeState"`
+				}
+				if err := dec.Decode(&ls); err != nil {
+					return err
+				}
+				for _, l := range ls {
+					if a := cmpOr(l.Active, l.ActiveCamel); active == nil && a != nil && strings.HasPrefix(l.Name, virtualDNSListener) {
+						active = a.Listener
+					}
+				}
+			default:
+				if err := skipValue(dec); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := dec.Token(); err != nil { // }
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // ]
+		return err
+	}
+	l := static
+	if l == nil {
+		l = active
+	}
+	if l == nil {
+		return errors.New("no static or active listener named virtual_dns*")
+	}
+	var listener any
+	if err := json.Unmarshal(l, &listener); err != nil {
+		return err
+	}
+	domains, ok := findKey(listener, "inline_dns_table", "inlineDnsTable")
 	if !ok {
-		return errors.New("config_dump: listener virtual_dns* has no inline_dns_table")
+		return errors.New("listener virtual_dns* has no inline_dns_table")
 	}
 	table, _ := domains.(map[string]any)
 	vd, ok := findKey(table, "virtual_domains", "virtualDomains")
@@ -188,27 +253,52 @@ func decodeConfigDump(configs any, b *Builder) error {
 	return decodeDomains(json.NewDecoder(bytes.NewReader(raw)), b)
 }
 
-// findListener returns the first JSON object under v whose "name" starts
-// with "virtual_dns" (a listener, or the dynamic_listeners wrapper of one).
-func findListener(v any) map[string]any {
-	switch x := v.(type) {
-	case map[string]any:
-		if name, ok := x["name"].(string); ok && strings.HasPrefix(name, "virtual_dns") {
-			return x
-		}
-		for _, c := range x {
-			if l := findListener(c); l != nil {
-				return l
-			}
-		}
-	case []any:
-		for _, c := range x {
-			if l := findListener(c); l != nil {
-				return l
-			}
-		}
+// virtualDNS reports whether the listener l is named virtual_dns….
+func virtualDNS(l json.RawMessage) bool {
+	var named struct {
+		Name string `json:"name"`
+	}
+	return json.Unmarshal(l, &named) == nil && strings.HasPrefix(named.Name, virtualDNSListener)
+}
+
+func cmpOr[T any](a, b *T) *T {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// expectDelim reads the next token and fails unless it is d.
+func expectDelim(dec *json.Decoder, d json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != d {
+		return fmt.Errorf("want %v, found %v", d, tok)
 	}
 	return nil
+}
+
+// skipValue consumes the next JSON value token by token, holding none of
+// it.
+func skipValue(dec *json.Decoder) error {
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+		if depth == 0 {
+			return nil
+		}
+	}
 }
 
 // findKey returns the value of the first object key under v (depth first)

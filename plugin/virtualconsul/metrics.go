@@ -57,11 +57,21 @@ var (
 		Help:      "1 while the snapshot keeps the last non-empty table because the source returned none, for less than empty_grace.",
 	}, []string{"server", "zone"})
 
+	// lastSync moves on every successful check of the source, changed or
+	// not, so that an alert on its age fires for a source that stopped
+	// answering, not for a quiet one; lastChange only when the table
+	// changed.
 	lastSync = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
 		Name:      "last_sync_timestamp_seconds",
-		Help:      "The time of the last successful sync, by source.",
+		Help:      "The time of the last successful check of the source (changed or not), by source.",
+	}, []string{"server", "zone", "source"})
+	lastChange = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "last_change_timestamp_seconds",
+		Help:      "The time the source last changed the table, by source.",
 	}, []string{"server", "zone", "source"})
 )
 

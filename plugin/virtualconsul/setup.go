@@ -310,9 +310,13 @@ func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
 	)
 	failingGauge := gauges.Of(sourceFailing, v.servers, v.metricZone, src)
 	synced := gauges.Of(lastSync, v.servers, v.metricZone, src)
+	changed := gauges.Of(lastChange, v.servers, v.metricZone, src)
 	failingGauge.Set(0)
 	return func(s Sync) {
 		syncCount.WithLabelValues(v.metricZone, src, s.Result).Inc()
+		if s.Result == SyncOK || s.Result == SyncUnchanged || s.Result == SyncNoTable {
+			synced.SetToCurrentTime()
+		}
 		if s.Result != SyncError && failing {
 			failing = false
 			failingGauge.Set(0)
@@ -321,7 +325,7 @@ func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
 		switch s.Result {
 		case SyncOK:
 			v.swap(s.Table)
-			synced.SetToCurrentTime()
+			changed.SetToCurrentTime()
 			lastReject = ""
 			log.Infof("Synced %d entries from source %s", s.Table.Len(), src)
 			if snap != nil {

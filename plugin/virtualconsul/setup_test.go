@@ -1,6 +1,7 @@
 package virtualconsul
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
 )
@@ -322,4 +324,34 @@ func TestCarry(t *testing.T) {
 // writeSnapshot persists t at path as the snapshot writer does.
 func writeSnapshot(path string, t *Table) error {
 	return persist.WriteStream(path, t.WriteJSON)
+}
+
+// TestReporterTimestamps: last_sync moves on every successful check, a
+// change or not; last_change only on a change; a failure moves neither.
+func TestReporterTimestamps(t *testing.T) {
+	v := &VirtualConsul{metricZone: "ts.consul.", servers: []string{"dns://:1153"}}
+	report := v.reporter("file", nil)
+	sync := func() float64 {
+		return testutil.ToFloat64(lastSync.WithLabelValues("dns://:1153", "ts.consul.", "file"))
+	}
+	change := func() float64 {
+		return testutil.ToFloat64(lastChange.WithLabelValues("dns://:1153", "ts.consul.", "file"))
+	}
+	b := NewBuilder(0)
+	report(Sync{Result: SyncOK, Table: b.Table()})
+	s0, c0 := sync(), change()
+	if s0 == 0 || c0 == 0 {
+		t.Fatalf("after a change: last_sync %v, last_change %v", s0, c0)
+	}
+	time.Sleep(20 * time.Millisecond)
+	report(Sync{Result: SyncUnchanged})
+	if s1, c1 := sync(), change(); s1 <= s0 || c1 != c0 {
+		t.Fatalf("after an unchanged check: last_sync %v → %v, last_change %v → %v", s0, s1, c0, c1)
+	}
+	s1 := sync()
+	time.Sleep(20 * time.Millisecond)
+	report(Sync{Result: SyncError, Err: errors.New("down")})
+	if s2, c2 := sync(), change(); s2 != s1 || c2 != c0 {
+		t.Fatalf("a failure moved a timestamp: last_sync %v → %v, last_change %v → %v", s1, s2, c0, c2)
+	}
 }

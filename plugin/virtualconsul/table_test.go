@@ -139,6 +139,45 @@ func TestDecodeShapes(t *testing.T) {
 	}
 }
 
+// dumpListener is a virtual_dns listener's JSON whose table maps web to ip.
+func dumpListener(ip string) string {
+	return `{"name": "virtual_dns:127.0.0.1:8653", "listener_filters": [{"name": "envoy.filters.udp.dns_filter", "typed_config": {
+	  "server_config": {"inline_dns_table": {"virtual_domains": [
+	    {"name": "web.virtual.default.ns.default.ap.dc1.dc.consul", "endpoint": {"address_list": {"address": ["` + ip + `"]}}}]}}}}]}`
+}
+
+// TestDecodeConfigDumpChoice: the table comes from the static virtual_dns
+// listener if there is one, else from the active state of the dynamic one,
+// never from its warming or draining state, whatever the order of keys;
+// configs other than the listeners are skipped.
+func TestDecodeConfigDumpChoice(t *testing.T) {
+	bigCluster := `{"@type": "type.googleapis.com/envoy.admin.v3.ClustersConfigDump", "dynamic_active_clusters": [` +
+		strings.Repeat(`{"cluster": {"name": "c", "load_assignment": {"endpoints": [{"lb_endpoints": [{"endpoint": {}}]}]}}},`, 2000) + `{}]}`
+	dynamic := `{"@type": "type.googleapis.com/envoy.admin.v3.ListenersConfigDump", "dynamic_listeners": [
+	  {"name": "virtual_dns:127.0.0.1:8653", "warming_state": {"listener": ` + dumpListener("240.0.0.3") + `},
+	   "active_state": {"listener": ` + dumpListener("240.0.0.2") + `},
+	   "draining_state": {"listener": ` + dumpListener("240.0.0.4") + `}}]}`
+	static := `{"@type": "type.googleapis.com/envoy.admin.v3.ListenersConfigDump", "static_listeners": [{"listener": ` + dumpListener("240.0.0.1") + `}]}`
+	for name, c := range map[string]struct{ in, want string }{
+		"active, not warming or draining": {`{"configs": [` + bigCluster + `, ` + dynamic + `]}`, "240.0.0.2"},
+		"static before dynamic":           {`{"configs": [` + dynamic + `, ` + static + `]}`, "240.0.0.1"},
+	} {
+		for range 20 { // map order must not matter
+			tbl, err := decode(c.in)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got, _ := tbl.Lookup(webKey); len(got) != 1 || got[0].String() != c.want {
+				t.Fatalf("%s: web = %v, want %s", name, got, c.want)
+			}
+		}
+	}
+	warmingOnly := `{"configs": [{"dynamic_listeners": [{"name": "virtual_dns:127.0.0.1:8653", "warming_state": {"listener": ` + dumpListener("240.0.0.3") + `}}]}]}`
+	if _, err := decode(warmingOnly); err == nil || !strings.Contains(err.Error(), "no static or active listener") {
+		t.Fatalf("a warming listener alone: %v", err)
+	}
+}
+
 func TestDecodeRejects(t *testing.T) {
 	tests := map[string]string{
 		"":       "empty table",
@@ -151,9 +190,11 @@ func TestDecodeRejects(t *testing.T) {
 		`[{"name": "web.virtual.default.ns.default.ap.dc1.dc.consul", "endpoint": {"address_list": {"address": ["240.0.0.1"]}}},
 		  {"name": "api.virtual.default.ns.default.ap.dc1.dc.consul", "endpoint": {"cluster_name": "api"}}]`: `entry 2 ("api.virtual.default.ns.default.ap.dc1.dc.consul"): no address`,
 		`{"virtual_domains": [{"name": "web.virtual.consul", "endpoint": {"address_list": {"address": ["240.0.0.1"]}}}]}`: `entry 1 ("web.virtual.consul"): not a full-form`,
-		`{"configs": [{"dynamic_listeners": [{"name": "public_listener"}]}]}`:                                             "no listener named virtual_dns",
-		`{"configs": [{"dynamic_listeners": [{"name": "virtual_dns:127.0.0.1:8653"}]}]}`:                                  "has no inline_dns_table",
-		`{"virtual_domains": [], "virtual_domains": []}`:                                                                  "given twice",
+		`{"configs": [{"dynamic_listeners": [{"name": "public_listener"}]}]}`:                                             "no static or active listener named virtual_dns",
+		`{"configs": [{"dynamic_listeners": [{"name": "virtual_dns:127.0.0.1:8653"}]}]}`:                                  "no static or active listener named virtual_dns",
+		`{"configs": [{"static_listeners": [{"listener": {"name": "virtual_dns"}}]}]}`:                                    "has no inline_dns_table",
+		`{"configs": {}}`: "config_dump: want [",
+		`{"virtual_domains": [], "virtual_domains": []}`: "given twice",
 	}
 	for in, want := range tests {
 		_, err := decode(in)
