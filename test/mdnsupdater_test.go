@@ -313,9 +313,15 @@ func maxDur(ds []time.Duration) time.Duration {
 
 // TestMdnsupdaterImage builds the scratch image with build/image.sh (what
 // `make image` runs) on the namespace's engine, runs it with its ports
-// published, and queries the meshdns inside it from the host side.
+// published, and queries the meshdns inside it from the host side. Its
+// record API takes no write from outside the container: neither through
+// the published port nor from another container. The same image with a
+// Corefile that binds the API wider with token_file (as images/Corefile
+// says) takes a write from another container that carries the token, and
+// refuses one that does not.
 func TestMdnsupdaterImage(t *testing.T) {
 	d := newDockerNS(t)
+	d.importBusybox(t)
 	cmd := exec.Command(filepath.Join(repoRoot, "build", "image.sh"), "prebuilt")
 	cmd.Env = append(os.Environ(), "DOCKER_HOST=unix://"+d.sock, "MESHDNS_BIN="+meshdnsBin, "IMAGE=meshdns:e2e")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -326,31 +332,89 @@ func TestMdnsupdaterImage(t *testing.T) {
 	}
 	d.docker(t, "run", "-d", "--name", "meshdns", "-p", "1053:53/udp", "-p", "1053:53/tcp",
 		"-p", "6785:6785", "-p", "8181:8181", "meshdns:e2e")
-	Eventually(t, 20*time.Second, func() string {
-		resp, err := http.Get("http://" + d.nsIP + ":8181/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return ""
+	waitReady := func(port string) {
+		t.Helper()
+		Eventually(t, 20*time.Second, func() string {
+			resp, err := http.Get("http://" + d.nsIP + ":" + port + "/ready")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					return ""
+				}
 			}
+			logs, _ := d.tryDocker("logs", "meshdns")
+			return fmt.Sprintf("ready: %v\n%s", err, logs)
+		})
+	}
+	waitReady("8181")
+	// a write through the published port: nothing listens behind it
+	req, _ := http.NewRequest("PUT", "http://"+d.nsIP+":6785/name/demo/10.32.0.5", strings.NewReader("domain=img.weave.local"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("PUT through the published API port answered %s", resp.Status)
+	}
+	// a write from another container to the meshdns container's address
+	ip := d.ipOn(t, "meshdns", "bridge")
+	put := func(target, token, name string) string {
+		body := "domain=" + name
+		req := "PUT /name/demo/10.32.0.6 HTTP/1.0\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+		if token != "" {
+			req += "Authorization: Bearer " + token + "\r\n"
 		}
-		logs, _ := d.tryDocker("logs", "meshdns")
-		return fmt.Sprintf("ready: %v\n%s", err, logs)
-	})
-	if code, body := httpDo(t, "PUT", "http://"+d.nsIP+":6785/name/demo/10.32.0.5", "application/x-www-form-urlencoded", "domain=img.weave.local", ""); code != 200 {
-		t.Fatalf("PUT through the published API port: %d %s", code, body)
+		req += fmt.Sprintf("Content-Length: %d\r\n\r\n%s", len(body), body)
+		out, _ := d.tryDocker("run", "--rm", "local/busybox", "sh", "-c", fmt.Sprintf("printf '%s' | nc -w 3 %s 6785; echo nc-exit=$?", req, target))
+		return out
+	}
+	if out := put(ip, "", "img.weave.local"); strings.Contains(out, "HTTP/1.") {
+		t.Fatalf("another container wrote to the image's API:\n%s", out)
+	}
+	if rc, _, _ := rcode(d.nsIP+":1053", "img.weave.local"); rc != "NXDOMAIN" {
+		t.Fatalf("img.weave.local after the refused writes: %s", rc)
 	}
 	addr := d.nsIP + ":1053"
-	if got := DigShort(t, addr, "img.weave.local", "A"); len(got) != 1 || got[0] != "10.32.0.5" {
-		t.Errorf("dig (udp) img.weave.local = %v", got)
-	}
-	if got := DigShort(t, addr, "+tcp", "img.weave.local", "A"); len(got) != 1 || got[0] != "10.32.0.5" {
-		t.Errorf("dig (tcp) img.weave.local = %v", got)
-	}
 	if rc, _, _ := rcode(addr, "nobody.weave.local"); rc != "NXDOMAIN" {
 		t.Errorf("nobody.weave.local: %s", rc)
 	}
 	if top := d.docker(t, "top", "meshdns", "-o", "pid,uid,args"); !strings.Contains(top, "65532") {
 		t.Errorf("meshdns does not run as 65532:\n%s", top)
+	}
+
+	// Exposed with a token, as images/Corefile says.
+	conf := filepath.Join(d.dir, "exposed")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(repoRoot, "images", "Corefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposed := strings.Replace(string(b), "api 127.0.0.1:6785", "api :6785\n        token_file /etc/meshdns/api-token", 1)
+	if exposed == string(b) {
+		t.Fatal("images/Corefile has no 'api 127.0.0.1:6785' line")
+	}
+	for name, content := range map[string]string{"Corefile": exposed, "api-token": "s3cret\n"} {
+		if err := os.WriteFile(filepath.Join(conf, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.docker(t, "run", "-d", "--name", "meshdns-exposed", "-p", "2053:53/udp", "-p", "2053:53/tcp", "-p", "18181:8181",
+		"-v", filepath.Join(conf, "Corefile")+":/etc/meshdns/Corefile:ro", "-v", filepath.Join(conf, "api-token")+":/etc/meshdns/api-token:ro", "meshdns:e2e")
+	waitReady("18181")
+	ip2 := d.ipOn(t, "meshdns-exposed", "bridge")
+	if out := put(ip2, "", "tok.weave.local"); !strings.Contains(out, "401") {
+		t.Fatalf("a write without the token: %s", out)
+	}
+	if out := put(ip2, "wrong", "tok.weave.local"); !strings.Contains(out, "401") {
+		t.Fatalf("a write with a wrong token: %s", out)
+	}
+	if out := put(ip2, "s3cret", "tok.weave.local"); !strings.Contains(out, "200 OK") {
+		t.Fatalf("a write with the token: %s", out)
+	}
+	if got := DigShort(t, d.nsIP+":2053", "tok.weave.local", "A"); len(got) != 1 || got[0] != "10.32.0.6" {
+		t.Errorf("dig tok.weave.local = %v", got)
+	}
+	if got := DigShort(t, d.nsIP+":2053", "+tcp", "tok.weave.local", "A"); len(got) != 1 || got[0] != "10.32.0.6" {
+		t.Errorf("dig (tcp) tok.weave.local = %v", got)
 	}
 }

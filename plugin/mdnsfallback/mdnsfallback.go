@@ -69,6 +69,8 @@ type config struct {
 	servers     []string // the server labels of the gauges (conf.Servers)
 	zones       []string
 	api         string // "" when off
+	apiLine     int    // the Corefile line of api, for the error about it
+	insecure    bool   // an API beyond loopback without token_file is allowed
 	tokenFile   string
 	token       string
 	interfaces  []string

@@ -58,6 +58,21 @@ func TestParse(t *testing.T) {
 			}
 		}},
 		{"mdnsfallback {\napi nohostport\n}", `api: "nohostport" is not HOST:PORT or off`, nil},
+		{"mdnsfallback {\nttl 30\napi :6785\n}", "Testfile:3 - Error during parsing: api :6785 accepts writes from beyond loopback: set token_file", nil},
+		{"mdnsfallback {\napi 0.0.0.0:6785\n}", "Testfile:2 - Error during parsing: api 0.0.0.0:6785 accepts writes from beyond loopback", nil},
+		{"mdnsfallback {\napi [::]:6785\n}", "beyond loopback", nil},
+		{"mdnsfallback {\napi 10.32.0.1:6785\n}", "beyond loopback", nil},
+		{"mdnsfallback {\napi dns.example:6785\n}", "beyond loopback", nil},
+		{"mdnsfallback {\napi :6785\ntoken_file /run/token\n}", "", nil},
+		{"mdnsfallback {\napi :6785\ninsecure\n}", "", func(t *testing.T, c config) {
+			if !c.insecure || c.api != ":6785" {
+				t.Errorf("insecure api: %+v", c)
+			}
+		}},
+		{"mdnsfallback {\napi localhost:6785\n}", "", nil},
+		{"mdnsfallback {\napi [::1]:6785\n}", "", nil},
+		{"mdnsfallback {\napi 127.0.0.2:6785\n}", "", nil},
+		{"mdnsfallback {\ninsecure yes\n}", "Wrong argument count", nil},
 		{"mdnsfallback {\napi\n}", "Wrong argument count", nil},
 		{"mdnsfallback {\nttl 30\nnegative_ttl 10\n}", "", func(t *testing.T, c config) {
 			if c.ttl != 30 || c.negativeTTL != 10*time.Second {
