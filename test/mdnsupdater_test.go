@@ -112,6 +112,20 @@ func TestMdnsupdaterDocker(t *testing.T) {
 	})
 
 	t.Run("stop removes the name", func(t *testing.T) {
+		// The API neither takes over nor releases the container's record
+		// (README "Ownership"): a PUT of the very same record is
+		// acknowledged and stays the updater's, a DELETE keeps it.
+		cid := d.docker(t, "inspect", "--format", "{{.Id}}", "web")
+		webIP := d.ipOn(t, "web", "wnet")
+		code, body := m.api(t, "PUT", "/name/"+cid+"/"+webIP, "-d", "domain=web.weave.local")
+		if code != 200 || !strings.Contains(body, `"owner":"docker"`) || !strings.Contains(body, `"created":false`) {
+			t.Fatalf("PUT of the container's own record: %d %s", code, body)
+		}
+		code, body = m.api(t, "DELETE", "/name/"+cid)
+		if code != 200 || !strings.Contains(body, `"deleted":[]`) || !strings.Contains(body, `"kept":[{`) {
+			t.Fatalf("DELETE of the container's records through the API: %d %s", code, body)
+		}
+		waitName(t, addr, "web.weave.local", webIP, time.Second)
 		byes := m.metric(t, "coredns_mdnsfallback_mdns_responses_sent_total", `kind="goodbye"`)
 		d.docker(t, "stop", "-t", "1", "web")
 		waitName(t, addr, "web.weave.local", "", 10*time.Second)

@@ -127,7 +127,7 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 			writeJSON(w, http.StatusOK, p.db.Records(id))
 			return
 		}
-		writeJSON(w, http.StatusOK, deleted{Deleted: nonNil(p.db.DeleteID(id))})
+		writeJSON(w, http.StatusOK, p.deleteAPI(id, func(Record) bool { return true }))
 		return
 	}
 	if !allow(w, r, http.MethodPut, http.MethodDelete) || !p.authorized(w, r) {
@@ -154,7 +154,8 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 		return
 	}
 	if r.Method == http.MethodDelete {
-		writeJSON(w, http.StatusOK, deleted{Deleted: nonNil(p.db.DeleteIDIP(id, ip))})
+		ip = ip.Unmap()
+		writeJSON(w, http.StatusOK, p.deleteAPI(id, func(r Record) bool { return r.IP == ip }))
 		return
 	}
 	f, err := parseFields(r, body)
@@ -164,6 +165,9 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 	}
 	rec, created, err := p.db.Put(Record{ID: id, IP: ip, Domain: f.domain, RoutingPrefix: f.prefix, TTL: f.ttl})
 	switch {
+	case errors.Is(err, ErrOwned): // acknowledged, not taken over: the answer shows whose it is
+		writeJSON(w, http.StatusOK, putAnswer{Record: rec})
+		return
 	case errors.Is(err, ErrFull):
 		writeError(w, http.StatusConflict, err.Error())
 		return
@@ -176,6 +180,20 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 
 type deleted struct {
 	Deleted []Record `json:"deleted"`
+	Kept    []Record `json:"kept,omitempty"` // matching records of an updater, which the API does not release
+}
+
+// deleteAPI deletes the API's records of id that match, and lists the
+// updaters' records that match and stay.
+func (p *MDNSFallback) deleteAPI(id string, match func(Record) bool) deleted {
+	gone := p.db.DeleteOwned(id, "", func(r Record) bool { return !match(r) })
+	var kept []Record
+	for _, r := range p.db.Records(id) {
+		if match(r) {
+			kept = append(kept, r)
+		}
+	}
+	return deleted{Deleted: nonNil(gone), Kept: kept}
 }
 
 type putAnswer struct {

@@ -20,8 +20,14 @@ import (
 
 // Record is one entry of the local record database: an IP address bound to a
 // host-scoped identifier (a container ID, "weave:extern", …) under a domain
-// name. The identifier owns the record: whoever wrote it (the HTTP API or a
-// container updater) deletes it by identifier.
+// name.
+//
+// Ownership: a record (identifier, address, name) belongs to whoever wrote
+// it first — the HTTP API (Owner "") or an updater. A write of the same
+// record by another owner changes nothing (ErrOwned: no take-over), and
+// each owner deletes only its own records, so an API call never takes or
+// releases a container's record and the updater never an API record. A
+// name answers the union of its records, whoever owns them.
 type Record struct {
 	ID            string     `json:"id"`
 	IP            netip.Addr `json:"ip"`
@@ -45,6 +51,9 @@ var (
 	ErrBadDomain = errors.New("bad domain")
 	ErrBadPrefix = errors.New("bad routing_prefix")
 	ErrBadTTL    = errors.New("bad ttl")
+	// ErrOwned: the record exists and belongs to another owner; it stays
+	// as it is.
+	ErrOwned = errors.New("record owned by another writer")
 )
 
 // recordKey identifies a record: one identifier may bind several names to
@@ -225,8 +234,10 @@ func (d *DB) normalizeDomain(s string) (string, error) {
 	return name, nil
 }
 
-// Put adds or replaces the record (ID, IP, Domain). It validates r first and
-// changes nothing on error. It returns the stored record and whether it is new.
+// Put adds or replaces the record (ID, IP, Domain) of r.Owner. It validates r
+// first and changes nothing on error; a record of another owner is not
+// taken over (ErrOwned, with that record). It returns the stored record and
+// whether it is new.
 func (d *DB) Put(r Record) (Record, bool, error) {
 	r, err := d.Normalize(r)
 	if err != nil {
@@ -242,6 +253,10 @@ func (d *DB) Put(r Record) (Record, bool, error) {
 	if exists && old == r {
 		d.mu.Unlock()
 		return r, false, nil
+	}
+	if exists && old.Owner != r.Owner {
+		d.mu.Unlock()
+		return old, false, ErrOwned
 	}
 	d.records[k] = r
 	add(d.byName, r.Domain, k)

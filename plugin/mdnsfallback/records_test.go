@@ -113,3 +113,41 @@ func TestDBReplaceAndSnapshot(t *testing.T) {
 		t.Fatal("version 2 accepted")
 	}
 }
+
+// TestOwnership: the first writer of a record owns it; another owner's
+// write of the same record changes nothing (ErrOwned), each owner deletes
+// only its own, and a name answers the union of its records.
+func TestOwnership(t *testing.T) {
+	d := NewDB([]string{"weave.local."}, 100)
+	a := ip("10.32.0.7")
+	dock := Record{ID: "c1", IP: a, Domain: "web.weave.local", Owner: "docker"}
+	if _, _, err := d.Put(dock); err != nil {
+		t.Fatal(err)
+	}
+	got, created, err := d.Put(Record{ID: "c1", IP: a, Domain: "web.weave.local", TTL: 9})
+	if !errors.Is(err, ErrOwned) || created || got.Owner != "docker" || got.TTL != 0 {
+		t.Fatalf("API write of the updater's record: %+v %v %v", got, created, err)
+	}
+	// an API record under the same identifier but another address: the union
+	if _, _, err := d.Put(Record{ID: "c1", IP: ip("10.32.0.8"), Domain: "web.weave.local"}); err != nil {
+		t.Fatal(err)
+	}
+	if e := d.ix.lookup("web.weave.local."); e == nil || len(e.a) != 2 {
+		t.Fatalf("web answers %+v, want both owners' addresses", e)
+	}
+	if gone := d.DeleteOwned("c1", "", nil); len(gone) != 1 || gone[0].IP.String() != "10.32.0.8" {
+		t.Fatalf("the API's delete removed %+v, want only its own record", gone)
+	}
+	if _, _, err := d.Put(Record{ID: "c1", IP: a, Domain: "web.weave.local", Owner: "docker"}); err != nil {
+		t.Fatalf("the owner's own write: %v", err)
+	}
+	if _, _, err := d.Put(Record{ID: "x", IP: a, Domain: "ext.weave.local"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.Put(Record{ID: "x", IP: a, Domain: "ext.weave.local", Owner: "docker"}); !errors.Is(err, ErrOwned) {
+		t.Fatalf("the updater took over an API record: %v", err)
+	}
+	if gone := d.DeleteOwned("x", "docker", nil); len(gone) != 0 {
+		t.Fatalf("the updater's delete removed an API record: %+v", gone)
+	}
+}

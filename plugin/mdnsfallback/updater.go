@@ -2,6 +2,7 @@ package mdnsfallback
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sort"
 	"strings"
@@ -448,7 +449,9 @@ func (u *updater) applyLocked(t *tracked) {
 	u.db.DeleteOwned(id, updaterOwner, func(r Record) bool { return want[recordKey{r.ID, r.IP, r.Domain}] })
 	ok := true
 	for _, r := range t.recs {
-		if _, _, err := u.db.Put(r); err != nil {
+		if _, _, err := u.db.Put(r); errors.Is(err, ErrOwned) {
+			continue // written through the API first: it stays the API's, and answers
+		} else if err != nil {
 			ok = false
 			log.Warningf("Container %s (%s): record %s %s: %v", shortID(id), t.c.Name, r.Domain, r.IP, err)
 		}
