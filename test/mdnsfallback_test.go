@@ -65,6 +65,14 @@ func TestMdnsfallbackAnswersAvahi(t *testing.T) {
 	if code, body := m.api(t, "PUT", "/name/c0ffee/10.32.1.5", "-d", "domain=db.weave.local"); code != 200 {
 		t.Fatalf("PUT: %d %s", code, body)
 	}
+	// The name is announced twice, one second apart (RFC 6762 §8.3); Avahi
+	// starts after both, so it has to ask.
+	Eventually(t, 3*time.Second, func() string {
+		if n := m.metric(t, "coredns_mdnsfallback_mdns_responses_sent_total", `kind="announcement"`); n != 2 {
+			return fmt.Sprintf("%v announcements, want 2", n)
+		}
+		return ""
+	})
 	bus := startDBus(t)
 	b.startAvahi(t, bus, "")
 	resolve := func(name, want string) {

@@ -404,7 +404,7 @@ func (p *MDNSFallback) status() statusBody {
 		Zones:        p.cfg.zones,
 		Records:      p.db.Len(),
 		MaxRecords:   p.cfg.maxRecords,
-		CacheEntries: p.cache.Len(),
+		CacheEntries: p.cache.Len() + p.neg.Len(),
 		CacheSize:    p.cfg.cacheSize,
 		Interfaces:   ifaces,
 		Counters: map[string]int64{

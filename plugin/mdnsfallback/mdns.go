@@ -89,6 +89,8 @@ type responder struct {
 
 	mu        sync.Mutex
 	lastMcast map[mcastKey]time.Time
+	ann       map[string]*announcement // names with announcements due (announce.go)
+	closed    bool                     // no more announcements
 
 	pc   *ipv4.PacketConn
 	conn net.PacketConn
@@ -148,8 +150,9 @@ func (r *responder) open() error {
 	return nil
 }
 
-// close stops the read loop and waits for it.
+// close stops the announcements and the read loop and waits for it.
 func (r *responder) close() {
+	r.stopAnnouncements()
 	if r.conn == nil {
 		return
 	}
@@ -174,11 +177,15 @@ func (r *responder) readLoop() {
 			continue
 		}
 		ifIndex := 0
+		dst := mdnsGroup
 		if cm != nil {
 			ifIndex = cm.IfIndex
+			if d, ok := netip.AddrFromSlice(cm.Dst); ok {
+				dst = d.Unmap()
+			}
 		}
 		from := ua.AddrPort()
-		for _, out := range r.handle(buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), ifIndex, time.Now()) {
+		for _, out := range r.handleTo(buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), dst, ifIndex, time.Now()) {
 			r.send(out)
 		}
 	}
@@ -196,10 +203,17 @@ func (r *responder) send(o outPacket) {
 	_, _ = r.pc.WriteTo(b, &ipv4.ControlMessage{IfIndex: o.ifIndex}, dst)
 }
 
-// handle processes one packet that arrived on ifIndex from src and returns
-// the replies to send. Malformed, off-link and foreign-interface packets
-// are dropped.
+// handle processes one packet multicast to the mDNS group that arrived on
+// ifIndex from src, and returns the replies to send.
 func (r *responder) handle(b []byte, src netip.AddrPort, ifIndex int, now time.Time) []outPacket {
+	return r.handleTo(b, src, mdnsGroup, ifIndex, now)
+}
+
+// handleTo processes one packet sent to dst (the mDNS group, or one of our
+// own unicast addresses) that arrived on ifIndex from src, and returns the
+// replies to send. Malformed, off-link and foreign-interface packets are
+// dropped.
+func (r *responder) handleTo(b []byte, src netip.AddrPort, dst netip.Addr, ifIndex int, now time.Time) []outPacket {
 	iface := r.ifaces[ifIndex]
 	if iface == nil && len(r.ifaces) == 1 && ifIndex == 0 {
 		for _, i := range r.ifaces {
@@ -226,7 +240,7 @@ func (r *responder) handle(b []byte, src netip.AddrPort, ifIndex int, now time.T
 		r.learn(m, now)
 		return nil
 	}
-	return r.answer(m, src, iface.ifi.Index, now)
+	return r.answer(m, src, !dst.IsMulticast(), iface.ifi.Index, now)
 }
 
 // learn caches the A/AAAA records of a response for names inside the zones
@@ -250,7 +264,8 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 			default:
 				continue
 			}
-			if !addr.IsValid() {
+			if addr = addr.Unmap(); !addr.IsValid() || addr.IsLoopback() || addr.IsUnspecified() || addr.IsMulticast() {
+				mdnsDropped.WithLabelValues("bad_address").Inc() // no peer has it
 				continue
 			}
 			name := lowerName(h.Name)
@@ -264,19 +279,22 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 			mdnsAnswers.Inc()
 			p.stats.answers.Add(1)
 			p.cache.add(name, addr, h.Ttl, h.Class&cacheFlushBit != 0, now)
+			p.neg.forget(name)
 			if h.Ttl > 0 {
 				woke = append(woke, name)
 			}
 		}
 	}
-	p.cacheGauge.Set(float64(p.cache.Len()))
+	p.cacheGauge.Set(float64(p.cache.Len() + p.neg.Len()))
 	for _, n := range woke {
 		p.inflight.finish(n)
 	}
 }
 
-// answer builds the replies to a query for local names (A, AAAA, ANY).
-func (r *responder) answer(m *dns.Msg, src netip.AddrPort, ifIndex int, now time.Time) []outPacket {
+// answer builds the replies to a query for local names (A, AAAA, ANY). A
+// query sent straight to our unicast address (direct) is answered by
+// unicast to its source, whatever its QU bit (RFC 6762 §5.5).
+func (r *responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex int, now time.Time) []outPacket {
 	legacy := src.Port() != mdnsPort
 	ix := r.p.db.ix
 	var mcast, ucast []dns.RR
@@ -308,7 +326,7 @@ func (r *responder) answer(m *dns.Msg, src netip.AddrPort, ifIndex int, now time
 			}
 			legacyQ = append(legacyQ, q)
 			ucast = append(ucast, rrs...)
-		case q.Qclass&quBit != 0:
+		case q.Qclass&quBit != 0 || direct:
 			ucast = append(ucast, rrs...)
 		default:
 			if r.mayMulticast(name, ifIndex, now) {
@@ -425,28 +443,6 @@ func (r *responder) query(name string) {
 	}
 }
 
-// announce multicasts the name's records (cache-flush bit set) on every
-// interface, within the once-a-second limit per name and interface.
-func (r *responder) announce(name string, now time.Time) {
-	e := r.p.db.ix.lookup(name)
-	if e == nil {
-		return
-	}
-	rrs := r.p.entryRRs(e, name, dns.TypeANY, true)
-	if len(rrs) == 0 {
-		return
-	}
-	m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs}
-	for idx := range r.ifaces {
-		if !r.mayMulticast(name, idx, now) {
-			continue
-		}
-		r.noteMulticast([]string{name}, idx, now)
-		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
-		mdnsResponses.WithLabelValues("announcement").Inc()
-	}
-}
-
 // goodbye multicasts TTL-0 records for recs on every interface. The
 // cache-flush bit stays clear, so peers drop only these addresses.
 func (r *responder) goodbye(recs []Record) {
@@ -520,6 +516,20 @@ func (f *inflight) finish(name string) bool {
 		close(c.done)
 	}
 	return ok
+}
+
+// abandon ends c, the call for name, at once, without its timeout's
+// action: the query was never sent.
+func (f *inflight) abandon(name string, c *call) {
+	f.mu.Lock()
+	if f.m[name] != c {
+		f.mu.Unlock()
+		return
+	}
+	delete(f.m, name)
+	c.timer.Stop()
+	f.mu.Unlock()
+	close(c.done)
 }
 
 // finishCall completes c on its timeout if it is still the call for name.

@@ -173,23 +173,37 @@ func TestResponderLearns(t *testing.T) {
 	}
 }
 
+// waitPackets waits up to d for n packets in s and returns what came.
+func waitPackets(s *sink, n int, d time.Duration) []outPacket {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		got := len(s.pkts)
+		s.mu.Unlock()
+		if got >= n {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return s.take()
+}
+
 func TestGoodbyeOnDelete(t *testing.T) {
 	p := newTestPlugin(nil)
 	r := testResponder(p)
+	defer r.stopAnnouncements()
 	var s sink
 	r.sent = s.add
 	p.mdns.Store(r)
 	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
-	out := s.take()
+	out := waitPackets(&s, 1, time.Second)
 	if len(out) != 1 || out[0].to.Addr() != mdnsGroup || len(out[0].msg.Answer) != 1 ||
 		out[0].msg.Answer[0].Header().Class != dns.ClassINET|cacheFlushBit || out[0].msg.Answer[0].Header().Ttl != 30 {
 		t.Fatalf("announcement: %+v", out)
 	}
+	r.stopAnnouncements() // the repeats are TestAnnounceCoalesced's
 	put(t, p, "c1", "fd00::1", "web.weave.local", 0)
 	put(t, p, "c2", "10.32.0.1", "web.weave.local", 0)
-	if out := s.take(); len(out) != 0 {
-		t.Fatalf("announced the same name twice within a second: %+v", out)
-	}
 	p.db.DeleteID("c1")
 	out = s.take()
 	if len(out) != 1 || len(out[0].msg.Answer) != 1 {
@@ -203,6 +217,63 @@ func TestGoodbyeOnDelete(t *testing.T) {
 	p.db.DeleteIDIP("c2", netip.MustParseAddr("10.32.0.1"))
 	if out := s.take(); len(out) != 1 || out[0].msg.Answer[0].(*dns.A).A.String() != "10.32.0.1" {
 		t.Fatalf("goodbye for c2: %+v", out)
+	}
+}
+
+// TestAnnounceCoalesced: a new name is announced twice, one second apart
+// (RFC 6762 §8.3). A second write within the once-a-second limit is not
+// dropped (it was, before): the next announcement carries both addresses,
+// and the count starts over, so the full set goes out twice as well.
+func TestAnnounceCoalesced(t *testing.T) {
+	p := newTestPlugin(nil)
+	r := testResponder(p)
+	defer r.stopAnnouncements()
+	var s sink
+	var mu sync.Mutex
+	var at []time.Time
+	r.sent = func(o outPacket) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		s.add(o)
+	}
+	p.mdns.Store(r)
+	start := time.Now()
+	put(t, p, "c1", "10.32.0.1", "solo.weave.local", 0)
+	out := waitPackets(&s, 2, 3*time.Second)
+	if len(out) != 2 || len(out[0].msg.Answer) != 1 || len(out[1].msg.Answer) != 1 {
+		t.Fatalf("announcements of a new name: %+v", out)
+	}
+	mu.Lock()
+	if d := at[1].Sub(at[0]); d < 950*time.Millisecond || d > 1500*time.Millisecond {
+		t.Fatalf("announcements %v apart, want 1s", d)
+	}
+	if d := at[0].Sub(start); d > 200*time.Millisecond {
+		t.Fatalf("first announcement after %v, want at once", d)
+	}
+	at = nil
+	mu.Unlock()
+	if out := waitPackets(&s, 1, 1500*time.Millisecond); len(out) != 0 {
+		t.Fatalf("a third announcement: %+v", out)
+	}
+
+	put(t, p, "c2", "10.32.0.2", "dual.weave.local", 0)
+	put(t, p, "c2", "fd00::2", "dual.weave.local", 0) // back to back, as a dual-stack container
+	out = waitPackets(&s, 3, 3500*time.Millisecond)
+	// the first may have gone out with the IPv4 address alone (2 then 3
+	// announcements) or after both writes (2)
+	if len(out) < 2 || len(out) > 3 {
+		t.Fatalf("%d announcements of a name written twice, want 2 or 3: %+v", len(out), out)
+	}
+	if n := len(out); len(out[n-1].msg.Answer) != 2 || len(out[n-2].msg.Answer) != 2 {
+		t.Fatalf("the last two announcements do not both carry both addresses: %v / %v", out[n-2].msg.Answer, out[n-1].msg.Answer)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(at); i++ {
+		if d := at[i].Sub(at[i-1]); d < 950*time.Millisecond {
+			t.Fatalf("announcements %v apart: the once-a-second limit is broken", d)
+		}
 	}
 }
 
@@ -244,4 +315,80 @@ func FuzzHandle(f *testing.F) {
 			t.Fatalf("cache grew to %d", p.cache.Len())
 		}
 	})
+}
+
+// TestDirectUnicastQuery: a query sent to our own unicast address from
+// port 5353, without the QU bit, is answered by unicast to its source
+// (RFC 6762 §5.5); the same query multicast is answered by multicast.
+func TestDirectUnicastQuery(t *testing.T) {
+	p := newTestPlugin(nil)
+	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	r := testResponder(p)
+	now := time.Unix(1000, 0)
+	q := pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET))
+	out := r.handleTo(q, peer, netip.MustParseAddr("10.250.0.1"), testIfIndex, now)
+	if len(out) != 1 || out[0].to != peer || len(out[0].msg.Answer) != 1 {
+		t.Fatalf("direct query: %+v, want one unicast reply to %v", out, peer)
+	}
+	out = r.handle(q, peer, testIfIndex, now)
+	if len(out) != 1 || out[0].to.Addr() != mdnsGroup {
+		t.Fatalf("multicast query: %+v, want a multicast reply", out)
+	}
+}
+
+// TestCacheRefusesNonPeerAddresses: answers carrying loopback, unspecified
+// or multicast addresses are not cached; a peer's own address is.
+func TestCacheRefusesNonPeerAddresses(t *testing.T) {
+	p := newTestPlugin(nil)
+	r := testResponder(p)
+	now := time.Now()
+	for _, a := range []string{"127.0.0.1", "0.0.0.0", "224.0.0.251", "239.1.2.3"} {
+		r.handle(pack(t, answerMsg(aRR("bad.weave.local.", a, 120, true))), peer, testIfIndex, now)
+	}
+	if p.cache.has("bad.weave.local.", now) {
+		t.Fatal("cached an address no peer can have")
+	}
+	aaaa := &dns.AAAA{Hdr: dns.RR_Header{Name: "bad6.weave.local.", Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 120}, AAAA: net.ParseIP("::1")}
+	r.handle(pack(t, answerMsg(aaaa)), peer, testIfIndex, now)
+	if p.cache.has("bad6.weave.local.", now) {
+		t.Fatal("cached ::1")
+	}
+	r.handle(pack(t, answerMsg(aRR("good.weave.local.", "10.250.0.9", 120, true))), peer, testIfIndex, now)
+	if !p.cache.has("good.weave.local.", now) {
+		t.Fatal("a peer's address was not cached")
+	}
+}
+
+// TestGoodbyesOnStopNotOnReload: a stop multicasts a goodbye (TTL 0) for
+// every local record; a reload, whose next instance keeps the records,
+// sends none.
+func TestGoodbyesOnStopNotOnReload(t *testing.T) {
+	for _, reload := range []bool{true, false} {
+		p := newTestPlugin(func(c *config) { c.api = "" })
+		put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+		put(t, p, "c2", "fd00::2", "db.weave.local", 0)
+		r := testResponder(p)
+		r.stopAnnouncements()
+		var s sink
+		r.sent = s.add
+		p.mdns.Store(r)
+		if reload {
+			if err := p.onRestart(); err != nil {
+				t.Fatal(err)
+			}
+			carried.Drop(p.carryKey())
+		} else if err := p.shutdown(); err != nil {
+			t.Fatal(err)
+		}
+		var byes []dns.RR
+		for _, o := range s.take() {
+			byes = append(byes, o.msg.Answer...)
+		}
+		switch {
+		case reload && len(byes) != 0:
+			t.Fatalf("a reload sent goodbyes: %v", byes)
+		case !reload && (len(byes) != 2 || byes[0].Header().Ttl != 0 || byes[1].Header().Ttl != 0):
+			t.Fatalf("a stop sent %v, want TTL-0 goodbyes for both records", byes)
+		}
+	}
 }

@@ -36,12 +36,15 @@ type MDNSFallback struct {
 	cfg  config
 
 	db       *DB
-	cache    *answerCache
+	cache    *answerCache // names peers answered
+	neg      *answerCache // names nobody answered: a budget of its own, so a flood of them never evicts an answer
 	inflight *inflight
+	limiter  *queryLimiter
 
 	cacheGauge, recordsGauge gauges.Set                // this block's cache_entries and records
 	mdns                     atomic.Pointer[responder] // nil without interfaces or before start
 	ready                    atomic.Bool
+	restarting               atomic.Bool // a reload is stopping this instance: no goodbyes
 	stats                    stats
 
 	soas         []soa.Names // SOA names of cfg.zones, in the same order
@@ -78,6 +81,7 @@ type config struct {
 	ttl         uint32
 	cacheSize   int
 	negativeTTL time.Duration
+	queryRate   int // mDNS queries a second, over all names
 	reverse     []netip.Prefix
 	maxRecords  int
 	snapshot    string
@@ -90,6 +94,8 @@ func newMDNSFallback(cfg config) *MDNSFallback {
 	p.cacheGauge, p.recordsGauge = gauges.Of(cacheEntries, cfg.servers), gauges.Of(records, cfg.servers)
 	p.db = NewDB(cfg.zones, cfg.maxRecords)
 	p.cache = newAnswerCache(cfg.cacheSize)
+	p.neg = newAnswerCache(cfg.cacheSize)
+	p.limiter = newQueryLimiter(cfg.queryRate)
 	p.inflight = newInflight(1024)
 	p.negTTL = uint32(cfg.negativeTTL / time.Second)
 	for _, z := range cfg.zones {
@@ -152,6 +158,9 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 
 	now := time.Now()
 	answer, res := p.cache.lookup(name, qname, qtype, now, nil)
+	if res == cacheNone {
+		_, res = p.neg.lookup(name, qname, qtype, now, nil)
+	}
 	switch res {
 	case cachePositive:
 		p.count(server, resCache)
@@ -166,9 +175,13 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 		p.count(server, resMiss)
 		return p.nxdomain(ctx, w, r, zone, qname)
 	}
-	if !p.resolve(ctx, resp, name) {
+	switch p.resolve(ctx, resp, name) {
+	case resolveBusy:
 		p.count(server, resMiss)
-		return dns.RcodeServerFailure, nil // too many mDNS queries in flight
+		return dns.RcodeServerFailure, nil // too many mDNS queries in flight, or the query budget spent
+	case resolveRecent:
+		p.count(server, resMiss)
+		return p.nxdomain(ctx, w, r, zone, qname) // asked less than a second ago, and nobody answered
 	}
 	answer, res = p.cache.lookup(name, qname, qtype, time.Now(), nil)
 	if res == cachePositive {
@@ -179,28 +192,44 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 	return p.nxdomain(ctx, w, r, zone, qname)
 }
 
+// Outcomes of resolve.
+const (
+	resolveAsked  = iota // the network was asked (or a query in flight joined)
+	resolveBusy          // not asked: too many queries in flight, or the query budget spent
+	resolveRecent        // not asked: the name was asked less than a second ago
+)
+
 // resolve asks the network for name, sharing one mDNS query between
 // concurrent requests, and waits at most the timeout (or until ctx ends).
-// It returns false when the query could not be started.
-func (p *MDNSFallback) resolve(ctx context.Context, resp *responder, name string) bool {
+// A new query must pass the limiter; one it holds back ends the call at
+// once, without a negative entry (nobody was asked).
+func (p *MDNSFallback) resolve(ctx context.Context, resp *responder, name string) int {
 	c, leader := p.inflight.join(name, p.cfg.timeout, func() {
-		if p.cfg.negativeTTL > 0 {
-			now := time.Now()
-			p.cache.setNegative(name, now.Add(p.cfg.negativeTTL), now)
-			p.cacheGauge.Set(float64(p.cache.Len()))
+		now := time.Now()
+		if p.cfg.negativeTTL > 0 && !p.cache.has(name, now) {
+			p.neg.setNegative(name, now.Add(p.cfg.negativeTTL), now)
+			p.cacheGauge.Set(float64(p.cache.Len() + p.neg.Len()))
 		}
 	})
 	if c == nil {
-		return false
+		return resolveBusy
 	}
 	if leader {
+		if ok, why := p.limiter.allow(name, time.Now()); !ok {
+			mdnsLimited.WithLabelValues(why).Inc()
+			p.inflight.abandon(name, c)
+			if why == limitedName {
+				return resolveRecent
+			}
+			return resolveBusy
+		}
 		resp.query(name)
 	}
 	select {
 	case <-c.done:
 	case <-ctx.Done():
 	}
-	return true
+	return resolveAsked
 }
 
 // Request results, the values of the result label.
@@ -388,8 +417,9 @@ func inZone(name, zone string) bool {
 // longer count, and peers learn the name at once (RFC 6762 §8.3).
 func (p *MDNSFallback) announce(rec Record) {
 	p.cache.forget(rec.Domain)
+	p.neg.forget(rec.Domain)
 	if r := p.mdns.Load(); r != nil {
-		r.announce(rec.Domain, time.Now())
+		r.scheduleAnnounce(rec.Domain, time.Now())
 	}
 }
 

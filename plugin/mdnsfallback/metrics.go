@@ -24,6 +24,13 @@ var (
 		Help:      "Counter of mDNS queries sent (one per interface).",
 	})
 
+	mdnsLimited = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "mdns_queries_limited_total",
+		Help:      "Counter of mDNS queries not sent, by reason: rate (the query_rate budget spent), name (asked less than a second ago).",
+	}, []string{"reason"})
+
 	mdnsAnswers = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,

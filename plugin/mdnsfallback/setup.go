@@ -85,6 +85,7 @@ func parse(c *caddy.Controller) (config, error) {
 		cacheSize:   defaultCache,
 		negativeTTL: defaultNegativeTTL,
 		maxRecords:  defaultMaxRecords,
+		queryRate:   defaultQueryRate,
 	}
 	seen := false
 	for c.Next() {
@@ -199,6 +200,16 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 			return c.Errf("negative_ttl: %s is outside [0, 1h]", s)
 		}
 		cfg.negativeTTL = time.Duration(secs) * time.Second
+	case "query_rate":
+		s, err := one()
+		if err != nil {
+			return err
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 10000 {
+			return c.Errf("query_rate: %q is not a number in 1..10000", s)
+		}
+		cfg.queryRate = n
 	case "cache", "max_records":
 		s, err := one()
 		if err != nil {
@@ -416,19 +427,28 @@ func (p *MDNSFallback) start() error {
 // onRestart stops this instance before a reload and hands its records to
 // the next one.
 func (p *MDNSFallback) onRestart() error {
+	p.restarting.Store(true) // the records live on in the next instance: no goodbyes
 	carried.Put(p.carryKey(), p.db.Records(""))
 	return p.shutdown()
 }
 
 // onRestartFailed brings this instance back when the reload failed.
 func (p *MDNSFallback) onRestartFailed() error {
+	p.restarting.Store(false)
 	carried.Drop(p.carryKey())
 	return p.start()
 }
 
+// shutdown stops the instance. On a stop that is not a reload it first
+// multicasts goodbyes for every local record (RFC 6762 §10.1), so that
+// peers drop them now rather than when their TTLs end; a reload keeps the
+// records in the next instance and says nothing.
 func (p *MDNSFallback) shutdown() error {
 	lifecycle.Lock()
 	defer lifecycle.Unlock()
+	if r := p.mdns.Load(); r != nil && !p.restarting.Load() {
+		r.goodbye(p.db.Records(""))
+	}
 	p.stopLocked()
 	return nil
 }

@@ -185,3 +185,18 @@ func FuzzParse(f *testing.F) {
 		_, _ = parse(caddy.NewTestController("dns", s))
 	})
 }
+
+func TestParseQueryRate(t *testing.T) {
+	c := caddy.NewTestController("dns", "mdnsfallback {\nquery_rate 200\n}")
+	cfg, err := parse(c)
+	if err != nil || cfg.queryRate != 200 {
+		t.Fatalf("query_rate 200: %v %d", err, cfg.queryRate)
+	}
+	cfg, err = parse(caddy.NewTestController("dns", "mdnsfallback"))
+	if err != nil || cfg.queryRate != defaultQueryRate {
+		t.Fatalf("default query_rate: %v %d", err, cfg.queryRate)
+	}
+	if _, err := parse(caddy.NewTestController("dns", "mdnsfallback {\nquery_rate 0\n}")); err == nil || !strings.Contains(err.Error(), "query_rate") {
+		t.Fatalf("query_rate 0: %v", err)
+	}
+}

@@ -1,0 +1,116 @@
+package mdnsfallback
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// announceCount is how many times a new or changed name is announced, one
+// mcastInterval apart (RFC 6762 §8.3: at least twice, one second apart).
+const announceCount = 2
+
+// announcement is a name with announcements still due. Invariant: a name
+// has at most one timer pending, and every announcement it fires sends the
+// name's records as they are then, so writes made meanwhile (the IPv4 and
+// IPv6 address of a dual-stack container, written back to back) coalesce
+// into it instead of being dropped by the once-a-second limit.
+type announcement struct {
+	left  int // announcements still to send
+	timer *time.Timer
+}
+
+// scheduleAnnounce makes name due for announceCount announcements: the
+// first as soon as the once-a-second limit per name and interface allows
+// (at once when the name was not multicast in the last second), the others
+// one second apart. A name already due starts its count over with the
+// next announcement, at the time already scheduled.
+func (r *responder) scheduleAnnounce(name string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	if r.ann == nil {
+		r.ann = map[string]*announcement{}
+	}
+	a := r.ann[name]
+	if a == nil {
+		a = &announcement{}
+		r.ann[name] = a
+	}
+	a.left = announceCount
+	if a.timer == nil {
+		a.timer = time.AfterFunc(r.nextMulticastLocked(name, now).Sub(now), func() { r.fireAnnounce(name) })
+	}
+}
+
+// nextMulticastLocked is the earliest time name may be multicast on every
+// interface; r.mu is held.
+func (r *responder) nextMulticastLocked(name string, now time.Time) time.Time {
+	next := now
+	for idx := range r.ifaces {
+		if last, ok := r.lastMcast[mcastKey{name, idx}]; ok && last.Add(mcastInterval).After(next) {
+			next = last.Add(mcastInterval)
+		}
+	}
+	return next
+}
+
+// fireAnnounce sends one announcement of name, or waits again when a reply
+// multicast the name meanwhile.
+func (r *responder) fireAnnounce(name string) {
+	now := time.Now()
+	r.mu.Lock()
+	a := r.ann[name]
+	if r.closed || a == nil {
+		r.mu.Unlock()
+		return
+	}
+	if next := r.nextMulticastLocked(name, now); next.After(now) {
+		a.timer = time.AfterFunc(next.Sub(now), func() { r.fireAnnounce(name) })
+		r.mu.Unlock()
+		return
+	}
+	if a.left--; a.left > 0 {
+		a.timer = time.AfterFunc(mcastInterval, func() { r.fireAnnounce(name) })
+	} else {
+		delete(r.ann, name)
+	}
+	for idx := range r.ifaces {
+		r.lastMcast[mcastKey{name, idx}] = now
+	}
+	r.mu.Unlock()
+	r.sendAnnouncement(name)
+}
+
+// sendAnnouncement multicasts the name's current records (cache-flush bit
+// set) on every interface; a name deleted meanwhile sends nothing (its
+// goodbye went out with the delete).
+func (r *responder) sendAnnouncement(name string) {
+	e := r.p.db.ix.lookup(name)
+	if e == nil {
+		return
+	}
+	rrs := r.p.entryRRs(e, name, dns.TypeANY, true)
+	if len(rrs) == 0 {
+		return
+	}
+	m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs}
+	for idx := range r.ifaces {
+		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+		mdnsResponses.WithLabelValues("announcement").Inc()
+	}
+}
+
+// stopAnnouncements cancels every announcement due (shutdown, reload).
+func (r *responder) stopAnnouncements() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	for name, a := range r.ann {
+		a.timer.Stop()
+		delete(r.ann, name)
+	}
+}
