@@ -84,3 +84,50 @@ func TestMdnsfallbackBesideAvahi(t *testing.T) {
 		})
 	}
 }
+
+// TestMdnsfallbackInterfaceRecreated: the veth between the hosts is deleted
+// and created again (a bridge that restarts: new interfaces, new indexes,
+// the group memberships gone with the old ones). Without a reload, meshdns
+// on A joins again: B's meshdns resolves A's names and A resolves B's.
+func TestMdnsfallbackInterfaceRecreated(t *testing.T) {
+	RequireTool(t, "dig", "dnsutils")
+	RequireTool(t, "curl", "curl")
+	a, b := newHostPair(t)
+	ma, mb := a.startMeshdns(t, ""), b.startMeshdns(t, "")
+	put := func(m *nsMeshdns, id, ip, name string) {
+		t.Helper()
+		if code, body := m.api(t, "PUT", "/name/"+id+"/"+ip, "-d", "domain="+name); code != 200 {
+			t.Fatalf("PUT: %d %s", code, body)
+		}
+	}
+	put(ma, "c1", "10.35.1.1", "before.weave.local")
+	if got := mb.dig(t, "before.weave.local", "A"); strings.Join(got, ",") != "10.35.1.1" {
+		t.Fatalf("before: %v", got)
+	}
+	// delete the pair (deleting one end removes both) and create it again
+	mustRun(t, "ip", "-n", a.ns, "link", "del", a.veth)
+	time.Sleep(1500 * time.Millisecond) // meshdns sees it gone
+	mustRun(t, "ip", "link", "add", a.veth, "netns", a.ns, "type", "veth", "peer", "name", b.veth, "netns", b.ns)
+	for _, h := range []*netHost{a, b} {
+		mustRun(t, "ip", "-n", h.ns, "addr", "add", h.ip+"/24", "dev", h.veth)
+		mustRun(t, "ip", "-n", h.ns, "link", "set", h.veth, "multicast", "on", "up")
+		mustRun(t, "ip", "-n", h.ns, "route", "add", "224.0.0.0/4", "dev", h.veth)
+	}
+	put(ma, "c2", "10.35.1.2", "after.weave.local")
+	put(mb, "c3", "10.35.2.3", "peer.weave.local")
+	Eventually(t, 10*time.Second, func() string {
+		if got := mb.dig(t, "after.weave.local", "A"); strings.Join(got, ",") != "10.35.1.2" {
+			return fmt.Sprintf("B resolving A's name after the veth came back: %v", got)
+		}
+		if got := ma.dig(t, "peer.weave.local", "A"); strings.Join(got, ",") != "10.35.2.3" {
+			return fmt.Sprintf("A resolving B's name after the veth came back: %v", got)
+		}
+		return ""
+	})
+	if n := ma.metric(t, "coredns_mdnsfallback_mdns_interface_rejoins_total"); n < 1 {
+		t.Fatalf("rejoins = %v", n)
+	}
+	if strings.Contains(ma.proc.log.String(), "Reloading") {
+		t.Fatal("a reload happened")
+	}
+}

@@ -50,7 +50,7 @@ func (r *responder) scheduleAnnounce(name string, now time.Time) {
 // interface; r.mu is held.
 func (r *responder) nextMulticastLocked(name string, now time.Time) time.Time {
 	next := now
-	for idx := range r.ifaces {
+	for idx := range r.ifs() {
 		if last, ok := r.lastMcast[mcastKey{name, idx}]; ok && last.Add(mcastInterval).After(next) {
 			next = last.Add(mcastInterval)
 		}
@@ -78,7 +78,7 @@ func (r *responder) fireAnnounce(name string) {
 	} else {
 		delete(r.ann, name)
 	}
-	for idx := range r.ifaces {
+	for idx := range r.ifs() {
 		r.lastMcast[mcastKey{name, idx}] = now
 	}
 	r.mu.Unlock()
@@ -98,7 +98,7 @@ func (r *responder) sendAnnouncement(name string) {
 		return
 	}
 	m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs}
-	for idx := range r.ifaces {
+	for idx := range r.ifs() {
 		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
 		mdnsResponses.WithLabelValues("announcement").Inc()
 	}

@@ -85,16 +85,19 @@ type outPacket struct {
 // cache and the in-flight table, so tests and fuzzing drive it directly.
 type responder struct {
 	p      *MDNSFallback
-	ifaces map[int]*mdnsIface
+	names  []string // the configured interfaces, by name
+	ifmu   sync.RWMutex
+	ifaces map[int]*mdnsIface // by index; replaced whole, never changed in place (ifs)
 
 	mu        sync.Mutex
 	lastMcast map[mcastKey]time.Time
 	ann       map[string]*announcement // names with announcements due (announce.go)
 	closed    bool                     // no more announcements
 
-	pc   *ipv4.PacketConn
-	conn net.PacketConn
-	done chan struct{}
+	pc      *ipv4.PacketConn
+	conn    net.PacketConn
+	done    chan struct{}
+	watched chan struct{} // closed when the interface watcher ended
 
 	sent func(outPacket) // tests: sees every packet sent
 }
@@ -107,11 +110,23 @@ type mcastKey struct {
 func newResponder(p *MDNSFallback, ifis []*net.Interface) *responder {
 	r := &responder{p: p, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
 	for _, ifi := range ifis {
-		ifi := ifi
-		load := func() []netip.Prefix { return ifacePrefixes(ifi) }
-		r.ifaces[ifi.Index] = &mdnsIface{ifi: ifi, load: load, prefixes: load(), refreshed: time.Now()}
+		r.names = append(r.names, ifi.Name)
+		r.ifaces[ifi.Index] = newIface(ifi)
 	}
 	return r
+}
+
+func newIface(ifi *net.Interface) *mdnsIface {
+	load := func() []netip.Prefix { return ifacePrefixes(ifi) }
+	return &mdnsIface{ifi: ifi, load: load, prefixes: load(), refreshed: time.Now()}
+}
+
+// ifs returns the interfaces joined, by index. The map is never changed
+// after it is published: callers may range over it without a lock.
+func (r *responder) ifs() map[int]*mdnsIface {
+	r.ifmu.RLock()
+	defer r.ifmu.RUnlock()
+	return r.ifaces
 }
 
 // open binds 0.0.0.0:5353 (shared with other mDNS stacks through
@@ -132,7 +147,7 @@ func (r *responder) open() error {
 		return fmt.Errorf("mdns listen: %w", err)
 	}
 	pc := ipv4.NewPacketConn(conn)
-	for _, i := range r.ifaces {
+	for _, i := range r.ifs() {
 		if err := pc.JoinGroup(i.ifi, &net.UDPAddr{IP: mdnsGroup.AsSlice()}); err != nil {
 			conn.Close()
 			return fmt.Errorf("mdns join %s on %s: %w", mdnsGroup, i.ifi.Name, err)
@@ -145,8 +160,9 @@ func (r *responder) open() error {
 	_ = pc.SetMulticastTTL(255)
 	_ = pc.SetTTL(255)
 	_ = pc.SetMulticastLoopback(true)
-	r.pc, r.conn, r.done = pc, conn, make(chan struct{})
+	r.pc, r.conn, r.done, r.watched = pc, conn, make(chan struct{}), make(chan struct{})
 	go r.readLoop()
+	go r.watchInterfaces(r.done)
 	return nil
 }
 
@@ -158,6 +174,7 @@ func (r *responder) close() {
 	}
 	r.conn.Close()
 	<-r.done
+	<-r.watched
 	r.conn = nil
 }
 
@@ -214,9 +231,10 @@ func (r *responder) handle(b []byte, src netip.AddrPort, ifIndex int, now time.T
 // replies to send. Malformed, off-link and foreign-interface packets are
 // dropped.
 func (r *responder) handleTo(b []byte, src netip.AddrPort, dst netip.Addr, ifIndex int, now time.Time) []outPacket {
-	iface := r.ifaces[ifIndex]
-	if iface == nil && len(r.ifaces) == 1 && ifIndex == 0 {
-		for _, i := range r.ifaces {
+	ifaces := r.ifs()
+	iface := ifaces[ifIndex]
+	if iface == nil && len(ifaces) == 1 && ifIndex == 0 {
+		for _, i := range ifaces {
 			iface = i
 		}
 	}
@@ -436,7 +454,7 @@ func (r *responder) query(name string) {
 		{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET | quBit},
 		{Name: name, Qtype: dns.TypeAAAA, Qclass: dns.ClassINET | quBit},
 	}}
-	for idx := range r.ifaces {
+	for idx := range r.ifs() {
 		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
 		mdnsQueries.Inc()
 		r.p.stats.queries.Add(1)
@@ -460,7 +478,7 @@ func (r *responder) goodbye(recs []Record) {
 	for len(rrs) > 0 {
 		n := min(len(rrs), 40)
 		m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs[:n]}
-		for idx := range r.ifaces {
+		for idx := range r.ifs() {
 			r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
 			mdnsResponses.WithLabelValues("goodbye").Inc()
 		}

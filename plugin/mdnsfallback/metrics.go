@@ -24,6 +24,13 @@ var (
 		Help:      "Counter of mDNS queries sent (one per interface).",
 	})
 
+	mdnsRejoins = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "mdns_interface_rejoins_total",
+		Help:      "Counter of interfaces joined again after they were removed and re-created.",
+	})
+
 	mdnsLimited = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
