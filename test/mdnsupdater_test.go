@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -201,6 +203,71 @@ func TestMdnsupdaterDocker(t *testing.T) {
 		if n := m.metric(t, "coredns_mdnsfallback_updater_checks_total", `result="pass"`); n < 2 {
 			t.Errorf("passed checks = %v", n)
 		}
+	})
+
+	t.Run("reload keeps checked names and acknowledged writes", func(t *testing.T) {
+		ip := d.ipOn(t, "chk", "wnet")
+		byes := m.metric(t, "coredns_mdnsfallback_mdns_responses_sent_total", `kind="goodbye"`)
+		stop := make(chan struct{})
+		var mu sync.Mutex
+		var bad []string
+		var acked []string
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { // the checked name answers all along
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if rc, ans, err := rcode(addr, "chk.weave.local"); err == nil && (rc != "NOERROR" || len(ans) != 1 || ans[0] != ip) {
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("%s %v", rc, ans))
+					mu.Unlock()
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+		go func() { // writes through the API, before, during and after the reload
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprintf("rl%d.weave.local", i)
+				out, err := m.h.exec(t, nil, "curl", "-s", "-m", "2", "-X", "PUT", "-w", "\n%{http_code}", "-d", "domain="+name,
+					fmt.Sprintf("http://127.0.0.1:6785/name/rl%d/10.9.8.%d", i, i%250+1))
+				if err == nil && strings.HasSuffix(strings.TrimSpace(out), "200") {
+					mu.Lock()
+					acked = append(acked, name)
+					mu.Unlock()
+				}
+			}
+		}()
+		time.Sleep(500 * time.Millisecond)
+		if err := m.proc.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		m.proc.waitLog(t, "Reloading complete", 10*time.Second)
+		time.Sleep(time.Second)
+		close(stop)
+		wg.Wait()
+		if len(bad) > 0 {
+			t.Fatalf("the checked name did not answer through the reload: %v", bad)
+		}
+		if n := m.metric(t, "coredns_mdnsfallback_mdns_responses_sent_total", `kind="goodbye"`); n != byes {
+			t.Fatalf("goodbyes rose through the reload: %v → %v", byes, n)
+		}
+		for _, name := range acked {
+			if rc, _, _ := rcode(addr, name); rc != "NOERROR" {
+				t.Fatalf("%s, written and acknowledged around the reload, is %s after it", name, rc)
+			}
+		}
+		t.Logf("%d writes acknowledged around the reload, all kept", len(acked))
 	})
 
 	// The API record survived everything.

@@ -293,6 +293,24 @@ func (d *DB) DeleteOwned(id, owner string, keep func(Record) bool) []Record {
 	})
 }
 
+// HoldsAll reports whether every record of recs is in the database, with
+// the same owner.
+func (d *DB) HoldsAll(recs []Record) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range recs {
+		r, err := d.Normalize(r)
+		if err != nil {
+			return false
+		}
+		old, ok := d.records[recordKey{r.ID, r.IP, r.Domain}]
+		if !ok || old.Owner != r.Owner {
+			return false
+		}
+	}
+	return len(recs) > 0
+}
+
 // OwnedIDs returns the identifiers that hold at least one record of owner.
 func (d *DB) OwnedIDs(owner string) map[string]bool {
 	d.mu.Lock()

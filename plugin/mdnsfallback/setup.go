@@ -428,8 +428,14 @@ func (p *MDNSFallback) start() error {
 // the next one.
 func (p *MDNSFallback) onRestart() error {
 	p.restarting.Store(true) // the records live on in the next instance: no goodbyes
+	lifecycle.Lock()
+	defer lifecycle.Unlock()
+	// The writers stop first (the API waits for the requests it is
+	// handling), so every write acknowledged is in the records handed over.
+	p.stopWritersLocked()
 	carried.Put(p.carryKey(), p.db.Records(""))
-	return p.shutdown()
+	p.stopLocked()
+	return nil
 }
 
 // onRestartFailed brings this instance back when the reload failed.
@@ -453,12 +459,18 @@ func (p *MDNSFallback) shutdown() error {
 	return nil
 }
 
-func (p *MDNSFallback) stopLocked() {
-	p.ready.Store(false)
+// stopWritersLocked stops what writes records: the container updater and
+// the record API.
+func (p *MDNSFallback) stopWritersLocked() {
 	if u := p.updater.Swap(nil); u != nil {
 		u.stop()
 	}
 	p.stopAPI()
+}
+
+func (p *MDNSFallback) stopLocked() {
+	p.ready.Store(false)
+	p.stopWritersLocked()
 	if r := p.mdns.Swap(nil); r != nil {
 		r.close()
 	}

@@ -395,6 +395,11 @@ func (u *updater) upsert(c ctrInfo) {
 		nt := &tracked{}
 		if t != nil {
 			nt.present = t.present
+		} else if c.Check != "" && u.db.HoldsAll(recs) {
+			// Records carried across a reload or restored from the snapshot
+			// stand for a check that passed: they stay until a check fails,
+			// rather than leave (with goodbyes) until the first one passes.
+			nt.healthy = true
 		}
 		t = nt
 		if c.Check != "" {
