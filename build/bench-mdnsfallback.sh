@@ -85,3 +85,52 @@ echo "-- mDNS round trip through Avahi ($LAT_N distinct names)"
 MESHDNS_BIN="$repo/bin/meshdns" MDNSFALLBACK_LATENCY_N="$LAT_N" MDNSFALLBACK_LATENCY_OUT="$tmp/latency" \
   go test -count=1 -run '^TestMdnsfallbackLatency$' ./test/ >"$tmp/latency.log" 2>&1 || { cat "$tmp/latency.log"; exit 1; }
 cat "$tmp/latency"
+
+# 4. The amplification bound: dnsperf asks AMP_QPS (10,000) random names a
+#    second in the zone (each name once) for AMP_SECS, in a network namespace
+#    pair this script creates (meshdns with mDNS on one end of a veth); the
+#    multicast packets that reach the other end, counted by its interface,
+#    are what a flood of unknown names costs the LAN.
+AMP_QPS=${MDNSFALLBACK_AMP_QPS:-10000}
+AMP_SECS=${MDNSFALLBACK_AMP_SECS:-10}
+echo "-- amplification: $AMP_QPS random names/s for ${AMP_SECS}s over mDNS (default query_rate)"
+kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; pid=
+ns=mdamp$$
+cleanup_ns() { ip netns del "${ns}a" 2>/dev/null || true; ip netns del "${ns}b" 2>/dev/null || true; }
+trap 'cleanup; cleanup_ns' EXIT
+ip netns add "${ns}a"; ip netns add "${ns}b"
+ip link add "${ns}0" netns "${ns}a" type veth peer name "${ns}1" netns "${ns}b"
+for side in a:0:1 b:1:2; do
+  IFS=: read -r s i o <<<"$side"
+  ip -n "${ns}$s" link set lo up
+  ip -n "${ns}$s" addr add "10.251.0.$o/24" dev "${ns}$i"
+  ip -n "${ns}$s" link set "${ns}$i" multicast on up
+  ip -n "${ns}$s" route add 224.0.0.0/4 dev "${ns}$i"
+done
+cat > "$tmp/Corefile.amp" <<CF
+weave.local.:1053 {
+    bind 127.0.0.1
+    prometheus 127.0.0.1:9153
+    mdnsfallback {
+        interface ${ns}0
+    }
+}
+CF
+(cd "$tmp" && exec ip netns exec "${ns}a" taskset -c 0 "$repo/bin/meshdns" -conf Corefile.amp >"$tmp/amp.log" 2>&1) &
+pid=$!
+for _ in $(seq 100); do
+  ip netns exec "${ns}a" dig @127.0.0.1 -p 1053 +time=1 +tries=1 probe.weave.local >/dev/null 2>&1 && break
+  sleep 0.1
+done
+awk -v n=$((AMP_QPS * AMP_SECS + AMP_QPS)) 'BEGIN { srand(1); for (i = 0; i < n; i++) printf "r%d-%d.weave.local A\n", i, int(rand() * 1e9) }' > "$tmp/random.txt"
+rx() { ip -n "${ns}b" -s link show "${ns}1" | awk '/RX:/ { getline; print $2 }'; }
+before=$(rx)
+line=$(DNSLOAD_QPS=$AMP_QPS ip netns exec "${ns}a" "$bench/dnsload" 127.0.0.1 1053 "$tmp/random.txt" "$AMP_SECS" 2>"$tmp/amp.dnsperf" | tail -1)
+after=$(rx)
+metrics=$(ip netns exec "${ns}a" curl -s http://127.0.0.1:9153/metrics)
+sent=$(awk '/^coredns_mdnsfallback_mdns_queries_sent_total / { print $2 }' <<<"$metrics")
+limited=$(awk '/^coredns_mdnsfallback_mdns_queries_limited_total/ { s += $2 } END { print s + 0 }' <<<"$metrics")
+echo "dnsperf: $line"
+grep -E 'Response codes' "$tmp/amp.dnsperf" || true
+awk -v b="$before" -v a="$after" -v s="$AMP_SECS" -v q="$sent" -v l="$limited" 'BEGIN {
+  printf "multicast packets received by the peer: %d in %ds = %.1f/s (meshdns counted %d queries sent, %d held back)\n", a - b, s, (a - b) / s, q, l }'
