@@ -100,7 +100,7 @@ func TestMdnsfallbackAnswersAvahi(t *testing.T) {
 // Scenario 3: two meshdns, one per host: a name registered on A resolves at
 // B (asked over mDNS when B started after the PUT, learnt from A's
 // announcement when B was already up); after DELETE on A, B stops answering
-// once the goodbye arrives.
+// once the goodbye arrives; when A stops, B forgets the rest of A's names.
 func TestMdnsfallbackTwoHostsGoodbye(t *testing.T) {
 	RequireTool(t, "dig", "dnsutils")
 	RequireTool(t, "curl", "curl")
@@ -151,6 +151,16 @@ func TestMdnsfallbackTwoHostsGoodbye(t *testing.T) {
 	}
 	if got := mb.dig(t, "late.weave.local", "A"); strings.Join(got, ",") != "10.32.2.2" {
 		t.Fatalf("the other name went too: %v", got)
+	}
+	// A stops (SIGTERM): its goodbyes (RFC 6762 §10.1) empty B's cache of
+	// A's names at once, long before their TTLs end.
+	answersBefore = mb.metric(t, "coredns_mdnsfallback_mdns_answers_received_total")
+	ma.proc.stop()
+	if n := mb.metric(t, "coredns_mdnsfallback_mdns_answers_received_total"); n <= answersBefore {
+		t.Fatalf("no goodbye from A's stop reached B (answers %v → %v)", answersBefore, n)
+	}
+	if st := mb.digStatus(t, "late.weave.local", "A"); st != "NXDOMAIN" {
+		t.Fatalf("B still answers A's name after A stopped: %s", st)
 	}
 }
 
