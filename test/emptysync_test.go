@@ -64,6 +64,17 @@ func emptyHeld(t *testing.T, s *Server, plugin, snap, name string, gone func() s
 	}
 }
 
+// snapshotHolds waits until the snapshot file holds want.
+func snapshotHolds(t *testing.T, snap, want string, limit time.Duration) {
+	t.Helper()
+	Eventually(t, limit, func() string {
+		if b, _ := os.ReadFile(snap); !strings.Contains(string(b), want) {
+			return "no snapshot with " + want + " yet"
+		}
+		return ""
+	})
+}
+
 // gone returns a check that name/qtype answers rcode.
 func gone(t *testing.T, s *Server, name string, qtype uint16, want string) func() string {
 	return func() string {
@@ -87,12 +98,7 @@ func TestEmptySyncVirtualConsulFile(t *testing.T) {
 	})
 	snap, table := filepath.Join(s.Dir, "vc-snapshot.json"), filepath.Join(s.Dir, "table.json")
 	expectAnswers(t, s.DNS(), "web.virtual.consul.", dns.TypeA, "240.0.0.9")
-	Eventually(t, 5*time.Second, func() string {
-		if b, _ := os.ReadFile(snap); !strings.Contains(string(b), "web.virtual") {
-			return "no snapshot with web yet"
-		}
-		return ""
-	})
+	snapshotHolds(t, snap, "web.virtual", 5*time.Second)
 
 	writeAtomic(t, table, "[]\n")
 	// the stand-in Consul servers answer the miss from their own zone
@@ -130,12 +136,7 @@ func TestEmptySyncVirtualConsulConsul(t *testing.T) {
 	cf := strings.Replace(fmt.Sprintf(vcConsulCorefile, ""), "snapshot vc-snapshot.json", "snapshot vc-snapshot.json\n        empty_grace 4s", 1)
 	s := Start(t, cf, Options{Ports: map[int]int{8500: portOf(consul.HTTP()), 8600: portOf(consul.DNS())}})
 	snap := filepath.Join(s.Dir, "vc-snapshot.json")
-	Eventually(t, 10*time.Second, func() string {
-		if b, _ := os.ReadFile(snap); !strings.Contains(string(b), "web.virtual") {
-			return "no snapshot with web yet"
-		}
-		return ""
-	})
+	snapshotHolds(t, snap, "web.virtual", 10*time.Second)
 	consul.Deregister("web")
 	emptyHeld(t, s, "virtualconsul", snap, "web.virtual", func() string {
 		if n := s.Metric("coredns_virtualconsul_entries"); n != 0 {
@@ -165,12 +166,7 @@ func TestEmptySyncVirtualConsulXDS(t *testing.T) {
 `, x.Addr()), Options{Ports: map[int]int{x.port: x.port}})
 	snap := filepath.Join(s.Dir, "vc-snapshot.json")
 	expectAnswers(t, s.DNS(), "web.virtual.consul.", dns.TypeA, "240.0.0.9")
-	Eventually(t, 5*time.Second, func() string {
-		if b, _ := os.ReadFile(snap); !strings.Contains(string(b), "web.virtual") {
-			return "no snapshot with web yet"
-		}
-		return ""
-	})
+	snapshotHolds(t, snap, "web.virtual", 5*time.Second)
 	x.Set("2", map[string][]string{})
 	emptyHeld(t, s, "virtualconsul", snap, "web.virtual", gone(t, s, "web.virtual.consul.", dns.TypeA, "[SERVFAIL]"))
 }
@@ -182,12 +178,7 @@ func TestEmptySyncEndpointsvcFile(t *testing.T) {
 		Options{Files: map[string]string{"state.json": full}})
 	snap := filepath.Join(s.Dir, "snap.json")
 	expectAnswers(t, s.DNS(), "atlas.svc.orch.", dns.TypeA, "192.0.2.10")
-	Eventually(t, 5*time.Second, func() string {
-		if b, _ := os.ReadFile(snap); !strings.Contains(string(b), "atlas") {
-			return "no snapshot with atlas yet"
-		}
-		return ""
-	})
+	snapshotHolds(t, snap, "atlas", 5*time.Second)
 	writeAtomic(t, filepath.Join(s.Dir, "state.json"), esvcState(nil, nil, nil))
 	emptyHeld(t, s, "endpointsvc", snap, "atlas", gone(t, s, "atlas.svc.orch.", dns.TypeA, "[NXDOMAIN]"))
 }
@@ -204,12 +195,7 @@ func TestEmptySyncEndpointsvcOrch(t *testing.T) {
 		Options{Ports: map[int]int{apiPort: apiPort}})
 	snap := filepath.Join(s.Dir, "snap.json")
 	expectAnswers(t, s.DNS(), "atlas.svc.orch.", dns.TypeA, "192.0.2.10")
-	Eventually(t, 5*time.Second, func() string {
-		if b, _ := os.ReadFile(snap); !strings.Contains(string(b), "atlas") {
-			return "no snapshot with atlas yet"
-		}
-		return ""
-	})
+	snapshotHolds(t, snap, "atlas", 5*time.Second)
 	orch.set("", esvcState(nil, nil, nil))
 	emptyHeld(t, s, "endpointsvc", snap, "atlas", gone(t, s, "atlas.svc.orch.", dns.TypeA, "[NXDOMAIN]"))
 }
@@ -236,12 +222,7 @@ func TestEmptySyncEndpointsvcKubernetes(t *testing.T) {
 `)
 	snap := filepath.Join(s.Dir, "snapshot.json")
 	within(t, 5*time.Second, s.DNS(), "web.e2e.svc.cluster.local", dns.TypeA, "192.0.2.1")
-	Eventually(t, 5*time.Second, func() string {
-		if b, _ := os.ReadFile(snap); !strings.Contains(string(b), `"web"`) {
-			return "no snapshot with web yet"
-		}
-		return ""
-	})
+	snapshotHolds(t, snap, `"web"`, 5*time.Second)
 	if err := k.Client.CoreV1().Services("e2e").Delete(ctxT(t), "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -190,20 +190,8 @@ func (a *consulAgent) GRPC() string { return "127.0.0.1:" + strconv.Itoa(a.ports
 // putJSON PUTs body to path and decodes the answer into out.
 func (a *consulAgent) putJSON(path, body string, out any) {
 	a.t.Helper()
-	req, _ := http.NewRequest(http.MethodPut, "http://"+a.HTTP()+path, strings.NewReader(body))
-	req.Header.Set("X-Consul-Token", a.token)
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		a.t.Fatalf("consul PUT %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		a.t.Fatalf("consul PUT %s: %s: %s", path, resp.Status, b)
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		a.t.Fatalf("consul PUT %s: %v: %s", path, err, b)
+	if b := a.put(path, body); json.Unmarshal(b, out) != nil {
+		a.t.Fatalf("consul PUT %s: not JSON: %s", path, b)
 	}
 }
 
@@ -221,7 +209,9 @@ func (a *consulAgent) CreateToken(name, rules string) string {
 // Log is the agent's output so far.
 func (a *consulAgent) Log() string { return a.log.String() }
 
-func (a *consulAgent) put(path, body string) {
+// put PUTs body to path with the helper's token and returns the answer;
+// anything but 200 fails the test.
+func (a *consulAgent) put(path, body string) []byte {
 	a.t.Helper()
 	req, _ := http.NewRequest(http.MethodPut, "http://"+a.HTTP()+path, strings.NewReader(body))
 	req.Header.Set("X-Consul-Token", a.token)
@@ -235,6 +225,7 @@ func (a *consulAgent) put(path, body string) {
 	if resp.StatusCode != 200 {
 		a.t.Fatalf("consul PUT %s: %s: %s", path, resp.Status, b)
 	}
+	return b
 }
 
 // Register registers service name with a transparent-proxy sidecar, which

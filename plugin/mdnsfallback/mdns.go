@@ -539,15 +539,8 @@ func (f *inflight) finish(name string) bool {
 // abandon ends c, the call for name, at once, without its timeout's
 // action: the query was never sent.
 func (f *inflight) abandon(name string, c *call) {
-	f.mu.Lock()
-	if f.m[name] != c {
-		f.mu.Unlock()
-		return
-	}
-	delete(f.m, name)
 	c.timer.Stop()
-	f.mu.Unlock()
-	close(c.done)
+	f.finishCall(name, c, nil)
 }
 
 // finishCall completes c on its timeout if it is still the call for name.
