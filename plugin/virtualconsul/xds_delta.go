@@ -25,7 +25,7 @@ func (x *xdsSource) deltaStream(ctx context.Context, conn *grpc.ClientConn, node
 		return false, err
 	}
 	if err := st.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: listenerTypeURL}); err != nil {
-		return false, err
+		return false, sendError(err, func() error { _, err := st.Recv(); return err })
 	}
 	held := map[string]*discovery.Resource{}
 	for {
@@ -60,7 +60,7 @@ func (x *xdsSource) deltaStream(ctx context.Context, conn *grpc.ClientConn, node
 			held = next
 		}
 		if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: listenerTypeURL, ResponseNonce: resp.GetNonce(), ErrorDetail: nack}); err != nil {
-			return got, err
+			return got, sendError(err, func() error { _, err := st.Recv(); return err })
 		}
 	}
 }

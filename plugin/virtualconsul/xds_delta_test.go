@@ -9,7 +9,9 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -128,6 +130,37 @@ func TestXDSDeltaStream(t *testing.T) {
 		a := <-srv.answers
 		if a.GetResponseNonce() != srv.script[i].Nonce || (a.GetErrorDetail() != nil) != w.nack {
 			t.Fatalf("response %d answered with nonce %q, error %v", i+1, a.GetResponseNonce(), a.GetErrorDetail())
+		}
+	}
+}
+
+// refusingADS ends every stream at once with a refused token, before
+// reading anything, as Consul does for a token it does not know.
+type refusingADS struct {
+	discovery.UnimplementedAggregatedDiscoveryServiceServer
+}
+
+func (refusingADS) DeltaAggregatedResources(discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	return status.Error(codes.Unauthenticated, "unauthenticated: ACL not found")
+}
+
+// TestXDSRefusedStreamStatus: a stream the server ends before reading the
+// first request reports the server's status, not the io.EOF its Send got
+// (seen once in CI against Consul: the failing line said "EOF").
+func TestXDSRefusedStreamStatus(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, refusingADS{})
+	go g.Serve(l)
+	defer g.Stop()
+	x := &xdsSource{address: l.Addr().String(), node: "web-sidecar-proxy", maxMsg: defaultMaxMessageSize, protocol: protoDelta, using: protoDelta}
+	for i := range 30 {
+		_, err := x.stream(context.Background(), func(Sync) {})
+		if status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("stream %d: %v, want the server's Unauthenticated", i, err)
 		}
 	}
 }

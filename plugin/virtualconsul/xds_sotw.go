@@ -2,6 +2,8 @@ package virtualconsul
 
 import (
 	"context"
+	"errors"
+	"io"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -17,7 +19,7 @@ func (x *xdsSource) sotwStream(ctx context.Context, conn *grpc.ClientConn, node 
 		return false, err
 	}
 	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: listenerTypeURL, VersionInfo: x.acked}); err != nil {
-		return false, err
+		return false, sendError(err, func() error { _, err := st.Recv(); return err })
 	}
 	for {
 		resp, err := st.Recv()
@@ -41,7 +43,21 @@ func (x *xdsSource) sotwStream(ctx context.Context, conn *grpc.ClientConn, node 
 			ack.VersionInfo = x.acked
 		}
 		if err := st.Send(ack); err != nil {
-			return got, err
+			return got, sendError(err, func() error { _, err := st.Recv(); return err })
 		}
 	}
+}
+
+// sendError is the error of a failed Send on a stream whose Recv is recv.
+// A Send that finds the stream ended by the server says only io.EOF; the
+// server's status (a refused token, an unimplemented method) is what Recv
+// then returns.
+func sendError(err error, recv func() error) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	if rerr := recv(); rerr != nil && !errors.Is(rerr, io.EOF) {
+		return rerr
+	}
+	return err
 }
