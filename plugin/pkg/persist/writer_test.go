@@ -42,11 +42,26 @@ func newTestWriter(t *testing.T, grace time.Duration) (*Writer, *holds, func()) 
 	return w, h, func() { cancel(); <-done }
 }
 
+// fileIs waits up to 2 s for path to hold want (the writer works on its
+// own goroutine).
 func fileIs(t *testing.T, path, want string) {
 	t.Helper()
-	b, _ := os.ReadFile(path)
-	if string(b) != want {
-		t.Fatalf("snapshot holds %q, want %q", b, want)
+	var b []byte
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if b, _ = os.ReadFile(path); string(b) == want {
+			return
+		}
+	}
+	t.Fatalf("snapshot holds %q, want %q", b, want)
+}
+
+// fileStays checks that path still holds want after the writer had time
+// to act.
+func fileStays(t *testing.T, path, want string) {
+	t.Helper()
+	settle()
+	if b, _ := os.ReadFile(path); string(b) != want {
+		t.Fatalf("snapshot holds %q, want it to stay %q", b, want)
 	}
 }
 
@@ -59,14 +74,11 @@ func TestEmptyHold(t *testing.T) {
 	w, h, stop := newTestWriter(t, 400*time.Millisecond)
 	defer stop()
 	w.Offer(state(3), 3, time.Now())
-	settle()
 	fileIs(t, w.Path, "3")
 
 	w.Offer(state(0), 0, time.Now())
-	settle()
-	fileIs(t, w.Path, "3") // held
+	fileStays(t, w.Path, "3") // held
 	w.Offer(state(5), 5, time.Now())
-	settle()
 	fileIs(t, w.Path, "5") // the hold ended
 	if got := h.get(); len(got) != 2 || !got[0] || got[1] {
 		t.Fatalf("OnHold calls %v, want [true false]", got)
@@ -74,8 +86,7 @@ func TestEmptyHold(t *testing.T) {
 
 	start := time.Now()
 	w.Offer(state(0), 0, start)
-	settle()
-	fileIs(t, w.Path, "5")
+	fileStays(t, w.Path, "5")
 	for time.Since(start) < 2*time.Second {
 		if b, _ := os.ReadFile(w.Path); string(b) == "0" {
 			break
@@ -102,7 +113,7 @@ func TestEmptyHold(t *testing.T) {
 func TestEmptyHoldStop(t *testing.T) {
 	w, _, stop := newTestWriter(t, time.Hour)
 	w.Offer(state(7), 7, time.Now())
-	settle()
+	fileIs(t, w.Path, "7")
 	w.Offer(state(0), 0, time.Now())
 	stop()
 	fileIs(t, w.Path, "7")
