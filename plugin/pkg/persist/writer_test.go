@@ -24,6 +24,17 @@ type holds struct {
 }
 
 func (h *holds) add(b bool) { h.mu.Lock(); h.ev = append(h.ev, b); h.mu.Unlock() }
+// wait waits up to 2 s for n OnHold calls.
+func (h *holds) wait(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if len(h.get()) >= n {
+			return
+		}
+	}
+	t.Fatalf("OnHold calls %v, want %d", h.get(), n)
+}
+
 func (h *holds) get() []bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -77,6 +88,7 @@ func TestEmptyHold(t *testing.T) {
 	fileIs(t, w.Path, "3")
 
 	w.Offer(state(0), 0, time.Now())
+	h.wait(t, 1) // the writer took the empty state (a later offer would replace it)
 	fileStays(t, w.Path, "3") // held
 	w.Offer(state(5), 5, time.Now())
 	fileIs(t, w.Path, "5") // the hold ended
@@ -86,6 +98,7 @@ func TestEmptyHold(t *testing.T) {
 
 	start := time.Now()
 	w.Offer(state(0), 0, start)
+	h.wait(t, 3)
 	fileStays(t, w.Path, "5")
 	for time.Since(start) < 2*time.Second {
 		if b, _ := os.ReadFile(w.Path); string(b) == "0" {
