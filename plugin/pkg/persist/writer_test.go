@@ -24,6 +24,7 @@ type holds struct {
 }
 
 func (h *holds) add(b bool) { h.mu.Lock(); h.ev = append(h.ev, b); h.mu.Unlock() }
+
 // wait waits up to 2 s for n OnHold calls.
 func (h *holds) wait(t *testing.T, n int) {
 	t.Helper()
@@ -88,7 +89,7 @@ func TestEmptyHold(t *testing.T) {
 	fileIs(t, w.Path, "3")
 
 	w.Offer(state(0), 0, time.Now())
-	h.wait(t, 1) // the writer took the empty state (a later offer would replace it)
+	h.wait(t, 1)              // the writer took the empty state (a later offer would replace it)
 	fileStays(t, w.Path, "3") // held
 	w.Offer(state(5), 5, time.Now())
 	fileIs(t, w.Path, "5") // the hold ended
