@@ -303,7 +303,7 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 			}
 		}
 	}
-	p.cacheGauge.Set(float64(p.cache.Len() + p.neg.Len()))
+	p.setCacheGauge()
 	for _, n := range woke {
 		p.inflight.finish(n)
 	}

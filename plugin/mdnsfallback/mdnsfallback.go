@@ -192,6 +192,10 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 	return p.nxdomain(ctx, w, r, zone, qname)
 }
 
+// setCacheGauge sets cache_entries: the names answered and the negative
+// ones.
+func (p *MDNSFallback) setCacheGauge() { p.cacheGauge.Set(float64(p.cache.Len() + p.neg.Len())) }
+
 // Outcomes of resolve.
 const (
 	resolveAsked  = iota // the network was asked (or a query in flight joined)
@@ -208,7 +212,7 @@ func (p *MDNSFallback) resolve(ctx context.Context, resp *responder, name string
 		now := time.Now()
 		if p.cfg.negativeTTL > 0 && !p.cache.has(name, now) {
 			p.neg.setNegative(name, now.Add(p.cfg.negativeTTL), now)
-			p.cacheGauge.Set(float64(p.cache.Len() + p.neg.Len()))
+			p.setCacheGauge()
 		}
 	})
 	if c == nil {

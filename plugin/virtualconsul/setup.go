@@ -182,9 +182,9 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 // OnStartup and OnShutdown.
 type lifecycle struct {
 	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
-	writer *persist.Writer // nil without a snapshot
+	cancel context.CancelFunc // nil when not running
+	wg     sync.WaitGroup     // the source's and the writer's goroutines
+	writer *persist.Writer    // nil without a snapshot
 }
 
 // carried holds the serving tables across a reload (SIGUSR1), by carryKey;
@@ -234,41 +234,31 @@ func (v *VirtualConsul) start() error {
 		return nil // already running
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	v.life.cancel, v.life.done = cancel, done
-	var wg sync.WaitGroup
+	v.life.cancel, v.life.writer = cancel, nil
 	if v.snapshot != "" {
 		w := v.newSnapshotWriter()
 		v.life.writer = w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.Run(ctx) // writes what is pending when ctx ends
-		}()
+		v.life.wg.Go(func() { w.Run(ctx) }) // writes what is pending when ctx ends
 	}
 	report := v.reporter(v.src.Name(), v.life.writer)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		v.src.Run(ctx, report)
-	}()
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
+	v.life.wg.Go(func() { v.src.Run(ctx, report) })
 	return nil
 }
 
-// stop stops the source and waits for its goroutine to end.
+// stop stops the source and the snapshot writer and waits for them; a
+// table the source reported while the writer was stopping is written too.
 func (v *VirtualConsul) stop() error {
 	v.life.mu.Lock()
-	cancel, done := v.life.cancel, v.life.done
-	v.life.cancel, v.life.done = nil, nil
-	v.life.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
+	defer v.life.mu.Unlock()
+	if v.life.cancel == nil {
+		return nil
 	}
+	v.life.cancel()
+	v.life.wg.Wait()
+	if v.life.writer != nil {
+		v.life.writer.Flush()
+	}
+	v.life.cancel, v.life.writer = nil, nil
 	return nil
 }
 

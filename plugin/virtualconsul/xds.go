@@ -166,6 +166,7 @@ type xdsSource struct {
 
 	// Run's goroutine only:
 	using     string        // the protocol the next stream speaks
+	tokenFrom string        // where the last stream's token came from, for the log
 	logged    string        // the protocol last logged as in use
 	acked     string        // sotw: the last version ACKed
 	nacked    string        // the content last NACKed
@@ -211,8 +212,7 @@ func refused(err error) bool {
 // the token came from.
 func (x *xdsSource) explain(err error) error {
 	if c := status.Code(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
-		_, from, _ := x.token()
-		return fmt.Errorf("xds %s: the server refused the token %s as node %q: %w", x.address, from, x.node, err)
+		return fmt.Errorf("xds %s: the server refused the token %s as node %q: %w", x.address, x.tokenFrom, x.node, err)
 	}
 	return fmt.Errorf("xds %s: %w", x.address, err)
 }
@@ -250,10 +250,11 @@ func (x *xdsSource) token() (tok, from string, err error) {
 // stream runs one ADS stream until it breaks; got says whether any
 // response arrived on it.
 func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, err error) {
-	tok, _, err := x.token()
+	tok, from, err := x.token()
 	if err != nil {
 		return false, err
 	}
+	x.tokenFrom = from
 	creds := insecure.NewCredentials()
 	if x.tls != nil {
 		creds = credentials.NewTLS(x.tls)
