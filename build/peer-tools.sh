@@ -4,6 +4,9 @@
 # machine, and print "TOOL=PATH" for each.
 #   consul          Consul v1.16.3 (MPL-2.0; later lines are BSL — never use them)
 #   kube-apiserver  kube-apiserver v1.34.4
+#   kube-controller-manager kube-scheduler kube-proxy kubelet kubectl
+#                   the rest of a one-node cluster, v1.34.4, from the same
+#                   tools module (static: CGO_ENABLED=0)
 #   etcd            etcd v3.6.4 (kube-apiserver's; Debian's 3.4 makes it refuse
 #                   client-go's streaming lists: no RequestWatchProgress)
 #   coredns         stock CoreDNS v1.15.0 with every stock plugin, built as
@@ -23,12 +26,12 @@ for tool in "$@"; do
         (cd consul && GONOSUMDB=github.com/hashicorp/hcp-sdk-go,github.com/hashicorp/consul/envoyextensions \
           go build -o "$out.tmp" github.com/hashicorp/consul && mv "$out.tmp" "$out")
       fi ;;
-    kube-apiserver)
-      out=$cache/kube-v1.34.4/kube-apiserver
+    kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy|kubelet|kubectl)
+      out=$cache/kube-v1.34.4/$tool
       if [ ! -x "$out" ]; then
-        echo "peer-tools: building kube-apiserver v1.34.4 into $out (once per machine)" >&2
-        (cd kube && go build -ldflags "-X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
-          -o "$out.tmp" k8s.io/kubernetes/cmd/kube-apiserver && mv "$out.tmp" "$out")
+        echo "peer-tools: building $tool v1.34.4 into $out (once per machine)" >&2
+        (cd kube && CGO_ENABLED=0 go build -ldflags "-X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
+          -o "$out.tmp" "k8s.io/kubernetes/cmd/$tool" && mv "$out.tmp" "$out")
       fi ;;
     etcd)
       out=$cache/etcd-v3.6.4/etcd
