@@ -66,6 +66,13 @@ func (e *Endpointsvc) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 	zone := e.Zones[zi]
 	t := e.tbl.Load()
 	if t == nil {
+		// no table yet: a name the block's fallthrough covers goes on (as
+		// the kubernetes plugin does before its first sync), anything else
+		// is SERVFAIL
+		if e.Fall.Through(qname) {
+			e.count(ctx, zi, resultFallthrough)
+			return plugin.NextOrFailure(e.Name(), e.Next, ctx, w, r)
+		}
 		e.count(ctx, zi, resultServfail)
 		return dns.RcodeServerFailure, nil
 	}

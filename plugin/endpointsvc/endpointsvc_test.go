@@ -215,6 +215,29 @@ func TestServeDNSNotLoaded(t *testing.T) {
 	}
 }
 
+// TestServeDNSNotLoadedFallthrough: before the first state, a name the
+// block's fallthrough covers goes to the next plugin (as the kubernetes
+// plugin does before its first sync), so that a stanza in front of another
+// plugin does not SERVFAIL its zone until it syncs; other names SERVFAIL.
+func TestServeDNSNotLoadedFallthrough(t *testing.T) {
+	e := &Endpointsvc{Zones: []string{"cluster.local.", "in-addr.arpa."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{},
+		Next: test.NextHandler(dns.RcodeRefused, nil)}
+	e.Fall.SetZonesFromArgs([]string{"in-addr.arpa."})
+	e.finish(fakeLookup)
+	for _, q := range []struct {
+		name string
+		want int
+	}{
+		{"1.0.0.10.in-addr.arpa.", dns.RcodeRefused}, // the next plugin's
+		{"web.shop.svc.cluster.local.", dns.RcodeServerFailure},
+	} {
+		code, _ := e.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), new(dns.Msg).SetQuestion(q.name, dns.TypePTR))
+		if code != q.want {
+			t.Errorf("%s before any state: rcode %d, want %d", q.name, code, q.want)
+		}
+	}
+}
+
 func TestServeDNSTwoZones(t *testing.T) {
 	e := newTestPlugin(t, false)
 	e.Zones = []string{"svc.orch.", "mesh.example."}
