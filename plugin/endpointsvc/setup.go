@@ -128,14 +128,17 @@ func (e *Endpointsvc) finish(lookup lookupFunc) {
 	e.upstream = upstream.New()
 }
 
-// carryKey names what a table depends on besides the state: the server
-// (port and bind addresses), the zones and the options buildTable reads.
+// carryKey names what a table depends on: the server (port and bind
+// addresses), the zones, the options the table is built with, and the
+// source with every option that selects what it reads (Source.Key), so
+// that a reload that changes any of them during an outage does not serve
+// the old table.
 func carryKey(c *caddy.Controller, e *Endpointsvc) string {
 	server := ""
 	if cfg := dnsserver.GetConfig(c); cfg != nil {
 		server = fmt.Sprintf("%v:%s", cfg.ListenHosts, cfg.Port)
 	}
-	return fmt.Sprintf("%s %s %v unhealthy=%v endpoint=%v spec=%v pods=%v", pluginName, server, e.Zones, e.includeUnhealthy, e.endpointMode, e.spec, e.podsInsecure)
+	return fmt.Sprintf("%s %s %v unhealthy=%v endpoint=%v spec=%v pods=%v source=%s", pluginName, server, e.Zones, e.includeUnhealthy, e.endpointMode, e.spec, e.podsInsecure, e.source.Key())
 }
 
 // checkSchema sets the default zones of the schema and rejects options the

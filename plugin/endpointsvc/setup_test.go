@@ -167,3 +167,43 @@ func abs(t *testing.T, p string) string {
 	}
 	return a
 }
+
+// TestCarryKeyCoversTheSource: a reload hands the table over only to an
+// instance whose table would be the same: any option the table or the
+// source's selection depends on changes the key, so a reload that changes
+// the filter during an outage does not keep serving the old filter's table.
+func TestCarryKeyCoversTheSource(t *testing.T) {
+	base := "source kubernetes /etc/kubeconfig ctx\nschema kubernetes\n"
+	key := func(body string) string {
+		t.Helper()
+		e, err := parse(caddy.NewTestController("dns", "endpointsvc cluster.local {\n"+body+"}"))
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		return e.carryKey
+	}
+	same := key(base)
+	if k := key(base + "ttl 30\n"); k != same {
+		t.Errorf("the TTL changed the key: %q vs %q", k, same)
+	}
+	seen := map[string]string{same: "base"}
+	for _, body := range []string{
+		base + "labels app=web\n",
+		base + "namespaces shop\n",
+		base + "namespaces shop other\n",
+		base + "pods insecure\n",
+		"source kubernetes /etc/kubeconfig other\nschema kubernetes\n",
+		"source kubernetes /etc/other\nschema kubernetes\n",
+		"source kubernetes /etc/kubeconfig ctx\n",
+		"source kubernetes /etc/kubeconfig ctx\nnode_address ExternalIP\n",
+		"source file a.json\nschema kubernetes\n",
+		"source file b.json\nschema kubernetes\n",
+		"source orch http://127.0.0.1:1/state\nschema kubernetes\n",
+	} {
+		k := key(body)
+		if prev, dup := seen[k]; dup {
+			t.Errorf("%q has the key of %q: %s", body, prev, k)
+		}
+		seen[k] = body
+	}
+}

@@ -71,6 +71,7 @@ func readSnapshot(t *testing.T, path string) *State {
 type idleSource struct{}
 
 func (idleSource) Name() string { return "idle" }
+func (idleSource) Key() string  { return "idle" }
 func (idleSource) Run(ctx context.Context, s Sink) {
 	s.Unchanged()
 	<-ctx.Done()

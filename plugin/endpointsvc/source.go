@@ -13,6 +13,11 @@ import (
 type Source interface {
 	// Name labels metrics and logs ("file", "orch").
 	Name() string
+	// Key identifies what the source reads and how it filters it (its
+	// path, URL or kubeconfig and every option that selects objects): a
+	// table built from it is carried over a reload only to an instance
+	// whose source has the same key.
+	Key() string
 	// Run syncs until ctx is done. It must deliver the first result (update
 	// or failure) promptly and must not keep goroutines after it returns.
 	Run(ctx context.Context, s Sink)

@@ -25,6 +25,8 @@ type fileSource struct {
 
 func (f *fileSource) Name() string { return "file" }
 
+func (f *fileSource) Key() string { return fmt.Sprintf("file %q", f.path) }
+
 func (f *fileSource) Run(ctx context.Context, s Sink) {
 	for {
 		f.check(s)

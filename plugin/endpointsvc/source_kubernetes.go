@@ -81,6 +81,10 @@ func shutdownInformers(factory informers.SharedInformerFactory, wait time.Durati
 
 func (k *kubeSource) Name() string { return "kubernetes" }
 
+func (k *kubeSource) Key() string {
+	return fmt.Sprintf("kubernetes %q %q labels=%q namespaces=%q node_address=%q", k.kubeconfig, k.context, k.labels, k.namespaces, k.nodeAddress)
+}
+
 // client returns the configured client: from the kubeconfig file (and
 // context) or the in-cluster configuration, speaking protobuf.
 func (k *kubeSource) client() (kubernetes.Interface, error) {

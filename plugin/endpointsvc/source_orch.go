@@ -44,6 +44,8 @@ const (
 
 func (o *orchSource) Name() string { return "orch" }
 
+func (o *orchSource) Key() string { return fmt.Sprintf("orch %q", o.url) }
+
 func (o *orchSource) Run(ctx context.Context, s Sink) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil

@@ -141,6 +141,7 @@ func TestHandOver(t *testing.T) {
 type oneShot struct{ st *State }
 
 func (o oneShot) Name() string { return "oneshot" }
+func (o oneShot) Key() string  { return "oneshot" }
 func (o oneShot) Run(ctx context.Context, s Sink) {
 	s.Update(o.st)
 	<-ctx.Done()
