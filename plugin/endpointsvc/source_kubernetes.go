@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -192,9 +193,14 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 		},
 		DeleteFunc: func(obj any) { changed.mark(obj); mark() },
 	}
+	denied := &deniedLog{}
 	onError := func(_ context.Context, r *cache.Reflector, err error) {
 		if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 			return // a watch restart, not a failure: the reflector relists
+		}
+		if apierrors.IsForbidden(err) {
+			denied.report(r.TypeDescription(), err)
+			return
 		}
 		select {
 		case errs <- fmt.Errorf("%s: %w", r.TypeDescription(), err):
@@ -266,7 +272,9 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 			case <-dirty:
 			default:
 			}
-			failing = false
+			// a patch is no verdict on the API's health: the probe's
+			// success ends a failure, so that one object's events do not
+			// log a recovery that the next error takes back
 			svcs, nodes, nss := changed.take()
 			k.patch(s, stores, svcs, nodes, nss)
 			lastPatch = time.Now()
@@ -294,8 +302,12 @@ func (k *kubeSource) Run(ctx context.Context, s Sink) {
 				continue
 			}
 			lastProbe = time.Now()
-			if err := probe(ctx, client); err != nil {
-				if ctx.Err() == nil {
+			if err := probe(ctx, client, namespace); err != nil {
+				switch {
+				case ctx.Err() != nil:
+				case apierrors.IsForbidden(err):
+					denied.report("probe", err)
+				default:
 					fail(fmt.Errorf("kubernetes API: %w", err))
 				}
 			} else if failing {
@@ -349,14 +361,38 @@ func (w *syncWaiter) first() <-chan struct{} {
 	return now
 }
 
-// probe asks the API server for one node (served from its watch cache): the
-// cheapest request our permissions allow, to notice a recovery while no
-// object changes.
-func probe(ctx context.Context, client kubernetes.Interface) error {
+// probe asks the API server for one Service of the watched namespace
+// (served from its watch cache): the cheapest request that the documented
+// RBAC grants with either schema (Nodes are not granted with schema
+// kubernetes), to notice a recovery while no object changes.
+func probe(ctx context.Context, client kubernetes.Interface, namespace string) error {
 	c, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := client.CoreV1().Nodes().List(c, metav1.ListOptions{Limit: 1, ResourceVersion: "0"})
+	_, err := client.CoreV1().Services(namespace).List(c, metav1.ListOptions{Limit: 1, ResourceVersion: "0"})
 	return err
+}
+
+// deniedLog logs each distinct permission error once. A refusal is a
+// configuration matter (the RBAC rules), not an outage: it neither ends
+// the start-up wait nor enters the failing/recovered reports, which would
+// otherwise repeat at every retry of the refused informer.
+type deniedLog struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (d *deniedLog) report(what string, err error) {
+	msg := what + ": " + err.Error()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.seen[msg] {
+		return
+	}
+	if d.seen == nil {
+		d.seen = map[string]bool{}
+	}
+	d.seen[msg] = true
+	log.Errorf("Kubernetes API refuses %s (check the RBAC rules): %v", what, err)
 }
 
 // build maps the informers' stores whole onto a state and hands it to s.

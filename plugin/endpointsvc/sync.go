@@ -287,10 +287,12 @@ func (k *sink) Update(st *State) {
 	k.e.firstResult()
 }
 
+// Patch applies a change. It does not end a failure: a source that patches
+// reports its health with Unchanged and Failed (one object's events say
+// little about the rest).
 func (k *sink) Patch(p *Patch) {
 	syncCount.WithLabelValues(k.e.Zones[0], k.source, "patched").Inc()
 	k.e.synced(k.source)
-	k.recovered()
 	k.e.applyPatch(k.ctx, p)
 	k.e.firstResult()
 }
