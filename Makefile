@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin/meshdns
 
-.PHONY: build run test bench lint deps image clean
+.PHONY: build run test bench soak lint deps image clean
 
 build:
 	build/build.sh $(BIN)
@@ -26,6 +26,9 @@ image: build
 
 bench: deps build
 	build/bench.sh
+
+soak: deps build
+	build/soak.sh
 
 clean:
 	rm -rf bin
