@@ -13,8 +13,16 @@
 #                  etcd v3.6 and Consul are built from Go modules by
 #                  build/peer-tools.sh: Debian's etcd 3.4 cannot serve
 #                  client-go's streaming lists)
+#   containerd runc containernetworking-plugins iptables conntrack
+#                  the one-node Kubernetes cluster of the node tests
+#                  (test/nodecluster_*): its container runtime, the CNI
+#                  bridge/host-local/firewall/portmap plugins in /usr/lib/cni,
+#                  kube-proxy's iptables mode and conntrack clean-up (the
+#                  kubelet, kube-proxy and the control plane come from
+#                  build/peer-tools.sh)
 set -euo pipefail
-packages=(dnsutils knot-dnsutils dnsperf iproute2 avahi-daemon avahi-utils libnss-mdns dbus curl util-linux docker.io busybox-static openssl)
+packages=(dnsutils knot-dnsutils dnsperf iproute2 avahi-daemon avahi-utils libnss-mdns dbus curl util-linux docker.io busybox-static openssl
+  containerd runc containernetworking-plugins iptables conntrack)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

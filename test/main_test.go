@@ -46,5 +46,8 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
+	// The one-node cluster (nodecluster_helpers_test.go) outlives the test
+	// that started it and goes when the run ends, whatever the outcome.
+	defer stopNodeCluster()
 	return m.Run()
 }
