@@ -1,0 +1,311 @@
+package publish
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// ManagedBy is the value of the endpointslice.kubernetes.io/managed-by
+// label on the slices the publishers write: the EndpointSlice controller
+// leaves slices with another value alone, and the publishers touch no
+// other slice.
+const ManagedBy = "endpointsvc.meshdns.io"
+
+// inputs is what one reconciliation reads: the cache's view of the
+// Service, the replicas' pods and the slices, and this replica's own state.
+type inputs struct {
+	self     string // this replica's pod name
+	serving  bool   // this replica answers from a table
+	probed   bool   // this replica's DNS server answered a probe once
+	stopping bool   // this replica received SIGTERM: it answers on, but leaves
+	service  *corev1.Service
+	pods     []*corev1.Pod
+	slices   []*discoveryv1.EndpointSlice
+	// down names the peers that failed direct probes long enough while
+	// the API calls them not ready: both signals agree that they are gone.
+	down map[string]bool
+}
+
+// action is one write to the API.
+type action struct {
+	op    op
+	slice *discoveryv1.EndpointSlice // the slice to create or the updated copy; for delete, the one to delete
+}
+
+type op int
+
+const (
+	opCreate op = iota
+	opUpdate
+	opDelete
+)
+
+func (o op) String() string { return [...]string{"create", "update", "delete"}[o] }
+
+// plan returns the writes that bring the slices to what the inputs call
+// for. The rules, which every replica applies alike so that they converge:
+//
+//   - each replica writes its own endpoint's truth: ready while it serves
+//     and is not stopping, serving while it serves, terminating once it
+//     stops or its pod is being deleted. The pod's Ready condition plays no
+//     part: after a long API-server outage the node controller marks every
+//     pod of the node not ready until the kubelet reports again, and a
+//     replica that answers must not leave the Service for that;
+//   - it creates its slice only once it serves and its DNS server answered
+//     a probe (a replica with no table would only take queries it cannot
+//     answer); a slice it has already is kept ready without waiting for a
+//     probe (a reload starts a new publisher on the same server);
+//   - for a peer it only ever takes the endpoint out: terminating when the
+//     peer's pod is being deleted (the peer may be dead and unable to say
+//     so itself), not ready and not serving when it is down (see inputs);
+//   - a slice whose pod is gone or finished is deleted (its owner reference
+//     lets the garbage collector do the same; this covers a lagging GC).
+//
+// Writes are planned only where the result differs from the slice as it is.
+func plan(in inputs) []action {
+	if in.service == nil {
+		return nil
+	}
+	pods := make(map[string]*corev1.Pod, len(in.pods))
+	for _, p := range in.pods {
+		pods[p.Name] = p
+	}
+	var out []action
+	have := map[string]bool{}
+	for _, sl := range in.slices {
+		have[sl.Name] = true
+		pod := pods[slicePod(sl)]
+		switch {
+		case pod == nil || pod.UID != sliceOwner(sl) || finished(pod):
+			out = append(out, action{opDelete, sl})
+		default:
+			want := wantSlice(in, pod, sl.AddressType)
+			if want == nil {
+				out = append(out, action{opDelete, sl})
+				continue
+			}
+			if !sameSlice(sl, want) {
+				upd := sl.DeepCopy()
+				upd.Labels, upd.OwnerReferences = want.Labels, want.OwnerReferences
+				upd.Ports, upd.Endpoints = want.Ports, want.Endpoints
+				out = append(out, action{opUpdate, upd})
+			}
+		}
+	}
+	if self := pods[in.self]; self != nil && in.serving && in.probed && !in.stopping && !finished(self) {
+		for _, fam := range families(in.service) {
+			want := wantSlice(in, self, fam)
+			if want != nil && !have[want.Name] {
+				out = append(out, action{opCreate, want})
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].slice.Name < out[j].slice.Name })
+	return out
+}
+
+// wantSlice is the slice of pod for address type fam as the rules want it,
+// or nil when the pod has no address of that family or the Service no
+// such family.
+func wantSlice(in inputs, pod *corev1.Pod, fam discoveryv1.AddressType) *discoveryv1.EndpointSlice {
+	addr := podAddr(pod, fam)
+	if addr == "" || !hasFamily(in.service, fam) {
+		return nil
+	}
+	ready, serving, terminating := conditions(in, pod, fam)
+	ep := discoveryv1.Endpoint{
+		Addresses:  []string{addr},
+		Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating},
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+	}
+	if pod.Spec.NodeName != "" {
+		node := pod.Spec.NodeName
+		ep.NodeName = &node
+	}
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      SliceName(in.service.Name, pod.Name, fam),
+			Namespace: in.service.Namespace,
+			Labels: map[string]string{
+				discoveryv1.LabelServiceName: in.service.Name,
+				discoveryv1.LabelManagedBy:   ManagedBy,
+			},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}},
+		},
+		AddressType: fam,
+		Endpoints:   []discoveryv1.Endpoint{ep},
+		Ports:       slicePorts(in.service, pod),
+	}
+}
+
+// conditions are the endpoint conditions of pod's slice of family fam.
+// For the replica itself they are its own state; for a peer they are the
+// slice's current ones, taken out where the peer is being deleted or down.
+func conditions(in inputs, pod *corev1.Pod, fam discoveryv1.AddressType) (ready, serving, terminating bool) {
+	deleting := pod.DeletionTimestamp != nil
+	if pod.Name == in.self {
+		serving = in.serving
+		terminating = in.stopping || deleting
+		return serving && !terminating, serving, terminating
+	}
+	ready, serving = true, true
+	for _, sl := range in.slices {
+		if sl.Name == SliceName(in.service.Name, pod.Name, fam) && len(sl.Endpoints) > 0 {
+			c := sl.Endpoints[0].Conditions
+			ready, serving = c.Ready == nil || *c.Ready, c.Serving == nil || *c.Serving
+			terminating = c.Terminating != nil && *c.Terminating
+		}
+	}
+	if deleting {
+		ready, terminating = false, true
+	}
+	if in.down[pod.Name] {
+		ready, serving = false, false
+	}
+	return ready, serving, terminating
+}
+
+// SliceName is the name of pod's slice of address type fam for service:
+// one per replica and family, so that each replica writes its own.
+func SliceName(service, pod string, fam discoveryv1.AddressType) string {
+	suffix := "ipv4"
+	if fam == discoveryv1.AddressTypeIPv6 {
+		suffix = "ipv6"
+	}
+	return fmt.Sprintf("%s-%s-%s", service, pod, suffix)
+}
+
+// slicePod is the pod a slice of ours publishes (its owner's name).
+func slicePod(sl *discoveryv1.EndpointSlice) string {
+	for _, o := range sl.OwnerReferences {
+		if o.Kind == "Pod" {
+			return o.Name
+		}
+	}
+	return ""
+}
+
+// sliceOwner is the UID of the pod that owns a slice of ours.
+func sliceOwner(sl *discoveryv1.EndpointSlice) types.UID {
+	for _, o := range sl.OwnerReferences {
+		if o.Kind == "Pod" {
+			return o.UID
+		}
+	}
+	return ""
+}
+
+// finished reports whether pod will run no more (or has no address yet to
+// publish).
+func finished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// families are the address types the Service serves, in its order.
+func families(svc *corev1.Service) []discoveryv1.AddressType {
+	if len(svc.Spec.IPFamilies) == 0 {
+		return []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4}
+	}
+	out := make([]discoveryv1.AddressType, 0, len(svc.Spec.IPFamilies))
+	for _, f := range svc.Spec.IPFamilies {
+		if f == corev1.IPv6Protocol {
+			out = append(out, discoveryv1.AddressTypeIPv6)
+		} else {
+			out = append(out, discoveryv1.AddressTypeIPv4)
+		}
+	}
+	return out
+}
+
+func hasFamily(svc *corev1.Service, fam discoveryv1.AddressType) bool {
+	for _, f := range families(svc) {
+		if f == fam {
+			return true
+		}
+	}
+	return false
+}
+
+// podAddr is the pod's first address of family fam, or "".
+func podAddr(pod *corev1.Pod, fam discoveryv1.AddressType) string {
+	ips := pod.Status.PodIPs
+	if len(ips) == 0 && pod.Status.PodIP != "" {
+		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
+	}
+	for _, ip := range ips {
+		a, err := netip.ParseAddr(ip.IP)
+		if err != nil {
+			continue
+		}
+		if a.Unmap().Is4() == (fam == discoveryv1.AddressTypeIPv4) {
+			return a.Unmap().String()
+		}
+	}
+	return ""
+}
+
+// slicePorts are the Service's ports as the pod serves them: a numeric
+// targetPort as it is, a named one looked up in the pod's container ports
+// (a port the pod does not have is left out, as the EndpointSlice
+// controller does).
+func slicePorts(svc *corev1.Service, pod *corev1.Pod) []discoveryv1.EndpointPort {
+	var out []discoveryv1.EndpointPort
+	for _, sp := range svc.Spec.Ports {
+		var port int32
+		switch tp := sp.TargetPort; {
+		case tp.Type == intstr.String:
+			port = containerPort(pod, tp.StrVal, sp.Protocol)
+		case tp.IntVal != 0:
+			port = tp.IntVal
+		default:
+			port = sp.Port // no targetPort: the Service's port
+		}
+		if port == 0 {
+			continue
+		}
+		name, proto, p := sp.Name, sp.Protocol, port
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		out = append(out, discoveryv1.EndpointPort{Name: &name, Protocol: &proto, Port: &p})
+	}
+	return out
+}
+
+// containerPort is the number of the pod's container port named name with
+// protocol proto, or 0.
+func containerPort(pod *corev1.Pod, name string, proto corev1.Protocol) int32 {
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			pp := p.Protocol
+			if pp == "" {
+				pp = corev1.ProtocolTCP
+			}
+			if p.Name == name && pp == proto {
+				return p.ContainerPort
+			}
+		}
+	}
+	return 0
+}
+
+// sameSlice reports whether a slice already is as wanted (the fields the
+// publishers own).
+func sameSlice(have, want *discoveryv1.EndpointSlice) bool {
+	return have.AddressType == want.AddressType &&
+		apiequality.Semantic.DeepEqual(have.Labels, want.Labels) &&
+		apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
+		apiequality.Semantic.DeepEqual(have.Ports, want.Ports) &&
+		apiequality.Semantic.DeepEqual(have.Endpoints, want.Endpoints)
+}

@@ -1,0 +1,202 @@
+package publish
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+func testService() *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "meshdns", Namespace: "kube-system"},
+		Spec: corev1.ServiceSpec{
+			ClusterIP:  "10.96.0.10",
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+			Ports: []corev1.ServicePort{
+				{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(53)},
+				{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromString("dns-tcp")},
+				{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9153},
+			},
+		},
+	}
+}
+
+func testPod(name, ip string, ready bool) *corev1.Pod {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", UID: types.UID("uid-" + name),
+			Labels: map[string]string{"app.kubernetes.io/name": "meshdns"}},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "meshdns", Ports: []corev1.ContainerPort{
+			{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
+			{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP},
+		}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
+	}
+}
+
+// cond is a slice's first endpoint's conditions as a string.
+func cond(sl *discoveryv1.EndpointSlice) string {
+	c := sl.Endpoints[0].Conditions
+	s := ""
+	for _, x := range []struct {
+		n string
+		v *bool
+	}{{"R", c.Ready}, {"S", c.Serving}, {"T", c.Terminating}} {
+		if x.v != nil && *x.v {
+			s += x.n
+		} else {
+			s += "-"
+		}
+	}
+	return s
+}
+
+// applied returns the slices after the actions.
+func applied(slices []*discoveryv1.EndpointSlice, acts []action) []*discoveryv1.EndpointSlice {
+	by := map[string]*discoveryv1.EndpointSlice{}
+	for _, sl := range slices {
+		by[sl.Name] = sl
+	}
+	for _, a := range acts {
+		if a.op == opDelete {
+			delete(by, a.slice.Name)
+		} else {
+			by[a.slice.Name] = a.slice
+		}
+	}
+	out := []*discoveryv1.EndpointSlice{}
+	for _, sl := range by {
+		out = append(out, sl)
+	}
+	return out
+}
+
+func TestPlanSelf(t *testing.T) {
+	svc := testService()
+	a, b := testPod("meshdns-a", "10.244.0.5", true), testPod("meshdns-b", "10.244.0.6", true)
+	pods := []*corev1.Pod{a, b}
+
+	// not serving yet: nothing published
+	if acts := plan(inputs{self: "meshdns-a", service: svc, pods: pods}); len(acts) != 0 {
+		t.Fatalf("not serving: %v actions, want none", len(acts))
+	}
+	// serving: its own slice, with the Service's ports (the named
+	// targetPort resolved, the unset one the Service's port)
+	acts := plan(inputs{self: "meshdns-a", serving: true, probed: true, service: svc, pods: pods})
+	if len(acts) != 1 || acts[0].op != opCreate {
+		t.Fatalf("serving: %+v, want one create", acts)
+	}
+	sl := acts[0].slice
+	if sl.Name != "meshdns-meshdns-a-ipv4" || sl.Labels[discoveryv1.LabelServiceName] != "meshdns" ||
+		sl.Labels[discoveryv1.LabelManagedBy] != ManagedBy || sl.OwnerReferences[0].UID != a.UID {
+		t.Errorf("slice meta: %+v", sl.ObjectMeta)
+	}
+	if got := sl.Endpoints[0].Addresses[0]; got != "10.244.0.5" || cond(sl) != "RS-" || *sl.Endpoints[0].NodeName != "node-1" {
+		t.Errorf("endpoint %s %s, want 10.244.0.5 RS-", got, cond(sl))
+	}
+	if len(sl.Ports) != 3 || *sl.Ports[1].Port != 53 || *sl.Ports[2].Port != 9153 {
+		t.Errorf("ports %+v", sl.Ports)
+	}
+	slices := []*discoveryv1.EndpointSlice{sl}
+
+	// nothing changed: nothing to write
+	if acts := plan(inputs{self: "meshdns-a", serving: true, probed: true, service: svc, pods: pods, slices: slices}); len(acts) != 0 {
+		t.Errorf("unchanged: %d actions", len(acts))
+	}
+	// a reload starts a new publisher that has not probed yet: the slice
+	// it has stays as it is
+	if acts := plan(inputs{self: "meshdns-a", serving: true, service: svc, pods: pods, slices: slices}); len(acts) != 0 {
+		t.Errorf("not probed yet, slice exists: %d actions, want none", len(acts))
+	}
+	// the node controller marks the pod not ready after an API outage: the
+	// replica answers, so its endpoint stays ready
+	a.Status.Conditions[0].Status = corev1.ConditionFalse
+	if acts := plan(inputs{self: "meshdns-a", serving: true, probed: true, service: svc, pods: pods, slices: slices}); len(acts) != 0 {
+		t.Errorf("pod marked not ready while serving: %d actions, want none", len(acts))
+	}
+	// SIGTERM: terminating, still serving, not ready
+	acts = plan(inputs{self: "meshdns-a", serving: true, probed: true, stopping: true, service: svc, pods: pods, slices: slices})
+	if len(acts) != 1 || acts[0].op != opUpdate || cond(acts[0].slice) != "-ST" {
+		t.Fatalf("stopping: %+v", acts)
+	}
+	// the pod is gone: its slice is deleted (by whoever sees it first)
+	acts = plan(inputs{self: "meshdns-b", serving: true, probed: true, service: svc, pods: []*corev1.Pod{b}, slices: slices})
+	if got := applied(slices, acts); len(got) != 1 || got[0].Name != "meshdns-meshdns-b-ipv4" {
+		t.Errorf("pod gone: slices after %v", got)
+	}
+}
+
+func TestPlanPeers(t *testing.T) {
+	svc := testService()
+	a, b := testPod("meshdns-a", "10.244.0.5", true), testPod("meshdns-b", "10.244.0.6", true)
+	pods := []*corev1.Pod{a, b}
+	var slices []*discoveryv1.EndpointSlice
+	for _, self := range []string{"meshdns-a", "meshdns-b"} {
+		slices = applied(slices, plan(inputs{self: self, serving: true, probed: true, service: svc, pods: pods, slices: slices}))
+	}
+	if len(slices) != 2 {
+		t.Fatalf("%d slices, want 2", len(slices))
+	}
+	// a peer never publishes another replica that has no slice, and never
+	// marks a peer ready
+	if acts := plan(inputs{self: "meshdns-a", serving: true, probed: true, service: svc, pods: pods, slices: slices[:1]}); len(acts) > 0 && acts[0].slice.Name == "meshdns-meshdns-b-ipv4" && acts[0].op == opCreate {
+		t.Errorf("a created b's slice")
+	}
+	// b is being deleted: a marks it terminating (b may be dead)
+	now := metav1.NewTime(time.Now())
+	b.DeletionTimestamp = &now
+	acts := plan(inputs{self: "meshdns-a", serving: true, probed: true, service: svc, pods: pods, slices: slices})
+	if len(acts) != 1 || acts[0].slice.Name != "meshdns-meshdns-b-ipv4" || cond(acts[0].slice) != "-ST" {
+		t.Errorf("peer deleting: %+v", acts)
+	}
+	b.DeletionTimestamp = nil
+	// b is down (probes and the API agree): a takes it out
+	acts = plan(inputs{self: "meshdns-a", serving: true, probed: true, service: svc, pods: pods, slices: slices, down: map[string]bool{"meshdns-b": true}})
+	if len(acts) != 1 || cond(acts[0].slice) != "---" {
+		t.Fatalf("peer down: %+v", acts)
+	}
+	slices = applied(slices, acts)
+	// a's view of b's slice is kept as it is once b is no longer down: b
+	// itself puts it back
+	if acts := plan(inputs{self: "meshdns-a", serving: true, probed: true, service: svc, pods: pods, slices: slices}); len(acts) != 0 {
+		t.Errorf("a rewrote b's slice: %+v", acts)
+	}
+	acts = plan(inputs{self: "meshdns-b", serving: true, probed: true, service: svc, pods: pods, slices: slices})
+	if len(acts) != 1 || cond(acts[0].slice) != "RS-" {
+		t.Errorf("b back: %+v", acts)
+	}
+}
+
+func TestPlanFamiliesAndStale(t *testing.T) {
+	svc := testService()
+	svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	a := testPod("meshdns-a", "10.244.0.5", true)
+	a.Status.PodIPs = append(a.Status.PodIPs, corev1.PodIP{IP: "fd00:244::5"})
+	acts := plan(inputs{self: "meshdns-a", serving: true, probed: true, service: svc, pods: []*corev1.Pod{a}})
+	if len(acts) != 2 || acts[1].slice.AddressType != discoveryv1.AddressTypeIPv6 || acts[1].slice.Endpoints[0].Addresses[0] != "fd00:244::5" {
+		t.Fatalf("dual stack: %+v", acts)
+	}
+	// a slice of a pod with the same name but another UID (a new pod of a
+	// StatefulSet-like name) is stale
+	old := acts[0].slice.DeepCopy()
+	old.OwnerReferences[0].UID = "uid-old"
+	acts = plan(inputs{self: "meshdns-a", serving: true, probed: true, service: svc, pods: []*corev1.Pod{a}, slices: []*discoveryv1.EndpointSlice{old}})
+	if len(acts) != 2 || acts[0].op != opDelete {
+		t.Errorf("stale owner: %+v", acts)
+	}
+	// a finished pod's slice goes
+	a.Status.Phase = corev1.PodFailed
+	acts = plan(inputs{self: "meshdns-b", serving: true, probed: true, service: svc, pods: []*corev1.Pod{a}, slices: []*discoveryv1.EndpointSlice{old}})
+	if len(acts) != 1 || acts[0].op != opDelete {
+		t.Errorf("finished pod: %+v", acts)
+	}
+}

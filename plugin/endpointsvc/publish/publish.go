@@ -1,0 +1,302 @@
+// Package publish keeps a cluster-DNS replica's own endpoint in the
+// EndpointSlices of its Service, instead of leaving them to the
+// EndpointSlice controller and the pods' Ready condition.
+//
+// The Service that clients reach the cluster DNS through (the kubelet's
+// clusterDNS) has no selector. Each replica publishes one slice per address
+// family with its own pod's address, ready while it answers from a table,
+// and terminating from SIGTERM on, so that kube-proxy stops sending it
+// queries while it still answers them (lameduck). The pod's Ready condition
+// does not decide: when the API server returns after an outage longer than
+// the node controller's grace period, the node controller marks every pod
+// of the node not ready until the kubelet reports again, and with a
+// selector the Service would lose all its endpoints although every replica
+// answers (docs/cluster-dns.md). A replica that is really gone is taken out
+// by its peers, once direct DNS probes and the API agree that it is down,
+// and its slices go with its pod (owner references).
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+var log = clog.NewWithPlugin("endpointsvc")
+
+// Config says what to publish.
+type Config struct {
+	Namespace string          // of the Service and the replicas' pods
+	Service   string          // the Service's name
+	Pod       string          // this replica's pod name
+	Pods      labels.Selector // selects the replicas' pods (the peers)
+	Zone      string          // the name probes ask for (SOA): a zone the replicas serve
+	// Interval is how often the replica reconciles and probes (default 2s).
+	Interval time.Duration
+	// DownAfter is how many probes in a row a peer must fail, while the
+	// API calls its pod not ready, before it is taken out (default 3).
+	DownAfter int
+}
+
+// Publisher keeps the slices. Serving tells it whether the replica answers
+// from a table; Terminate marks the replica as leaving.
+type Publisher struct {
+	cfg     Config
+	client  kubernetes.Interface
+	serving func() bool
+	// probe asks addr (ip:port) one DNS question; tests replace it.
+	probe func(ctx context.Context, addr, zone string) error
+
+	stopping atomic.Bool
+	kick     chan struct{}
+
+	mu       sync.Mutex // guards failures, selfOK, lastErr
+	failures map[string]int
+	selfOK   bool
+	lastErr  string
+
+	lister struct {
+		svc    cache.Store
+		pods   cache.Store
+		slices cache.Store
+	}
+	synced []cache.InformerSynced
+}
+
+// New returns a publisher for cfg that asks serving whether the replica
+// answers.
+func New(cfg Config, client kubernetes.Interface, serving func() bool) *Publisher {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 2 * time.Second
+	}
+	if cfg.DownAfter <= 0 {
+		cfg.DownAfter = 3
+	}
+	if cfg.Pods == nil {
+		cfg.Pods = labels.Everything()
+	}
+	return &Publisher{cfg: cfg, client: client, serving: serving, probe: probeDNS,
+		kick: make(chan struct{}, 1), failures: map[string]int{}}
+}
+
+// Run reconciles until ctx is done: on every change of the Service, the
+// pods or the slices, and every Interval (when it also probes).
+func (p *Publisher) Run(ctx context.Context) {
+	factory := p.informers()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
+		return
+	}
+	t := time.NewTicker(p.cfg.Interval)
+	defer t.Stop()
+	p.tick(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+			p.reconcile(ctx)
+		case <-t.C:
+			p.tick(ctx)
+		}
+	}
+}
+
+// tick probes (itself once until it answered, and the peers the API calls
+// not ready) and reconciles.
+func (p *Publisher) tick(ctx context.Context) {
+	p.probePods(ctx)
+	p.reconcile(ctx)
+}
+
+// Terminate marks this replica's endpoint terminating (not ready, still
+// serving) and writes it at once, waiting at most until ctx is done: called
+// at SIGTERM, before the lameduck wait that lets kube-proxy take the
+// endpoint out while the replica still answers.
+func (p *Publisher) Terminate(ctx context.Context) error {
+	p.stopping.Store(true)
+	var err error
+	for {
+		if err = p.reconcileSelf(ctx); err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// informers watches the Service, the replicas' pods and our slices, in
+// the one namespace.
+func (p *Publisher) informers() multiFactory {
+	svc := informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithNamespace(p.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + p.cfg.Service }))
+	pods := informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithNamespace(p.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = p.cfg.Pods.String() }))
+	mine, _ := labels.NewRequirement(discoveryv1.LabelManagedBy, selection.Equals, []string{ManagedBy})
+	of, _ := labels.NewRequirement(discoveryv1.LabelServiceName, selection.Equals, []string{p.cfg.Service})
+	slices := informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithNamespace(p.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labels.NewSelector().Add(*mine, *of).String() }))
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.poke() },
+		UpdateFunc: func(any, any) { p.poke() },
+		DeleteFunc: func(any) { p.poke() },
+	}
+	for _, x := range []struct {
+		inf   cache.SharedIndexInformer
+		store *cache.Store
+	}{
+		{svc.Core().V1().Services().Informer(), &p.lister.svc},
+		{pods.Core().V1().Pods().Informer(), &p.lister.pods},
+		{slices.Discovery().V1().EndpointSlices().Informer(), &p.lister.slices},
+	} {
+		_, _ = x.inf.AddEventHandler(handler)
+		*x.store = x.inf.GetStore()
+		p.synced = append(p.synced, x.inf.HasSynced)
+	}
+	return multiFactory{svc, pods, slices}
+}
+
+func (p *Publisher) poke() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// inputs reads the caches.
+func (p *Publisher) inputs() inputs {
+	in := inputs{self: p.cfg.Pod, stopping: p.stopping.Load(), down: map[string]bool{}}
+	p.mu.Lock()
+	in.serving, in.probed = p.serving(), p.selfOK
+	for name, n := range p.failures {
+		if n >= p.cfg.DownAfter {
+			in.down[name] = true
+		}
+	}
+	p.mu.Unlock()
+	for _, o := range p.lister.svc.List() {
+		if s, ok := o.(*corev1.Service); ok && s.Name == p.cfg.Service {
+			in.service = s
+		}
+	}
+	for _, o := range p.lister.pods.List() {
+		if pod, ok := o.(*corev1.Pod); ok {
+			in.pods = append(in.pods, pod)
+		}
+	}
+	for _, o := range p.lister.slices.List() {
+		if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
+			in.slices = append(in.slices, sl)
+		}
+	}
+	return in
+}
+
+// reconcile applies the plan; a failed write is retried at the next round.
+func (p *Publisher) reconcile(ctx context.Context) {
+	var errs []error
+	for _, a := range plan(p.inputs()) {
+		if err := p.write(ctx, a); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	p.report(errors.Join(errs...))
+}
+
+// reconcileSelf applies the part of the plan that concerns this replica's
+// own slices.
+func (p *Publisher) reconcileSelf(ctx context.Context) error {
+	var errs []error
+	for _, a := range plan(p.inputs()) {
+		if slicePod(a.slice) == p.cfg.Pod {
+			if err := p.write(ctx, a); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// write performs one action. A conflict or a slice already gone is not an
+// error: the informer brings the new version and the next round plans again.
+func (p *Publisher) write(ctx context.Context, a action) error {
+	c := p.client.DiscoveryV1().EndpointSlices(p.cfg.Namespace)
+	var err error
+	switch a.op {
+	case opCreate:
+		_, err = c.Create(ctx, a.slice, metav1.CreateOptions{})
+	case opUpdate:
+		_, err = c.Update(ctx, a.slice, metav1.UpdateOptions{})
+	case opDelete:
+		err = c.Delete(ctx, a.slice.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &a.slice.UID}})
+	}
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
+		p.poke()
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s EndpointSlice %s/%s: %w", a.op, p.cfg.Namespace, a.slice.Name, err)
+	}
+	if slicePod(a.slice) != p.cfg.Pod || a.op == opDelete {
+		log.Infof("Publish: %s EndpointSlice %s/%s (%s)", a.op, p.cfg.Namespace, a.slice.Name, describe(a.slice))
+	}
+	return nil
+}
+
+// report logs a failing round once, and the recovery once.
+func (p *Publisher) report(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case err != nil && err.Error() != p.lastErr:
+		log.Warningf("Publish: %v", err)
+		p.lastErr = err.Error()
+	case err == nil && p.lastErr != "":
+		log.Infof("Publish: writing EndpointSlices again")
+		p.lastErr = ""
+	}
+}
+
+// describe is a slice's conditions for the log.
+func describe(sl *discoveryv1.EndpointSlice) string {
+	if len(sl.Endpoints) == 0 {
+		return "no endpoint"
+	}
+	c := sl.Endpoints[0].Conditions
+	b := func(v *bool) bool { return v != nil && *v }
+	return fmt.Sprintf("%s ready=%v serving=%v terminating=%v", sl.Endpoints[0].Addresses[0], b(c.Ready), b(c.Serving), b(c.Terminating))
+}
+
+// multiFactory starts and stops several informer factories as one.
+type multiFactory []informers.SharedInformerFactory
+
+func (m multiFactory) Start(stop <-chan struct{}) {
+	for _, f := range m {
+		f.Start(stop)
+	}
+}
+
+func (m multiFactory) Shutdown() {
+	for _, f := range m {
+		f.Shutdown()
+	}
+}

@@ -1,0 +1,165 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// fakeProbes answers probes by address; unknown addresses fail.
+type fakeProbes struct {
+	mu  sync.Mutex
+	ok  map[string]bool
+	got map[string]int
+}
+
+func (f *fakeProbes) set(addr string, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ok[addr] = ok
+}
+
+func (f *fakeProbes) probe(_ context.Context, addr, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.got[addr]++
+	if f.ok[addr] {
+		return nil
+	}
+	return errors.New("timeout")
+}
+
+func (f *fakeProbes) count(addr string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.got[addr]
+}
+
+// sliceCond returns the conditions of a slice in the fake API, or "" when
+// it does not exist.
+func sliceCond(t *testing.T, c *fake.Clientset, name string) string {
+	t.Helper()
+	sl, err := c.DiscoveryV1().EndpointSlices("kube-system").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return cond(sl)
+}
+
+func waitFor(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestPublisher(t *testing.T) {
+	a, b := testPod("meshdns-a", "10.244.0.5", true), testPod("meshdns-b", "10.244.0.6", true)
+	client := fake.NewClientset(testService(), a, b)
+	var serving atomic.Bool
+	probes := &fakeProbes{ok: map[string]bool{}, got: map[string]int{}}
+	sel, _ := labels.Parse("app.kubernetes.io/name=meshdns")
+	p := New(Config{Namespace: "kube-system", Service: "meshdns", Pod: "meshdns-a", Pods: sel, Zone: "cluster.local.",
+		Interval: 20 * time.Millisecond, DownAfter: 3}, client, serving.Load)
+	p.probe = probes.probe
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	self := "meshdns-meshdns-a-ipv4"
+	// no table: nothing published; a table but its DNS server does not
+	// answer yet: still nothing
+	time.Sleep(100 * time.Millisecond)
+	serving.Store(true)
+	time.Sleep(100 * time.Millisecond)
+	if c := sliceCond(t, client, self); c != "" {
+		t.Fatalf("published before its own probe answered: %s", c)
+	}
+	probes.set("10.244.0.5:53", true)
+	waitFor(t, "own slice ready", func() bool { return sliceCond(t, client, self) == "RS-" })
+
+	// b publishes itself (as its own publisher would)
+	peer := plan(inputs{self: "meshdns-b", serving: true, probed: true, service: testService(), pods: []*corev1.Pod{a, b}})[0].slice
+	if _, err := client.DiscoveryV1().EndpointSlices("kube-system").Create(ctx, peer, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// b does not answer probes, but the API calls it ready: a leaves it
+	// alone and does not even probe it
+	time.Sleep(200 * time.Millisecond)
+	if c := sliceCond(t, client, peer.Name); c != "RS-" || probes.count("10.244.0.6:53") > 0 {
+		t.Fatalf("peer ready per the API: %s after %d probes", c, probes.count("10.244.0.6:53"))
+	}
+	// the API calls b not ready and it answers probes (the node controller
+	// after an outage): kept
+	b = b.DeepCopy()
+	b.Status.Conditions[0].Status = corev1.ConditionFalse
+	if _, err := client.CoreV1().Pods("kube-system").UpdateStatus(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	probes.set("10.244.0.6:53", true)
+	waitFor(t, "probes of the peer", func() bool { return probes.count("10.244.0.6:53") >= 5 })
+	if c := sliceCond(t, client, peer.Name); c != "RS-" {
+		t.Fatalf("peer marked not ready by the API but answering: %s", c)
+	}
+	// both agree that b is gone: taken out
+	probes.set("10.244.0.6:53", false)
+	waitFor(t, "peer taken out", func() bool { return sliceCond(t, client, peer.Name) == "---" })
+
+	// SIGTERM: a's slice is terminating before Terminate returns
+	tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer tcancel()
+	if err := p.Terminate(tctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := sliceCond(t, client, self); c != "-ST" {
+		t.Fatalf("after Terminate: %s, want -ST", c)
+	}
+	// the pod is deleted: its slice goes too (the GC would do it as well)
+	if err := client.CoreV1().Pods("kube-system").Delete(ctx, "meshdns-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "own slice deleted with its pod", func() bool { return sliceCond(t, client, self) == "" })
+}
+
+// TestPublisherAPIDown: writes that fail are retried, and the slices as
+// they are keep serving meanwhile (nothing is deleted for an error).
+func TestPublisherAPIDown(t *testing.T) {
+	a := testPod("meshdns-a", "10.244.0.5", true)
+	client := fake.NewClientset(testService(), a)
+	var fail atomic.Bool
+	fail.Store(true)
+	client.PrependReactor("create", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fail.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	p := New(Config{Namespace: "kube-system", Service: "meshdns", Pod: "meshdns-a", Zone: "cluster.local.", Interval: 20 * time.Millisecond},
+		client, func() bool { return true })
+	p.probe = func(context.Context, string, string) error { return nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(150 * time.Millisecond)
+	if c := sliceCond(t, client, "meshdns-meshdns-a-ipv4"); c != "" {
+		t.Fatalf("created while the API fails: %s", c)
+	}
+	fail.Store(false)
+	waitFor(t, "own slice after the API returned", func() bool { return sliceCond(t, client, "meshdns-meshdns-a-ipv4") == "RS-" })
+}
