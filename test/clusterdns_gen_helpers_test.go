@@ -161,11 +161,21 @@ var genPoll int
 // only when they answer the same: rcode, the AA and TC flags, then the
 // answer, authority and additional sections, each sorted (order is not
 // part of an RRset and loadbalance shuffles it) and with their TTLs. Left
-// out: the OPT record, and the SOA serial (each server notes the time of
-// its last change on its own).
+// out: the OPT record, the SOA serial (each server notes the time of its
+// last change on its own), and the TTLs of a reply that carries a record
+// from outside the cluster zones (an ExternalName's target, resolved
+// through the server's own chain): the cache in front of that lookup
+// counts its TTL down from whenever this server last asked it, and the
+// cache sets every TTL of the reply to the smallest.
 func genAnswer(m *dns.Msg) string {
 	if m == nil {
 		return "no reply"
+	}
+	outside := false
+	for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		for _, rr := range sec {
+			outside = outside || (rr.Header().Rrtype != dns.TypeOPT && !genInZones(rr.Header().Name))
+		}
 	}
 	rrs := func(sec []dns.RR) string {
 		var out []string
@@ -177,13 +187,31 @@ func genAnswer(m *dns.Msg) string {
 			if soa, ok := c.(*dns.SOA); ok {
 				soa.Serial = 0
 			}
-			out = append(out, strings.ReplaceAll(c.String(), "\t", " "))
+			s := strings.ReplaceAll(c.String(), "\t", " ")
+			if outside {
+				h := c.Header()
+				s = strings.Replace(s, fmt.Sprintf("%s %d ", h.Name, h.Ttl), h.Name+" ~ ", 1)
+			}
+			out = append(out, s)
 		}
 		sort.Strings(out)
 		return strings.Join(out, "; ")
 	}
 	return fmt.Sprintf("%s aa=%v tc=%v | answer: %s | authority: %s | additional: %s",
 		dns.RcodeToString[m.Rcode], m.Authoritative, m.Truncated, rrs(m.Answer), rrs(m.Ns), rrs(m.Extra))
+}
+
+// genZones are the zones of the shipped cluster-DNS Corefile's block.
+var genZones = []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa."}
+
+// genInZones reports whether name lies in one of genZones.
+func genInZones(name string) bool {
+	for _, z := range genZones {
+		if dns.IsSubDomain(z, strings.ToLower(name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // genAsk asks addr one question over UDP (again over TCP when truncated)

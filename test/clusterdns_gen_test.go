@@ -34,10 +34,12 @@ var genRegressions = []struct {
 // shipped Corefile (endpointsvc, schema kubernetes) and the stock
 // kubernetes plugin with kubeadm's options, two processes of the meshdns
 // binary, must answer every generated question alike — rcode, AA, answer,
-// authority and additional sections with their TTLs. Three phases:
+// authority and additional sections with their TTLs. The phases:
 //   - live: both servers started after the objects were created;
 //   - patched: after a sequence of random valid changes (steps) made on
 //     the API server while both were running;
+//   - whole: a meshdns started after the steps, its table built whole
+//     (tells a patch's difference from the model's);
 //   - restart: the API server frozen, meshdns stopped and started again
 //     from its snapshot, answering as the stock plugin answered before
 //     the freeze.
@@ -79,9 +81,13 @@ func genPlanFromEnv(t *testing.T) genPlan {
 	return p
 }
 
-// genRun runs the three phases of one seed.
+// genRun runs the four phases of one seed.
 func genRun(t *testing.T, seed int64, p genPlan) {
-	began := time.Now()
+	laps, last := []string{}, time.Now()
+	lap := func(name string) { // the time since the last lap, for the log
+		laps = append(laps, fmt.Sprintf("%s %v", name, time.Since(last).Round(time.Millisecond)))
+		last = time.Now()
+	}
 	k := startKubeAPI(t)
 	c := clustergen.Generate(seed, p.cfg)
 	genCreate(t, k, c)
@@ -90,42 +96,41 @@ func genRun(t *testing.T, seed int64, p genPlan) {
 	stock := Start(t, stockCorefile(t, shipped, k.Kubeconfig))
 	zone := c.Config().Zone
 	genMark(t, k, 0, zone, ours, stock)
-	setup := time.Since(began)
+	lap("setup")
 
 	r := rand.New(rand.NewSource(seed))
 	qs := clustergen.Questions(c, p.cfg, r)
 	genCheckRegressions(t, seed, qs)
-	var all []genMismatch
-	t0 := time.Now()
-	ms, _ := genCompare(t, seed, "live", qs, ours.DNS(), stock.DNS(), nil, false)
-	all = append(all, ms...)
-	live := time.Since(t0)
+	all, _ := genCompare(t, seed, "live", qs, ours.DNS(), stock.DNS(), nil, false)
+	lap("live")
 
-	t0 = time.Now()
 	for i := 0; i < p.steps; i++ {
 		genMust(t, k, c.Step(r))
 	}
-	synced := genMark(t, k, 1, zone, ours, stock)
+	laps = append(laps, fmt.Sprintf("both synced %v after the last step", genMark(t, k, 1, zone, ours, stock).Round(time.Millisecond)))
 	qs = genMergeQuestions(clustergen.Questions(c, p.cfg, r), qs)
 	ms, stockAnswers := genCompare(t, seed, "patched", qs, ours.DNS(), stock.DNS(), nil, true)
 	all = append(all, ms...)
-	patched := time.Since(t0)
+	lap("steps+patched")
+	// a meshdns started now builds the same objects whole: a difference
+	// only the patched table has is a patch's, not the model's
+	whole := Start(t, shipped)
+	ms, _ = genCompare(t, seed, "whole", qs, whole.DNS(), "", stockAnswers, true)
+	all = append(all, ms...)
+	whole.Stop()
+	lap("whole")
 
-	t0 = time.Now()
 	k.Freeze()
 	defer k.Thaw()
 	ours.Stop() // SIGTERM: a clean stop writes the last state
-	ready := genRestart(t, ours)
+	laps = append(laps, "restarted, ready after "+genRestart(t, ours).String())
 	ms, _ = genCompare(t, seed, "restart", qs, ours.DNS(), "", stockAnswers, true)
 	all = append(all, ms...)
-	restart := time.Since(t0)
+	lap("restart")
 
 	genReport(t, seed, all)
-	t.Logf("seed %d: %d namespaces, %d Services, %d slices, %d steps, %d questions; %d differences; "+
-		"setup %v, live %v, steps+patched %v (both synced %v after the last step), restart %v (ready after %v); total %v",
-		seed, len(c.Namespaces), len(c.Services), len(c.Slices), p.steps, len(qs), len(all),
-		setup.Round(time.Millisecond), live.Round(time.Millisecond), patched.Round(time.Millisecond),
-		synced.Round(time.Millisecond), restart.Round(time.Millisecond), ready, time.Since(began).Round(time.Millisecond))
+	t.Logf("seed %d: %d namespaces, %d Services, %d slices, %d steps, %d questions, %d differences; %s",
+		seed, len(c.Namespaces), len(c.Services), len(c.Slices), p.steps, len(qs), len(all), strings.Join(laps, ", "))
 }
 
 // genCompare asks every question of ours and of the stock server (or, with
