@@ -155,14 +155,18 @@ func (c *nodeCluster) startAPI() error {
 
 // StartAPIServer (re)starts kube-apiserver and waits until /readyz answers.
 func (c *nodeCluster) StartAPIServer() error {
-	p, err := c.startProc("kube-apiserver", c.apiArgs...)
-	if err != nil {
+	if _, err := c.startProc("kube-apiserver", c.apiArgs...); err != nil {
 		return err
 	}
+	return c.waitAPIReady()
+}
+
+// waitAPIReady waits until the API server's /readyz answers 200.
+func (c *nodeCluster) waitAPIReady() error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(c.pki.caPEM)
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	return waitFor(90*time.Second, p, "API server /readyz", func() error {
+	return waitFor(90*time.Second, c.proc("kube-apiserver"), "API server /readyz", func() error {
 		req, _ := http.NewRequest("GET", "https://"+nodeIP+":6443/readyz", nil)
 		req.Header.Set("Authorization", "Bearer "+c.pki.adminToken)
 		resp, err := hc.Do(req)

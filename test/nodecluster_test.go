@@ -30,11 +30,11 @@ const dnsTestNS = "dnstest"
 // hostname and subdomain under a headless Service, a ClusterIP Service with
 // a port named http, an ExternalName Service, and the client pod. It
 // returns the pods by name.
-func dnsTestObjects(t *testing.T, c *nodeCluster) map[string]*corev1.Pod {
+func dnsTestObjects(t *testing.T, c *nodeCluster, ns string) map[string]*corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := c.ensureNamespace(ctx, dnsTestNS); err != nil {
+	if err := c.ensureNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
 	web := map[string]string{"app": "web"}
@@ -45,14 +45,14 @@ func dnsTestObjects(t *testing.T, c *nodeCluster) map[string]*corev1.Pod {
 		{ObjectMeta: metav1.ObjectMeta{Name: "ext"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: extName}},
 	}
 	for _, s := range svcs {
-		if _, err := c.Client.CoreV1().Services(dnsTestNS).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		if _, err := c.Client.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("creating Service %s: %v", s.Name, err)
 		}
 	}
 	webPod := clientPod("web-0", web)
 	webPod.Spec.Hostname, webPod.Spec.Subdomain = "web-0", "web"
 	webPod.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 80}}
-	pods, err := c.runPods(ctx, dnsTestNS, webPod, clientPod("client", nil))
+	pods, err := c.runPods(ctx, ns, webPod, clientPod("client", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func dnsTestObjects(t *testing.T, c *nodeCluster) map[string]*corev1.Pod {
 
 func TestNodeClusterDNS(t *testing.T) {
 	c := sharedNodeCluster(t)
-	pods := dnsTestObjects(t, c)
+	pods := dnsTestObjects(t, c, dnsTestNS)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	svc, err := c.Client.CoreV1().Services(dnsTestNS).Get(ctx, "web-svc", metav1.GetOptions{})
