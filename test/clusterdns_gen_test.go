@@ -92,8 +92,9 @@ func genRun(t *testing.T, seed int64, p genPlan) {
 	c := clustergen.Generate(seed, p.cfg)
 	genCreate(t, k, c)
 	shipped := shippedClusterCorefile(t, k.Kubeconfig)
-	ours := Start(t, shipped)
-	stock := Start(t, stockCorefile(t, shipped, k.Kubeconfig))
+	upstream := Options{Ports: map[int]int{5301: genUpstream(t)}} // shippedClusterCorefile's forward
+	ours := genStart(t, shipped, upstream)
+	stock := genStart(t, stockCorefile(t, shipped, k.Kubeconfig), upstream)
 	zone := c.Config().Zone
 	genMark(t, k, 0, zone, ours, stock)
 	lap("setup")
@@ -101,7 +102,7 @@ func genRun(t *testing.T, seed int64, p genPlan) {
 	r := rand.New(rand.NewSource(seed))
 	qs := clustergen.Questions(c, p.cfg, r)
 	genCheckRegressions(t, seed, qs)
-	all, _ := genCompare(t, seed, "live", qs, ours.DNS(), stock.DNS(), nil, false)
+	all, _ := genPhase{seed, "live", c, qs, false}.compare(t, ours.DNS(), stock.DNS(), nil)
 	lap("live")
 
 	for i := 0; i < p.steps; i++ {
@@ -109,13 +110,13 @@ func genRun(t *testing.T, seed int64, p genPlan) {
 	}
 	laps = append(laps, fmt.Sprintf("both synced %v after the last step", genMark(t, k, 1, zone, ours, stock).Round(time.Millisecond)))
 	qs = genMergeQuestions(clustergen.Questions(c, p.cfg, r), qs)
-	ms, stockAnswers := genCompare(t, seed, "patched", qs, ours.DNS(), stock.DNS(), nil, true)
+	ms, stockAnswers := genPhase{seed, "patched", c, qs, true}.compare(t, ours.DNS(), stock.DNS(), nil)
 	all = append(all, ms...)
 	lap("steps+patched")
 	// a meshdns started now builds the same objects whole: a difference
 	// only the patched table has is a patch's, not the model's
-	whole := Start(t, shipped)
-	ms, _ = genCompare(t, seed, "whole", qs, whole.DNS(), "", stockAnswers, true)
+	whole := genStart(t, shipped, upstream)
+	ms, _ = genPhase{seed, "whole", c, qs, true}.compare(t, whole.DNS(), "", stockAnswers)
 	all = append(all, ms...)
 	whole.Stop()
 	lap("whole")
@@ -124,7 +125,7 @@ func genRun(t *testing.T, seed int64, p genPlan) {
 	defer k.Thaw()
 	ours.Stop() // SIGTERM: a clean stop writes the last state
 	laps = append(laps, "restarted, ready after "+genRestart(t, ours).String())
-	ms, _ = genCompare(t, seed, "restart", qs, ours.DNS(), "", stockAnswers, true)
+	ms, _ = genPhase{seed, "restart", c, qs, true}.compare(t, ours.DNS(), "", stockAnswers)
 	all = append(all, ms...)
 	lap("restart")
 
@@ -133,39 +134,48 @@ func genRun(t *testing.T, seed int64, p genPlan) {
 		seed, len(c.Namespaces), len(c.Services), len(c.Slices), p.steps, len(qs), len(all), strings.Join(laps, ", "))
 }
 
-// genCompare asks every question of ours and of the stock server (or, with
+// genPhase is one comparison of a seed's run.
+type genPhase struct {
+	seed int64
+	name string
+	c    *clustergen.Cluster // the cluster as both servers have it now
+	qs   []clustergen.Question
+	cd   bool // ask with the CD bit: fresh cache keys for a later phase
+}
+
+// compare asks every question of ours and of the stock server (or, with
 // stockAddr "", takes the stock answers given) and reports each difference
 // that genAllowed does not accept. It returns the differences and the
 // stock answers.
-func genCompare(t *testing.T, seed int64, phase string, qs []clustergen.Question, oursAddr, stockAddr string, stockAnswers []string, cd bool) ([]genMismatch, []string) {
+func (p genPhase) compare(t *testing.T, oursAddr, stockAddr string, stockAnswers []string) ([]genMismatch, []string) {
 	t.Helper()
 	if stockAddr != "" {
-		stockAnswers = make([]string, len(qs))
+		stockAnswers = make([]string, len(p.qs))
 	}
 	var ms []genMismatch
 	failed := 0
-	for i, q := range qs {
-		a := genAsk(oursAddr, q, cd)
+	for i, q := range p.qs {
+		a := genAsk(oursAddr, q, p.cd)
 		if stockAddr != "" {
-			stockAnswers[i] = genAsk(stockAddr, q, cd)
+			stockAnswers[i] = genAsk(stockAddr, q, p.cd)
 		}
 		b := stockAnswers[i]
 		if a == b {
 			continue
 		}
-		m := genMismatch{Seed: seed, Phase: phase, Q: q, Ours: a, Stock: b, Reason: genAllow(q, a, b)}
+		m := genMismatch{Seed: p.seed, Phase: p.name, Q: q, Ours: a, Stock: b, Reason: genAllow(p.c, q, a, b)}
 		ms = append(ms, m)
 		if m.Reason != "" {
 			continue
 		}
 		if failed++; failed <= 20 {
-			t.Errorf("seed %d, %s: %s\n  meshdns: %s\n  stock:   %s", seed, phase, q, a, b)
+			t.Errorf("seed %d, %s: %s\n  meshdns: %s\n  stock:   %s", p.seed, p.name, q, a, b)
 		}
 	}
 	if failed > 0 {
-		t.Errorf("seed %d, %s: %d of %d questions answered differently", seed, phase, failed, len(qs))
+		t.Errorf("seed %d, %s: %d of %d questions answered differently", p.seed, p.name, failed, len(p.qs))
 	}
-	t.Logf("seed %d, %s: %d of %d questions answered alike (%d allowed differences)", seed, phase, len(qs)-len(ms), len(qs), len(ms)-failed)
+	t.Logf("seed %d, %s: %d of %d questions answered alike (%d allowed differences)", p.seed, p.name, len(p.qs)-len(ms), len(p.qs), len(ms)-failed)
 	return ms, stockAnswers
 }
 
@@ -182,6 +192,7 @@ func genRestart(t *testing.T, s *Server) time.Duration {
 		if resp, err := http.Get("http://" + addr + "/ready"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				genWaitDNS(t, s)
 				return time.Since(start).Round(time.Millisecond)
 			}
 		}
@@ -189,6 +200,15 @@ func genRestart(t *testing.T, s *Server) time.Duration {
 	}
 	t.Errorf("restarted while the API server is frozen: not ready after 5s (no snapshot loaded?)\n%s", tail(s.Log(), 20))
 	return time.Since(start).Round(time.Millisecond)
+}
+
+// genStart starts meshdns with corefile and waits until it is ready and
+// answers on its DNS port.
+func genStart(t *testing.T, corefile string, o Options) *Server {
+	t.Helper()
+	s := Start(t, corefile, o)
+	genWaitDNS(t, s)
+	return s
 }
 
 // genCheckRegressions fails when a regression seed no longer asks the
