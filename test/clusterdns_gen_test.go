@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,16 +18,36 @@ import (
 	"github.com/meshdns/meshdns/internal/clustergen"
 )
 
-// genRegressions are seeds that once found a difference, named by the
-// shape they found. They run in every run besides the default seeds, and
-// each must still ask its question (a generator change that loses the
-// shape fails loudly instead of dropping the case).
+// genRegressions are seeds that found a difference, named by its shape
+// (the question that shows it; the whole seed runs). They run in every run
+// besides the default seeds, and each must still ask its question: a
+// generator change that loses the shape fails loudly instead of dropping
+// the case. Add a seed that a soak run found with soak: true.
 var genRegressions = []struct {
 	name     string
 	seed     int64
+	soak     bool   // a seed of the soak size (genSoak), else of genSmall
 	question string // as clustergen.Question.String prints it, lowercased
 }{
-	// {name: "TwoAddressEndpoint", seed: 4, question: "10-244-3-7.web.shop.svc.cluster.local. a"},
+	// endpoints with two or three addresses: the stock plugin serves every address
+	{name: "MultiAddressEndpointName", seed: 1, question: "10-244-58-15.svc.svc.svc.cluster.local. a"},
+	{name: "MultiAddressEndpointPTR", seed: 1, question: "15.58.244.10.in-addr.arpa. ptr"},
+	{name: "MultiAddressHeadlessSRV", seed: 1, question: "svc.svc.svc.cluster.local. srv"},
+	// publishNotReadyAddresses: the stock plugin reads only the ready condition
+	{name: "NotReadyEndpointOfPublishNotReady", seed: 2, question: "kube-dns-1.kube-dns.node.svc.cluster.local. a"},
+	{name: "NotReadyEndpointOfPublishNotReadyPTR", seed: 2, question: "81.13.244.10.in-addr.arpa. ptr"},
+	// FQDN endpoints: names and CNAMEs of the stock plugin
+	{name: "FQDNEndpointName", seed: 1, question: "ext-example-test.kube-dns.default.svc.cluster.local. a"},
+	{name: "FQDNEndpointHostname", seed: 1, question: "svc-2.svc.svc.svc.cluster.local. a"},
+	// a port of a headless Service with no ready endpoint: NXDOMAIN in stock
+	{name: "HeadlessPortWithoutEndpoints", seed: 3, question: "_a._sctp.long-abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijxyz.default.svc.cluster.local. srv"},
+	// an address of two Services' endpoints: a PTR for each
+	{name: "SharedAddressPTR", seed: 1, question: "136.23.244.10.in-addr.arpa. ptr"},
+	// one address twice in a Service: stock weighs before it removes the duplicate
+	{name: "DuplicateAddressSRVWeight", seed: 1, question: "10-244-211-158.svc.node.svc.cluster.local. srv"},
+	// NS of the apex and the NS name
+	{name: "ApexNS", seed: 1, question: "cluster.local. ns"},
+	{name: "NSName", seed: 1, question: "ns.dns.cluster.local. a"},
 }
 
 // TestClusterDNSGenerated is issue 20's property 3 on generated clusters:
@@ -45,44 +66,67 @@ var genRegressions = []struct {
 //     the freeze.
 //
 // MESHDNS_GEN_SEED=s runs seed s alone; MESHDNS_SOAK_SEEDS=n runs n seeds
-// of a bigger cluster (build/soak.sh); MESHDNS_GEN_OUT=dir writes every
-// difference to dir/seed-N.txt.
+// of a bigger cluster (build/soak.sh), or seed s at that size;
+// MESHDNS_GEN_OUT=dir writes every difference to dir/seed-N.txt.
 func TestClusterDNSGenerated(t *testing.T) {
-	p := genPlanFromEnv(t)
-	for _, seed := range p.seeds {
-		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) { genRun(t, seed, p) })
+	for _, r := range genRunsFromEnv(t) {
+		name := fmt.Sprintf("seed%d", r.seed)
+		if r.size == genSoak {
+			name = "soak-" + name
+		}
+		t.Run(name, func(t *testing.T) { genRun(t, r.seed, r.size) })
 	}
 }
 
-// genPlan is what a run does.
-type genPlan struct {
-	seeds []int64
+// genSize is the size of a seed's run: its cluster and its steps.
+type genSize struct {
 	cfg   clustergen.Config
 	steps int // random changes before the patched phase
 }
 
-func genPlanFromEnv(t *testing.T) genPlan {
-	p := genPlan{seeds: []int64{1, 2, 3}, cfg: clustergen.Small(), steps: 40}
-	for _, r := range genRegressions {
-		p.seeds = append(p.seeds, r.seed)
-	}
-	if n := genEnvInt(t, "MESHDNS_SOAK_SEEDS", 0); n > 0 {
-		first := genEnvInt(t, "MESHDNS_SOAK_FIRST", 100)
-		p.seeds = nil
-		for i := 0; i < n; i++ {
-			p.seeds = append(p.seeds, int64(first+i))
+var (
+	genSmall = genSize{clustergen.Small(), 40} // make test
+	genSoak  = genSize{clustergen.Config{Namespaces: 16, Services: 120, MaxSlices: 4, MaxEndpoints: 8,
+		DualStack: true, Zone: "cluster.local"}, 150} // make soak
+)
+
+// genSeedRun is one seed to run.
+type genSeedRun struct {
+	seed int64
+	size genSize
+}
+
+// genRunsFromEnv lists the seeds of this run: 1-3 and the regression
+// seeds, or what the environment asks for.
+func genRunsFromEnv(t *testing.T) []genSeedRun {
+	soak, one := genEnvInt(t, "MESHDNS_SOAK_SEEDS", 0), genEnvInt(t, "MESHDNS_GEN_SEED", 0)
+	switch {
+	case one > 0 && soak > 0:
+		return []genSeedRun{{int64(one), genSoak}}
+	case one > 0:
+		return []genSeedRun{{int64(one), genSmall}}
+	case soak > 0:
+		var runs []genSeedRun
+		for i, first := 0, genEnvInt(t, "MESHDNS_SOAK_FIRST", 100); i < soak; i++ {
+			runs = append(runs, genSeedRun{int64(first + i), genSoak})
 		}
-		p.cfg = clustergen.Config{Namespaces: 16, Services: 120, MaxSlices: 4, MaxEndpoints: 8, DualStack: true, Zone: "cluster.local"}
-		p.steps = 150
+		return runs
 	}
-	if s := genEnvInt(t, "MESHDNS_GEN_SEED", 0); s > 0 {
-		p.seeds = []int64{int64(s)}
+	runs := []genSeedRun{{1, genSmall}, {2, genSmall}, {3, genSmall}}
+	for _, reg := range genRegressions {
+		r := genSeedRun{reg.seed, genSmall}
+		if reg.soak {
+			r.size = genSoak
+		}
+		if !slices.Contains(runs, r) {
+			runs = append(runs, r)
+		}
 	}
-	return p
+	return runs
 }
 
 // genRun runs the four phases of one seed.
-func genRun(t *testing.T, seed int64, p genPlan) {
+func genRun(t *testing.T, seed int64, p genSize) {
 	laps, last := []string{}, time.Now()
 	lap := func(name string) { // the time since the last lap, for the log
 		laps = append(laps, fmt.Sprintf("%s %v", name, time.Since(last).Round(time.Millisecond)))
@@ -101,7 +145,6 @@ func genRun(t *testing.T, seed int64, p genPlan) {
 
 	r := rand.New(rand.NewSource(seed))
 	qs := clustergen.Questions(c, p.cfg, r)
-	genCheckRegressions(t, seed, qs)
 	all, _ := genPhase{seed, "live", c, qs, false}.compare(t, ours.DNS(), stock.DNS(), nil)
 	lap("live")
 
@@ -110,6 +153,7 @@ func genRun(t *testing.T, seed int64, p genPlan) {
 	}
 	laps = append(laps, fmt.Sprintf("both synced %v after the last step", genMark(t, k, 1, zone, ours, stock).Round(time.Millisecond)))
 	qs = genMergeQuestions(clustergen.Questions(c, p.cfg, r), qs)
+	genCheckRegressions(t, seed, p, qs)
 	ms, stockAnswers := genPhase{seed, "patched", c, qs, true}.compare(t, ours.DNS(), stock.DNS(), nil)
 	all = append(all, ms...)
 	lap("steps+patched")
@@ -213,10 +257,10 @@ func genStart(t *testing.T, corefile string, o Options) *Server {
 
 // genCheckRegressions fails when a regression seed no longer asks the
 // question it is named for.
-func genCheckRegressions(t *testing.T, seed int64, qs []clustergen.Question) {
+func genCheckRegressions(t *testing.T, seed int64, size genSize, qs []clustergen.Question) {
 	t.Helper()
 	for _, reg := range genRegressions {
-		if reg.seed != seed {
+		if reg.seed != seed || reg.soak != (size == genSoak) {
 			continue
 		}
 		found := false
