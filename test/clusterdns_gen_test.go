@@ -74,9 +74,15 @@ func TestClusterDNSGenerated(t *testing.T) {
 		if r.size == genSoak {
 			name = "soak-" + name
 		}
-		t.Run(name, func(t *testing.T) { genRun(t, r.seed, r.size) })
+		t.Run(name, func(t *testing.T) { genRun(t, r.seed, r.size, false) })
 	}
 }
+
+// TestClusterDNSGeneratedControl runs seed 1 with the stock plugin on both
+// sides (live and patched phases): the comparison must find no difference
+// beyond genAllowed, or it is unsound — an answer that differs between two
+// identical servers, which no plugin could match.
+func TestClusterDNSGeneratedControl(t *testing.T) { genRun(t, 1, genSmall, true) }
 
 // genSize is the size of a seed's run: its cluster and its steps.
 type genSize struct {
@@ -125,8 +131,9 @@ func genRunsFromEnv(t *testing.T) []genSeedRun {
 	return runs
 }
 
-// genRun runs the four phases of one seed.
-func genRun(t *testing.T, seed int64, p genSize) {
+// genRun runs the four phases of one seed; a control run has the stock
+// plugin on both sides and ends after the patched phase.
+func genRun(t *testing.T, seed int64, p genSize, control bool) {
 	laps, last := []string{}, time.Now()
 	lap := func(name string) { // the time since the last lap, for the log
 		laps = append(laps, fmt.Sprintf("%s %v", name, time.Since(last).Round(time.Millisecond)))
@@ -137,8 +144,11 @@ func genRun(t *testing.T, seed int64, p genSize) {
 	genCreate(t, k, c)
 	shipped := shippedClusterCorefile(t, k.Kubeconfig)
 	upstream := Options{Ports: map[int]int{5301: genUpstream(t)}} // shippedClusterCorefile's forward
-	ours := genStart(t, shipped, upstream)
-	stock := genStart(t, stockCorefile(t, shipped, k.Kubeconfig), upstream)
+	stockFile, oursFile := stockCorefile(t, shipped, k.Kubeconfig), shipped
+	if control {
+		oursFile = stockFile
+	}
+	ours, stock := genStart(t, oursFile, upstream), genStart(t, stockFile, upstream)
 	zone := c.Config().Zone
 	genMark(t, k, 0, zone, ours, stock)
 	lap("setup")
@@ -157,6 +167,10 @@ func genRun(t *testing.T, seed int64, p genSize) {
 	ms, stockAnswers := genPhase{seed, "patched", c, qs, true}.compare(t, ours.DNS(), stock.DNS(), nil)
 	all = append(all, ms...)
 	lap("steps+patched")
+	if control {
+		genReport(t, seed, all)
+		return
+	}
 	// a meshdns started now builds the same objects whole: a difference
 	// only the patched table has is a patch's, not the model's
 	whole := genStart(t, shipped, upstream)
