@@ -11,39 +11,40 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/orch"
+
 	"github.com/miekg/dns"
 )
 
 // bigState is the benchmark's orchestrator: services × tasks on nodes, task
 // j of service i on node (i*tasks+j) % nodes, the same shape that
 // build/bench-endpointsvc.sh feeds the binary.
-func bigState(services, tasks, nodes int) *State {
-	st := &State{}
+func bigState(services, tasks, nodes int) *orch.State {
+	st := &orch.State{}
 	for n := 0; n < nodes; n++ {
-		st.Nodes = append(st.Nodes, Node{ID: fmt.Sprintf("n-%d", n), Name: fmt.Sprintf("node-%d", n),
+		st.Nodes = append(st.Nodes, orch.Node{ID: fmt.Sprintf("n-%d", n), Name: fmt.Sprintf("node-%d", n),
 			Address: fmt.Sprintf("10.%d.%d.%d:7946", n/65536%256, n/256%256, n%256), Status: "ready"})
 	}
 	for i := 0; i < services; i++ {
-		st.Services = append(st.Services, Service{ID: fmt.Sprintf("s-%d", i), Name: fmt.Sprintf("svc-%d", i), Status: "active",
-			Ports: []ServicePort{{Name: "http", Protocol: "tcp", TargetPort: 80}}})
+		st.Services = append(st.Services, orch.Service{ID: fmt.Sprintf("s-%d", i), Name: fmt.Sprintf("svc-%d", i), Status: "active",
+			Ports: []orch.ServicePort{{Name: "http", Protocol: "tcp", TargetPort: 80}}})
 		for j := 0; j < tasks; j++ {
-			st.Tasks = append(st.Tasks, Task{ID: fmt.Sprintf("t-%d-%d", i, j), ServiceID: fmt.Sprintf("s-%d", i),
+			st.Tasks = append(st.Tasks, orch.Task{ID: fmt.Sprintf("t-%d-%d", i, j), ServiceID: fmt.Sprintf("s-%d", i),
 				NodeID: fmt.Sprintf("n-%d", (i*tasks+j)%nodes), DesiredStatus: "running", ActualStatus: "healthy",
-				Ports: []TaskPort{{Name: "http", Protocol: "tcp", ContainerPort: 80, HostPort: 30000 + j}}})
+				Ports: []orch.TaskPort{{Name: "http", Protocol: "tcp", ContainerPort: 80, HostPort: 30000 + j}}})
 		}
 	}
 	return st
 }
 
 func benchPlugin(b *testing.B) *Endpointsvc {
-	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
-	e.finish(fakeLookup)
+	e := orchPlugin(30, &syncer{}, "svc.orch.")
 	st := bigState(10000, 10, 1000)
 	if err := st.Validate(); err != nil {
 		b.Fatal(err)
 	}
 	e.apply(context.Background(), "bench", st, false)
-	e.resolveHosts(context.Background(), false) // apply leaves hostnames to the refresher
+	e.resolveHosts(context.Background()) // apply leaves hostnames to the refresher
 	return e
 }
 
@@ -88,12 +89,12 @@ func BenchmarkLoad(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&ms0)
 		t0 := time.Now()
-		st, err := DecodeState(doc)
+		st, err := orch.DecodeState(doc)
 		if err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		t := buildTable(st, []string{"svc.orch."}, false, false, nil, 1)
+		t := orch.BuildTable(st, []string{"svc.orch."}, false, false, nil)
 		decode, build = decode+t1.Sub(t0), build+time.Since(t1)
 		st = nil
 		runtime.GC()

@@ -2,9 +2,6 @@ package endpointsvc
 
 import (
 	"context"
-	"errors"
-	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/coredns/coredns/core/dnsserver"
@@ -15,40 +12,17 @@ import (
 	"github.com/miekg/dns"
 )
 
-// fakeLookup resolves the test hostnames without the network.
-func fakeLookup(_ context.Context, host string) ([]netip.Addr, error) {
-	switch host {
-	case "node4.example.test.":
-		return []netip.Addr{netip.MustParseAddr("198.51.100.4"), netip.MustParseAddr("2001:db8::4")}, nil
-	}
-	return nil, errors.New("no such host")
-}
-
-func loadState(t testing.TB, path string) *State {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := DecodeState(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
 // newTestPlugin serves testdata/state.json in svc.orch. with TTL 30.
 func newTestPlugin(t testing.TB, includeUnhealthy bool, fallZones ...string) *Endpointsvc {
 	t.Helper()
-	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}, Next: test.NextHandler(dns.RcodeRefused, nil)}
-	e.includeUnhealthy = includeUnhealthy
+	e := orchPlugin(30, &syncer{}, "svc.orch.")
+	orchOf(e).includeUnhealthy = includeUnhealthy
 	if fallZones != nil {
 		e.Fall = fall.F{}
 		e.Fall.SetZonesFromArgs(fallZones)
 	}
-	e.finish(fakeLookup)
-	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
-	e.resolveHosts(context.Background(), false) // apply leaves hostnames to the refresher
+	e.apply(context.Background(), "test", loadState(t, stateFile), false)
+	e.resolveHosts(context.Background()) // apply leaves hostnames to the refresher
 	return e
 }
 
@@ -133,30 +107,6 @@ func TestServeDNS(t *testing.T) {
 	}
 }
 
-func checkCase(t *testing.T, e *Endpointsvc, tc test.Case) {
-	t.Helper()
-	rec := dnstest.NewRecorder(&test.ResponseWriter{})
-	if _, err := e.ServeDNS(context.Background(), rec, tc.Msg()); err != nil {
-		t.Fatal(err)
-	}
-	resp := rec.Msg
-	if resp == nil {
-		t.Fatal("no reply")
-	}
-	// the SOA serial is the build time: compare it as 0
-	for _, rr := range append(resp.Ns, resp.Answer...) {
-		if soa, ok := rr.(*dns.SOA); ok {
-			soa.Serial = 0
-		}
-	}
-	if err := test.SortAndCheck(resp, tc); err != nil {
-		t.Error(err)
-	}
-	if !resp.Authoritative {
-		t.Error("reply not authoritative")
-	}
-}
-
 func TestServeDNSIncludeUnhealthy(t *testing.T) {
 	e := newTestPlugin(t, true)
 	for _, tc := range []test.Case{
@@ -202,8 +152,7 @@ func TestServeDNSFallthrough(t *testing.T) {
 }
 
 func TestServeDNSNotLoaded(t *testing.T) {
-	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
-	e.finish(fakeLookup)
+	e := orchPlugin(30, &syncer{}, "svc.orch.")
 	m := new(dns.Msg)
 	m.SetQuestion("atlas.svc.orch.", dns.TypeA)
 	code, _ := e.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), m)
@@ -220,10 +169,8 @@ func TestServeDNSNotLoaded(t *testing.T) {
 // plugin does before its first sync), so that a stanza in front of another
 // plugin does not SERVFAIL its zone until it syncs; other names SERVFAIL.
 func TestServeDNSNotLoadedFallthrough(t *testing.T) {
-	e := &Endpointsvc{Zones: []string{"cluster.local.", "in-addr.arpa."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{},
-		Next: test.NextHandler(dns.RcodeRefused, nil)}
+	e := dnsPlugin(30, &syncer{}, "cluster.local.", "in-addr.arpa.")
 	e.Fall.SetZonesFromArgs([]string{"in-addr.arpa."})
-	e.finish(fakeLookup)
 	for _, q := range []struct {
 		name string
 		want int
@@ -242,8 +189,8 @@ func TestServeDNSTwoZones(t *testing.T) {
 	e := newTestPlugin(t, false)
 	e.Zones = []string{"svc.orch.", "mesh.example."}
 	e.finish(fakeLookup)
-	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
-	e.resolveHosts(context.Background(), false) // apply leaves hostnames to the refresher
+	e.apply(context.Background(), "test", loadState(t, stateFile), false)
+	e.resolveHosts(context.Background()) // apply leaves hostnames to the refresher
 	checkCase(t, e, test.Case{Qname: "_http._tcp.atlas.mesh.example.", Qtype: dns.TypeSRV,
 		Answer: []dns.RR{
 			test.SRV("_http._tcp.atlas.mesh.example. 30 IN SRV 0 10 31081 node-1.node.mesh.example."),
@@ -280,9 +227,8 @@ func TestCountTwoServers(t *testing.T) {
 // TestSOARootZone checks that zone "." gets an SOA that packs (it used to
 // be "ns.dns..").
 func TestSOARootZone(t *testing.T) {
-	e := &Endpointsvc{Zones: []string{"."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
-	e.finish(fakeLookup)
-	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	e := orchPlugin(30, &syncer{}, ".")
+	e.apply(context.Background(), "test", loadState(t, stateFile), false)
 	for _, qname := range []string{".", "no-such-name."} {
 		rec := dnstest.NewRecorder(&test.ResponseWriter{})
 		if _, err := e.ServeDNS(context.Background(), rec, new(dns.Msg).SetQuestion(qname, dns.TypeSOA)); err != nil {

@@ -2,6 +2,7 @@ package endpointsvc
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -10,10 +11,11 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/coredns/coredns/plugin/pkg/upstream"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/orch"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/pending"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
-	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
 
 const pluginName = "endpointsvc"
@@ -73,8 +75,8 @@ func setup(c *caddy.Controller) error {
 // parse reads one endpointsvc block. It has no side effects: the source
 // does nothing until start. Each option is read by setup_options.go.
 func parse(c *caddy.Controller) (*Endpointsvc, error) {
-	e := &Endpointsvc{namespace: DefaultNamespace, ttl: defaultTTL, syncer: &syncer{emptyGrace: persist.DefaultEmptyGrace}}
-	o := &options{}
+	e := &Endpointsvc{syncer: &syncer{emptyGrace: persist.DefaultEmptyGrace}}
+	o := &options{namespace: orch.DefaultNamespace, ttl: defaultTTL}
 	blocks := 0
 	for c.Next() {
 		if blocks++; blocks > 1 {
@@ -94,96 +96,87 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 			}
 		}
 	}
-	if err := e.checkSchema(c, o.zonesGiven, o.podsSeen, o.orchSchemaOnly); err != nil {
+	if err := o.schema(c, e); err != nil {
 		return nil, err
 	}
 	if o.graceSeen && e.snapshotPath == "" {
 		return nil, c.Err("empty_grace needs snapshot")
 	}
-	if e.spec && !o.ttlSeen {
-		e.ttl = defaultSpecTTL
-	}
 	if err := o.source(c, e); err != nil {
 		return nil, err
 	}
 	e.finish(nil)
-	e.carryKey = carryKey(c, e)
+	e.carryKey = carryKey(c, e, o)
 	return e, nil
 }
 
-// finish derives what the parsed options imply: SOA names per zone, the
-// metrics zone label, the hostname refresh period, the resolver.
-func (e *Endpointsvc) finish(lookup lookupFunc) {
-	e.soas = e.soas[:0]
-	for _, z := range e.Zones {
-		e.soas = append(e.soas, soa.For(z))
+// schema makes the schema the options choose, with its default zones and
+// TTL, and rejects options it does not read: schema kubernetes has no
+// short names, answers endpoint addresses by the specification's rules and
+// never node ones.
+func (o *options) schema(c *caddy.Controller, e *Endpointsvc) error {
+	if !o.kubernetes {
+		if o.podsSeen {
+			return c.Err("pods needs 'schema kubernetes'")
+		}
+		if !o.zonesGiven {
+			e.Zones = []string{defaultZone}
+		}
+		e.schema = &orchSchema{srv: orch.Server{Zones: e.Zones, Namespace: o.namespace, TTL: o.ttl},
+			includeUnhealthy: o.includeUnhealthy, endpointMode: o.endpointMode}
+		return nil
 	}
-	e.kick = make(chan struct{}, 1)
+	if len(o.orchSchemaOnly) > 0 {
+		return c.Errf("%s does not apply to 'schema kubernetes'", o.orchSchemaOnly[0])
+	}
+	if !o.zonesGiven {
+		e.Zones = []string{defaultClusterZone}
+	}
+	if !o.ttlSeen {
+		o.ttl = defaultSpecTTL
+	}
+	primary := slices.IndexFunc(e.Zones, func(z string) bool { return !isReverseZone(z) })
+	if primary < 0 {
+		return c.Errf("schema kubernetes needs a zone that is not a reverse zone (such as cluster.local), got %v", e.Zones)
+	}
+	e.schema = &dnsSchema{srv: k8sdns.Server{Zones: e.Zones, Primary: primary, TTL: o.ttl, PodsInsecure: o.podsInsecure}}
+	return nil
+}
+
+// finish derives what the parsed options imply: the zones' SOA names, the
+// resolver of hostname advertise addresses and its refresh period (the
+// TTL), the upstream lookups of CNAME targets.
+func (e *Endpointsvc) finish(lookup orch.LookupFunc) {
 	e.counters.Clear() // their zone numbers change with e.Zones
-	e.refresh = time.Duration(e.ttl) * time.Second
-	if e.refresh < time.Second {
-		e.refresh = time.Second
+	u := boundedUpstream{upstream.New()}
+	switch s := e.schema.(type) {
+	case *orchSchema:
+		s.srv.Zones, s.srv.Upstream = e.Zones, u
+		s.srv.Init()
+		s.kick = make(chan struct{}, 1)
+		s.refresh = max(time.Duration(s.srv.TTL)*time.Second, time.Second)
+		s.resolver = orch.NewHostResolver(lookup)
+	case *dnsSchema:
+		s.srv.Zones, s.srv.Upstream = e.Zones, u
 	}
-	e.resolver = newHostResolver(lookup)
-	e.upstream = upstream.New()
 }
 
 // carryKey names what a table depends on: the server (port and bind
-// addresses), the zones, the options the table is built with, and the
-// source with every option that selects what it reads (Source.Key), so
-// that a reload that changes any of them during an outage does not serve
-// the old table.
-func carryKey(c *caddy.Controller, e *Endpointsvc) string {
+// addresses), the zones, the schema with the options its table is built
+// with, and the source with every option that selects what it reads
+// (feed.Source.Key), so that a reload that changes any of them during an
+// outage does not serve the old table.
+func carryKey(c *caddy.Controller, e *Endpointsvc, o *options) string {
 	server := ""
 	if cfg := dnsserver.GetConfig(c); cfg != nil {
 		server = fmt.Sprintf("%v:%s", cfg.ListenHosts, cfg.Port)
 	}
-	return fmt.Sprintf("%s %s %v unhealthy=%v endpoint=%v spec=%v pods=%v source=%s", pluginName, server, e.Zones, e.includeUnhealthy, e.endpointMode, e.spec, e.podsInsecure, e.source.Key())
-}
-
-// checkSchema sets the default zones of the schema and rejects options the
-// schema does not read: schema kubernetes has no short names, answers
-// endpoint addresses by the specification's rules and never node ones.
-func (e *Endpointsvc) checkSchema(c *caddy.Controller, zonesGiven, podsSeen bool, orchOnly []string) error {
-	if !e.spec {
-		if podsSeen {
-			return c.Err("pods needs 'schema kubernetes'")
-		}
-		if !zonesGiven {
-			e.Zones = []string{defaultZone}
-		}
-		return nil
-	}
-	if len(orchOnly) > 0 {
-		return c.Errf("%s does not apply to 'schema kubernetes'", orchOnly[0])
-	}
-	if !zonesGiven {
-		e.Zones = []string{defaultClusterZone}
-	}
-	e.primary = -1
-	for i, z := range e.Zones {
-		if !isReverseZone(z) {
-			e.primary = i
-			break
-		}
-	}
-	if e.primary < 0 {
-		return c.Errf("schema kubernetes needs a zone that is not a reverse zone (such as cluster.local), got %v", e.Zones)
-	}
-	return nil
+	return fmt.Sprintf("%s %s %v schema=%s unhealthy=%v endpoint=%v pods=%v source=%s", pluginName, server, e.Zones,
+		e.schema.name(), o.includeUnhealthy, o.endpointMode, o.podsInsecure, e.source.Key())
 }
 
 // isReverseZone reports whether zone (a lowercased FQDN) is in in-addr.arpa.
 // or ip6.arpa.
 func isReverseZone(zone string) bool {
 	return inZone(zone, "in-addr.arpa.") || inZone(zone, "ip6.arpa.")
-}
-
-// inZone reports whether name is zone or below it; both are lowercased
-// FQDNs (dns.IsSubDomain without its allocations, for the query path).
-func inZone(name, zone string) bool {
-	if zone == "." {
-		return true
-	}
-	return name == zone || (len(name) > len(zone) && name[len(name)-len(zone)-1] == '.' && name[len(name)-len(zone):] == zone)
 }

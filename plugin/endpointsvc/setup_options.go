@@ -2,12 +2,15 @@ package endpointsvc
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/coredns/caddy"
 	pkgtls "github.com/coredns/coredns/plugin/pkg/tls"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/kubesource"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/orch"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -19,7 +22,15 @@ import (
 type options struct {
 	file *fileSource
 	orch *orchSource
-	kube *kubeSource
+	kube *kubesource.Config
+
+	// the schema's options
+	kubernetes       bool // schema kubernetes
+	namespace        string
+	includeUnhealthy bool
+	endpointMode     bool
+	podsInsecure     bool
+	ttl              uint32
 
 	kubeOnly       []string // options of source kubernetes seen, for the error message
 	orchOnly       []string // options of source orch seen
@@ -50,7 +61,7 @@ func (o *options) option(c *caddy.Controller, e *Endpointsvc) error {
 		o.orchOnly = append(o.orchOnly, v)
 		return o.orchOption(c, v)
 	case "namespace", "addresses", "include_unhealthy", "schema", "pods":
-		return o.schemaOption(c, e, v)
+		return o.schemaOption(c, v)
 	case "ttl", "snapshot", "empty_grace", "fallthrough":
 		return o.servingOption(c, e, v)
 	default:
@@ -68,12 +79,12 @@ func (o *options) sourceOption(c *caddy.Controller) error {
 		if len(a) > 3 {
 			return c.ArgErr()
 		}
-		o.kube = &kubeSource{}
+		o.kube = &kubesource.Config{}
 		if len(a) >= 2 {
-			o.kube.kubeconfig = conf.Path(c, a[1])
+			o.kube.Kubeconfig = conf.Path(c, a[1])
 		}
 		if len(a) == 3 {
-			o.kube.context = a[2]
+			o.kube.Context = a[2]
 		}
 		return nil
 	}
@@ -119,7 +130,7 @@ func (o *options) kubeOption(c *caddy.Controller, v string) error {
 	case "node_address":
 		o.nodeAddress = o.nodeAddress[:0]
 		for _, t := range a {
-			if !nodeAddressTypes[strings.ToLower(t)] {
+			if !slices.Contains(kubesource.NodeAddressTypes, strings.ToLower(t)) {
 				return c.Errf("bad node_address %q: want InternalIP, ExternalIP, Hostname, InternalDNS or ExternalDNS", t)
 			}
 			o.nodeAddress = append(o.nodeAddress, strings.ToLower(t))
@@ -132,7 +143,7 @@ func (o *options) kubeOption(c *caddy.Controller, v string) error {
 		}
 	case "namespaces":
 		for _, ns := range a {
-			if !validLabel(strings.ToLower(ns)) {
+			if !orch.ValidLabel(strings.ToLower(ns)) {
 				return c.Errf("bad namespace %q", ns)
 			}
 			o.namespaces = append(o.namespaces, strings.ToLower(ns))
@@ -186,13 +197,13 @@ func (o *options) orchOption(c *caddy.Controller, v string) error {
 }
 
 // schemaOption reads the options that choose the names and records.
-func (o *options) schemaOption(c *caddy.Controller, e *Endpointsvc, v string) error {
+func (o *options) schemaOption(c *caddy.Controller, v string) error {
 	a := c.RemainingArgs()
 	if v == "include_unhealthy" {
 		if len(a) != 0 {
 			return c.ArgErr()
 		}
-		e.includeUnhealthy = true
+		o.includeUnhealthy = true
 		o.orchSchemaOnly = append(o.orchSchemaOnly, v)
 		return nil
 	}
@@ -202,15 +213,15 @@ func (o *options) schemaOption(c *caddy.Controller, e *Endpointsvc, v string) er
 	switch v {
 	case "namespace":
 		ns := strings.ToLower(a[0])
-		if !validLabel(ns) || ns == nodeNamespace {
+		if !orch.ValidLabel(ns) || ns == orch.NodeNamespace {
 			return c.Errf("bad namespace %q", a[0])
 		}
-		e.namespace = ns
+		o.namespace = ns
 		o.orchSchemaOnly = append(o.orchSchemaOnly, v)
 	case "addresses":
 		switch a[0] {
 		case "node", "endpoint":
-			e.endpointMode = a[0] == "endpoint"
+			o.endpointMode = a[0] == "endpoint"
 		default:
 			return c.Errf("bad addresses %q: want node or endpoint", a[0])
 		}
@@ -218,14 +229,14 @@ func (o *options) schemaOption(c *caddy.Controller, e *Endpointsvc, v string) er
 	case "schema":
 		switch a[0] {
 		case "orch", "kubernetes":
-			e.spec = a[0] == "kubernetes"
+			o.kubernetes = a[0] == "kubernetes"
 		default:
 			return c.Errf("bad schema %q: want orch or kubernetes", a[0])
 		}
 	case "pods":
 		switch a[0] {
 		case "disabled", "insecure":
-			e.podsInsecure = a[0] == "insecure"
+			o.podsInsecure = a[0] == "insecure"
 		default:
 			return c.Errf("bad pods %q: want disabled or insecure", a[0])
 		}
@@ -253,7 +264,7 @@ func (o *options) servingOption(c *caddy.Controller, e *Endpointsvc, v string) e
 		if ttl > maxTTL {
 			return c.Errf("invalid TTL %q (want 0s to %ds)", a[0], maxTTL)
 		}
-		e.ttl, o.ttlSeen = ttl, true
+		o.ttl, o.ttlSeen = ttl, true
 	case "snapshot":
 		e.snapshotPath = conf.Path(c, a[0])
 	case "empty_grace":
@@ -276,9 +287,14 @@ func (o *options) source(c *caddy.Controller, e *Endpointsvc) error {
 	}
 	switch {
 	case o.kube != nil:
-		o.kube.nodeAddress, o.kube.labels, o.kube.namespaces, o.kube.spec = o.nodeAddress, o.selector, o.namespaces, e.spec
-		e.source = o.kube
+		o.kube.NodeAddress, o.kube.Labels, o.kube.Namespaces = o.nodeAddress, o.selector, o.namespaces
+		if o.kubernetes {
+			e.source = kubesource.NewDNS(*o.kube)
+		} else {
+			e.source = kubesource.NewOrch(*o.kube)
+		}
 	case o.file != nil:
+		o.file.decode = e.schema.decode
 		e.source = o.file
 	case o.orch != nil:
 		return o.orchSource(c, e)
@@ -292,6 +308,7 @@ func (o *options) source(c *caddy.Controller, e *Endpointsvc) error {
 func (o *options) orchSource(c *caddy.Controller, e *Endpointsvc) error {
 	s := o.orch
 	s.timeout, s.maxBackoff, s.maxBody, s.tokenFile = o.timeout, o.maxBackoff, o.maxBody, o.tokenFile
+	s.decode = e.schema.decode
 	if s.timeout == 0 {
 		s.timeout = defaultOrchTimeout
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/kubesource"
 )
 
 func TestParse(t *testing.T) {
@@ -19,8 +21,8 @@ func TestParse(t *testing.T) {
 		{in: `endpointsvc {
 			source file state.json
 		}`, chk: func(t *testing.T, e *Endpointsvc) {
-			f := e.source.(*fileSource)
-			if e.Zones[0] != "svc.orch." || e.ttl != 30 || e.namespace != "default" || f.path != abs(t, "state.json") || f.interval != 5*time.Second {
+			f, o := e.source.(*fileSource), orchOf(e)
+			if e.Zones[0] != "svc.orch." || o.srv.TTL != 30 || o.srv.Namespace != "default" || f.path != abs(t, "state.json") || f.interval != 5*time.Second || f.decode == nil {
 				t.Errorf("defaults: %+v %+v", e, f)
 			}
 		}},
@@ -36,8 +38,8 @@ func TestParse(t *testing.T) {
 			max_backoff 30s
 			max_body 8m
 		}`, chk: func(t *testing.T, e *Endpointsvc) {
-			o := e.source.(*orchSource)
-			if len(e.Zones) != 2 || e.Zones[1] != "other.example." || e.namespace != "prod" || !e.includeUnhealthy || e.ttl != 10 ||
+			o, s := e.source.(*orchSource), orchOf(e)
+			if len(e.Zones) != 2 || e.Zones[1] != "other.example." || s.srv.Namespace != "prod" || !s.includeUnhealthy || s.srv.TTL != 10 ||
 				e.snapshotPath != "/var/lib/meshdns/state.json" || o.interval != 2*time.Second || o.timeout != time.Second ||
 				o.maxBackoff != 30*time.Second || o.maxBody != 8<<20 || o.tokenFile != "/run/secrets/token" || !e.Fall.Through("x.mesh.example.") {
 				t.Errorf("options: %+v %+v", e, o)
@@ -50,37 +52,38 @@ func TestParse(t *testing.T) {
 			}
 		}},
 		{in: "endpointsvc {\nttl 45\nsource file s.json 1s\n}", chk: func(t *testing.T, e *Endpointsvc) {
-			if e.ttl != 45 || e.source.(*fileSource).interval != time.Second {
-				t.Errorf("ttl %d", e.ttl)
+			if orchOf(e).srv.TTL != 45 || e.source.(*fileSource).interval != time.Second {
+				t.Errorf("ttl %d", orchOf(e).srv.TTL)
 			}
 		}},
 		{in: "endpointsvc cluster.local {\nsource kubernetes\n}", chk: func(t *testing.T, e *Endpointsvc) {
-			k := e.source.(*kubeSource)
-			if k.kubeconfig != "" || k.context != "" || k.labels != "" || k.namespaces != nil || k.nodeAddress != nil || e.endpointMode {
+			k := e.source.(*kubesource.Source).Config()
+			if k.Kubeconfig != "" || k.Context != "" || k.Labels != "" || k.Namespaces != nil || k.NodeAddress != nil || orchOf(e).endpointMode {
 				t.Errorf("kubernetes defaults: %+v", k)
 			}
 		}},
 		{in: "endpointsvc {\nsource kubernetes /etc/kube.conf prod\nnode_address ExternalIP InternalIP\naddresses endpoint\nlabels app in (a, b)\nnamespaces Knative default\nfallthrough\n}", chk: func(t *testing.T, e *Endpointsvc) {
-			k := e.source.(*kubeSource)
-			if k.kubeconfig != "/etc/kube.conf" || k.context != "prod" || k.labels != "app in (a, b)" || fmt.Sprint(k.namespaces) != "[knative default]" ||
-				fmt.Sprint(k.nodeAddress) != "[externalip internalip]" || !e.endpointMode || e.upstream == nil {
+			k := e.source.(*kubesource.Source).Config()
+			if k.Kubeconfig != "/etc/kube.conf" || k.Context != "prod" || k.Labels != "app in (a, b)" || fmt.Sprint(k.Namespaces) != "[knative default]" ||
+				fmt.Sprint(k.NodeAddress) != "[externalip internalip]" || !orchOf(e).endpointMode || orchOf(e).srv.Upstream == nil {
 				t.Errorf("kubernetes options: %+v", k)
 			}
 		}},
 		{in: "endpointsvc {\nsource file a.json\naddresses endpoint\n}", chk: func(t *testing.T, e *Endpointsvc) {
-			if !e.endpointMode {
+			if !orchOf(e).endpointMode {
 				t.Error("addresses endpoint with a file source")
 			}
 		}},
 		{in: "endpointsvc cluster.local in-addr.arpa ip6.arpa {\nsource kubernetes\nschema kubernetes\npods insecure\nfallthrough in-addr.arpa ip6.arpa\n}", chk: func(t *testing.T, e *Endpointsvc) {
-			k := e.source.(*kubeSource)
-			if !e.spec || !k.spec || !e.podsInsecure || e.ttl != defaultSpecTTL || e.primary != 0 || len(e.Zones) != 3 ||
+			d, ok := e.schema.(*dnsSchema)
+			if !ok || !strings.Contains(e.source.Key(), "model=kubernetes") || !d.srv.PodsInsecure || d.srv.TTL != defaultSpecTTL || d.srv.Primary != 0 || len(e.Zones) != 3 ||
 				!e.Fall.Through("1.0.0.10.in-addr.arpa.") || e.Fall.Through("x.cluster.local.") {
 				t.Errorf("schema kubernetes: %+v", e)
 			}
 		}},
 		{in: "endpointsvc in-addr.arpa example.local {\nsource file s.json\nschema kubernetes\nttl 30\n}", chk: func(t *testing.T, e *Endpointsvc) {
-			if !e.spec || e.podsInsecure || e.ttl != 30 || e.primary != 1 {
+			d, ok := e.schema.(*dnsSchema)
+			if !ok || d.srv.PodsInsecure || d.srv.TTL != 30 || d.srv.Primary != 1 || d.srv.Upstream == nil {
 				t.Errorf("schema kubernetes from a file: %+v", e)
 			}
 		}},

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/pkg/pause"
 )
 
@@ -26,7 +27,8 @@ type orchSource struct {
 	maxBackoff time.Duration
 	maxBody    int64
 	tokenFile  string
-	tlsConfig  *tls.Config // nil: default TLS settings for https URLs
+	tlsConfig  *tls.Config                      // nil: default TLS settings for https URLs
+	decode     func([]byte) (feed.State, error) // the schema's state document
 
 	client *http.Client
 	etag   string
@@ -46,7 +48,7 @@ func (o *orchSource) Name() string { return "orch" }
 
 func (o *orchSource) Key() string { return fmt.Sprintf("orch %q", o.url) }
 
-func (o *orchSource) Run(ctx context.Context, s Sink) {
+func (o *orchSource) Run(ctx context.Context, s feed.Sink) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	if o.tlsConfig != nil {
@@ -90,7 +92,7 @@ func backoff(interval, max time.Duration, failures int) time.Duration {
 
 // poll makes one request. A nil error means the state was updated or was
 // unchanged (and s was told so).
-func (o *orchSource) poll(ctx context.Context, s Sink) error {
+func (o *orchSource) poll(ctx context.Context, s feed.Sink) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.url, nil)
 	if err != nil {
 		return err
@@ -132,7 +134,7 @@ func (o *orchSource) poll(ctx context.Context, s Sink) error {
 		s.Unchanged()
 		return nil
 	}
-	st, err := DecodeState(b)
+	st, err := o.decode(b)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", o.url, err)
 	}

@@ -15,22 +15,28 @@ import (
 	"time"
 
 	pkgtls "github.com/coredns/coredns/plugin/pkg/tls"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/orch"
 )
+
+// decodeOrch is schema orch's state document.
+func decodeOrch(b []byte) (feed.State, error) { return orch.DecodeState(b) }
 
 // recSink records what a source reports.
 type recSink struct {
 	mu     sync.Mutex
 	events []string
-	last   *State
+	last   feed.State
 }
 
-func (r *recSink) Update(st *State) {
+func (r *recSink) Update(st feed.State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events, r.last = append(r.events, fmt.Sprintf("update:%d", len(st.Services))), st
+	r.events, r.last = append(r.events, fmt.Sprintf("update:%d", st.Len())), st
 }
-func (r *recSink) Unchanged()     { r.add("unchanged") }
-func (r *recSink) Patch(p *Patch) { r.add(fmt.Sprintf("patch:%d", len(p.State.Services))) }
+func (r *recSink) Unchanged()         { r.add("unchanged") }
+func (r *recSink) Patch(p feed.Patch) { r.add(fmt.Sprintf("patch:%d", p.Len())) }
 func (r *recSink) Failed(err error) {
 	r.add("error:" + err.Error())
 }
@@ -55,9 +61,9 @@ func expectEvent(t *testing.T, got []string, want string) {
 }
 
 func TestFileSource(t *testing.T) {
-	good, _ := os.ReadFile("testdata/state.json")
+	good, _ := os.ReadFile(stateFile)
 	p := filepath.Join(t.TempDir(), "state.json")
-	f := &fileSource{path: p, interval: time.Second}
+	f := &fileSource{path: p, interval: time.Second, decode: decodeOrch}
 	s := &recSink{}
 
 	f.check(s)
@@ -134,13 +140,13 @@ func (o *orchServer) lastRequest() *http.Request {
 }
 
 func TestOrchSource(t *testing.T) {
-	good, _ := os.ReadFile("testdata/state.json")
+	good, _ := os.ReadFile(stateFile)
 	srv := &orchServer{body: string(good), etag: `"v1"`}
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	tok := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(tok, []byte("s3cret\n"), 0o600)
-	o := &orchSource{url: ts.URL + "/state", interval: time.Second, timeout: 100 * time.Millisecond, maxBackoff: time.Minute, maxBody: int64(len(good) + 100), tokenFile: tok,
+	o := &orchSource{url: ts.URL + "/state", interval: time.Second, timeout: 100 * time.Millisecond, maxBackoff: time.Minute, maxBody: int64(len(good) + 100), tokenFile: tok, decode: decodeOrch,
 		client: &http.Client{Timeout: 100 * time.Millisecond}}
 	s := &recSink{}
 	ctx := context.Background()
@@ -184,7 +190,7 @@ func TestOrchSource(t *testing.T) {
 }
 
 func TestOrchSourceTLS(t *testing.T) {
-	good, _ := os.ReadFile("testdata/state.json")
+	good, _ := os.ReadFile(stateFile)
 	ts := httptest.NewTLSServer(&orchServer{body: string(good)})
 	defer ts.Close()
 	ca := filepath.Join(t.TempDir(), "ca.pem")
@@ -197,7 +203,7 @@ func TestOrchSourceTLS(t *testing.T) {
 		cfg  *tls.Config
 		want string
 	}{{nil, "error:"}, {cfg, "update:6"}} {
-		o := &orchSource{url: ts.URL, interval: time.Hour, timeout: time.Second, maxBackoff: time.Hour, maxBody: 1 << 20, tlsConfig: tc.cfg}
+		o := &orchSource{url: ts.URL, interval: time.Hour, timeout: time.Second, maxBackoff: time.Hour, maxBody: 1 << 20, tlsConfig: tc.cfg, decode: decodeOrch}
 		s := &recSink{}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})

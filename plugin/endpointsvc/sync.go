@@ -2,39 +2,33 @@ package endpointsvc
 
 import (
 	"context"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/pkg/carry"
 	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
 )
 
 // syncer owns the served table and everything that changes it: it applies
-// states from the source and from the snapshot, re-resolves hostname
-// advertise addresses every TTL, and writes the snapshot. Only tbl and
-// ready are read by the hot path. Its methods are on Endpointsvc, which
-// holds the zones.
+// states and patches from the source and the snapshot, runs the schema's
+// background work, writes the snapshot and carries the table over a
+// reload. Only tbl and ready are read by the hot path. Its methods are on
+// Endpointsvc, which holds the zones and the schema.
 type syncer struct {
 	tbl   atomic.Pointer[table]
 	ready atomic.Bool
 
-	includeUnhealthy bool
-	endpointMode     bool     // addresses endpoint: answer the tasks' own addresses
-	servers          []string // the server label of the gauges (conf.Servers)
-	snapshotPath     string
-	emptyGrace       time.Duration   // the empty-sync rule's grace (persist.Writer)
-	snapshot         *persist.Writer // nil without snapshotPath; set by start
-	refresh          time.Duration   // hostname re-resolution period (the TTL)
-	carryKey         string          // identifies this instance's table across a reload
+	servers      []string // the server label of the gauges (conf.Servers)
+	snapshotPath string
+	emptyGrace   time.Duration   // the empty-sync rule's grace (persist.Writer)
+	snapshot     *persist.Writer // nil without snapshotPath; set by start
+	carryKey     string          // identifies this instance's table across a reload
 
-	mu       sync.Mutex // serialises table builds; never taken by ServeDNS nor held during lookups
-	state    *State
-	resolver *hostResolver
-	serial   uint32
-	kick     chan struct{} // asks the refresher to resolve hostnames not cached yet
+	mu     sync.Mutex // serialises table builds; never taken by ServeDNS
+	serial uint32
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -48,99 +42,93 @@ type syncer struct {
 const firstSyncWait = 3 * time.Second
 
 // carried is what a reload hands from the old instance to the new one: the
-// immutable table, the state it was built from (when it has hostnames) and
-// the resolved hostnames.
+// immutable table and what the schema keeps besides it.
 type carried struct {
 	tbl   *table
-	state *State
-	hosts map[string][]netip.Addr
+	extra any
 }
 
 var carryStore carry.Store[*carried]
 
 // apply builds a table from st, swaps it in, and persists st when it came
-// from a source (not from the snapshot itself). It does no lookups:
-// hostnames not resolved yet are left to the refresher. Once ctx is done it
-// does nothing.
-func (e *Endpointsvc) apply(ctx context.Context, source string, st *State, persistIt bool) {
+// from a source (not from the snapshot itself). Once ctx is done it does
+// nothing.
+func (e *Endpointsvc) apply(ctx context.Context, source string, st feed.State, persistIt bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if ctx.Err() != nil {
 		return
 	}
 	start := time.Now()
-	e.swap(st)
-	log.Infof("Synced %d services, %d endpoints from %s in %v", e.tbl.Load().nServices, e.tbl.Load().nEndpts, source, time.Since(start).Round(time.Microsecond))
+	t := e.publish(e.schema.build(st))
+	log.Infof("Synced %d services, %d endpoints from %s in %v", t.model.Services(), t.model.Endpoints(), source, time.Since(start).Round(time.Microsecond))
 	if persistIt && e.snapshot != nil {
-		e.snapshot.Offer(st.encodeCompact, e.tbl.Load().nServices, start) // written off the lock, coalesced
+		e.snapshot.Offer(st.Snapshot, st.Len(), start) // written off the lock, coalesced
 	}
 }
 
-// swap builds and publishes a table from st and the cached hostname
-// addresses, and asks the refresher for hostnames not cached yet; e.mu is
-// held.
-func (e *Endpointsvc) swap(st *State) {
-	hosts := hostnames(st)
-	resolved, missing := e.resolver.cached(hosts)
-	serial := e.nextSerial()
+// applyPatch patches the served table, or builds the source's whole state
+// when the schema cannot patch it, and hands the snapshot writer the
+// source's whole state. Once ctx is done it does nothing.
+func (e *Endpointsvc) applyPatch(ctx context.Context, p feed.Patch) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	start := time.Now()
 	var t *table
-	if e.spec {
-		sp := buildSpecTable(st)
-		t = &table{spec: sp, serial: serial, nServices: len(sp.services), nEndpts: sp.nEndpts}
+	cur := e.tbl.Load()
+	if cur == nil {
+		log.Errorf("A patch before any state") // sources send a state first
+		return
+	}
+	if m, whole := e.schema.patch(cur.model, p); m != nil {
+		t = e.publish(m)
 	} else {
-		t = buildTable(st, e.Zones, e.includeUnhealthy, e.endpointMode, resolved, serial)
+		t = e.publish(e.schema.build(whole))
 	}
-	e.state = nil
-	if len(hosts) > 0 {
-		e.state = st // kept only to rebuild when a hostname's addresses change
-	}
-	e.publish(t)
-	if missing {
-		select {
-		case e.kick <- struct{}{}:
-		default:
-		}
+	if e.snapshot != nil {
+		e.snapshot.Offer(p.Snapshot, t.model.Services(), start)
 	}
 }
 
-// publish swaps t in and updates the gauges.
-func (e *Endpointsvc) publish(t *table) {
+// rebuild runs f with e.mu held and swaps in the table it returns, if any
+// (the schema's background work).
+func (e *Endpointsvc) rebuild(f func() modelTable) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if m := f(); m != nil {
+		e.publish(m)
+	}
+}
+
+// publish swaps in m with the next serial and updates the gauges; e.mu is
+// held.
+func (e *Endpointsvc) publish(m modelTable) *table {
+	t := &table{model: m, serial: e.nextSerial()}
+	e.show(t)
+	return t
+}
+
+// show swaps t in and updates the gauges; e.mu is held.
+func (e *Endpointsvc) show(t *table) {
 	e.tbl.Store(t)
 	e.ready.Store(true)
 	zone := e.Zones[0]
-	gauges.Of(servicesGauge, e.servers, zone).Set(float64(t.nServices))
-	gauges.Of(cnameConflicts, e.servers, zone).Set(float64(t.nConflicts))
-	gauges.Of(endpointsGauge, e.servers, zone).Set(float64(t.nEndpts))
+	gauges.Of(servicesGauge, e.servers, zone).Set(float64(t.model.Services()))
+	gauges.Of(cnameConflicts, e.servers, zone).Set(float64(t.model.Conflicts()))
+	gauges.Of(endpointsGauge, e.servers, zone).Set(float64(t.model.Endpoints()))
 }
 
-// refreshHosts re-resolves the current state's hostnames and rebuilds the
-// table when an address changed.
-func (e *Endpointsvc) refreshHosts(ctx context.Context) { e.resolveHosts(ctx, true) }
-
-// resolveHosts looks up the current state's hostnames (all of them with
-// refresh, else those not cached yet) without holding e.mu, and rebuilds
-// the table when an address changed.
-func (e *Endpointsvc) resolveHosts(ctx context.Context, refresh bool) {
-	e.mu.Lock()
-	st := e.state
-	e.mu.Unlock()
-	if st == nil {
-		return
+// nextSerial advances the SOA serial: the time in seconds, or one more than
+// the last when that is not later; e.mu is held.
+func (e *Endpointsvc) nextSerial() uint32 {
+	e.serial++
+	if now := uint32(time.Now().Unix()); now > e.serial {
+		e.serial = now
 	}
-	hosts := hostnames(st)
-	if len(hosts) == 0 {
-		return
-	}
-	if !e.resolver.resolve(ctx, hosts, refresh) {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.state == nil || ctx.Err() != nil {
-		return
-	}
-	e.swap(e.state)
-	log.Infof("Hostname advertise addresses changed; rebuilt the table")
+	return e.serial
 }
 
 // loadSnapshot applies the snapshot file, if there is a valid one.
@@ -156,12 +144,12 @@ func (e *Endpointsvc) loadSnapshot(ctx context.Context) {
 		}
 		return
 	}
-	st, err := DecodeSnapshot(b)
+	st, err := e.schema.decodeSnapshot(b)
 	if err != nil {
 		log.Warningf("Ignoring snapshot %q: %v", e.snapshotPath, err)
 		return
 	}
-	persist.Loaded(e.snapshotPath, len(st.Services))
+	persist.Loaded(e.snapshotPath, st.Len())
 	e.apply(ctx, "snapshot", st, false)
 }
 
@@ -170,7 +158,7 @@ func (e *Endpointsvc) handOver() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if t := e.tbl.Load(); t != nil {
-		carryStore.Put(e.carryKey, &carried{tbl: t, state: e.state, hosts: e.resolver.snapshot()})
+		carryStore.Put(e.carryKey, &carried{tbl: t, extra: e.schema.carry()})
 	}
 }
 
@@ -182,16 +170,16 @@ func (e *Endpointsvc) takeOver() bool {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.resolver.restore(c.hosts)
-	e.state, e.serial = c.state, c.tbl.serial
-	e.publish(c.tbl)
-	log.Infof("Serving %d services, %d endpoints carried over the reload", c.tbl.nServices, c.tbl.nEndpts)
+	e.schema.restore(c.extra)
+	e.serial = c.tbl.serial
+	e.show(c.tbl)
+	log.Infof("Serving %d services, %d endpoints carried over the reload", c.tbl.model.Services(), c.tbl.model.Endpoints())
 	return true
 }
 
 // start serves the carried table or loads the snapshot, and runs the
-// source and the hostname refresher until stop.
-func (e *Endpointsvc) start(src Source) {
+// source and the schema's background work until stop.
+func (e *Endpointsvc) start(src feed.Source) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	if !e.takeOver() {
@@ -215,20 +203,7 @@ func (e *Endpointsvc) start(src Source) {
 	}()
 	go func() {
 		defer e.wg.Done()
-		e.resolveHosts(ctx, false)
-		t := time.NewTimer(e.refresh)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-e.kick:
-				e.resolveHosts(ctx, false)
-			case <-t.C:
-				e.resolveHosts(ctx, true)
-				t.Reset(e.refresh)
-			}
-		}
+		e.schema.background(ctx, e.rebuild)
 	}()
 	if e.tbl.Load() == nil {
 		t := time.NewTimer(firstSyncWait)
@@ -237,16 +212,6 @@ func (e *Endpointsvc) start(src Source) {
 		case <-e.first:
 		case <-t.C:
 		}
-	}
-}
-
-// hadResult reports whether the source reported already.
-func (e *Endpointsvc) hadResult() bool {
-	select {
-	case <-e.first:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -262,65 +227,5 @@ func (e *Endpointsvc) stop() {
 		if e.snapshot != nil {
 			e.snapshot.Flush() // a state applied while the writer was stopping
 		}
-	}
-}
-
-// synced records a successful sync of source.
-func (e *Endpointsvc) synced(source string) {
-	gauges.Of(lastSync, e.servers, e.Zones[0], source).SetToCurrentTime()
-}
-
-// sink is a source's view of the plugin: it counts and logs results.
-type sink struct {
-	e       *Endpointsvc
-	ctx     context.Context // the source's: done once stop is called
-	source  string
-	lastErr string // last failure logged, "" while healthy
-}
-
-func (k *sink) Update(st *State) {
-	zone := k.e.Zones[0]
-	syncCount.WithLabelValues(zone, k.source, "updated").Inc()
-	k.e.synced(k.source)
-	k.recovered()
-	k.e.apply(k.ctx, k.source, st, true)
-	k.e.firstResult()
-}
-
-// Patch applies a change. It does not end a failure: a source that patches
-// reports its health with Unchanged and Failed (one object's events say
-// little about the rest).
-func (k *sink) Patch(p *Patch) {
-	syncCount.WithLabelValues(k.e.Zones[0], k.source, "patched").Inc()
-	k.e.synced(k.source)
-	k.e.applyPatch(k.ctx, p)
-	k.e.firstResult()
-}
-
-func (k *sink) Unchanged() {
-	zone := k.e.Zones[0]
-	syncCount.WithLabelValues(zone, k.source, "unchanged").Inc()
-	k.e.synced(k.source)
-	k.recovered()
-	k.e.firstResult()
-}
-
-func (k *sink) Failed(err error) {
-	syncCount.WithLabelValues(k.e.Zones[0], k.source, "error").Inc()
-	if msg := err.Error(); msg != k.lastErr {
-		k.lastErr = msg
-		if k.e.ready.Load() {
-			log.Warningf("Source %s failing, keeping the last good state: %v", k.source, err)
-		} else {
-			log.Errorf("Source %s failing, no state to serve yet: %v", k.source, err)
-		}
-	}
-	k.e.firstResult()
-}
-
-func (k *sink) recovered() {
-	if k.lastErr != "" {
-		log.Infof("Source %s recovered", k.source)
-		k.lastErr = ""
 	}
 }

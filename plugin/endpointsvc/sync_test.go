@@ -13,18 +13,19 @@ import (
 
 	"github.com/coredns/coredns/plugin/test"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
+
 	"github.com/miekg/dns"
 )
 
 func TestSnapshotAndLifecycle(t *testing.T) {
 	dir := t.TempDir()
-	good, _ := os.ReadFile("testdata/state.json")
+	good, _ := os.ReadFile(stateFile)
 	statePath, snap := filepath.Join(dir, "state.json"), filepath.Join(dir, "snap.json")
 	os.WriteFile(statePath, good, 0o644)
 	newPlugin := func() *Endpointsvc {
-		e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{snapshotPath: snap},
-			source: &fileSource{path: statePath, interval: 20 * time.Millisecond}}
-		e.finish(fakeLookup)
+		e := orchPlugin(30, &syncer{snapshotPath: snap}, "svc.orch.")
+		e.source = &fileSource{path: statePath, interval: 20 * time.Millisecond, decode: e.schema.decode}
 		return e
 	}
 	before := runtime.NumGoroutine()
@@ -70,10 +71,10 @@ func TestRefreshHosts(t *testing.T) {
 		}
 		return []netip.Addr{netip.MustParseAddr(addr)}, nil
 	}
-	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
+	e := orchPlugin(30, &syncer{}, "svc.orch.")
 	e.finish(lookup)
-	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
-	e.resolveHosts(context.Background(), false) // apply leaves hostnames to the refresher
+	e.apply(context.Background(), "test", loadState(t, stateFile), false)
+	e.resolveHosts(context.Background()) // apply leaves hostnames to the refresher
 	want := func(ip string) {
 		t.Helper()
 		checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("hosty.svc.orch. 30 IN A " + ip)}})
@@ -82,12 +83,12 @@ func TestRefreshHosts(t *testing.T) {
 	mu.Lock()
 	addr = "198.51.100.44"
 	mu.Unlock()
-	e.refreshHosts(context.Background())
+	orchOf(e).resolve(context.Background(), true, e.rebuild)
 	want("198.51.100.44")
 	mu.Lock()
 	fail = true
 	mu.Unlock()
-	e.refreshHosts(context.Background())
+	orchOf(e).resolve(context.Background(), true, e.rebuild)
 	want("198.51.100.44") // a failed lookup keeps the last good addresses
 }
 
@@ -99,19 +100,19 @@ func TestApplyNoLookup(t *testing.T) {
 		calls.Add(1)
 		return []netip.Addr{netip.MustParseAddr("198.51.100.4")}, nil
 	}
-	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
+	e := orchPlugin(30, &syncer{}, "svc.orch.")
 	e.finish(lookup)
-	e.apply(context.Background(), "test", loadState(t, "testdata/state.json"), false)
+	e.apply(context.Background(), "test", loadState(t, stateFile), false)
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("apply made %d lookups, want 0", n)
 	}
 	checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Ns: []dns.RR{test.SOA("svc.orch. 30 IN SOA ns.dns.svc.orch. hostmaster.ns.dns.svc.orch. 0 7200 1800 86400 30")}})
 	select {
-	case <-e.kick:
+	case <-orchOf(e).kick:
 	default:
 		t.Fatal("apply did not ask the refresher for the new hostname")
 	}
-	e.resolveHosts(context.Background(), false)
+	e.resolveHosts(context.Background())
 	checkCase(t, e, test.Case{Qname: "hosty.svc.orch.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("hosty.svc.orch. 30 IN A 198.51.100.4")}})
 }
 
@@ -121,13 +122,11 @@ func TestHandOver(t *testing.T) {
 	old := newTestPlugin(t, false)
 	old.carryKey = "test handover"
 	old.handOver()
-	other := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{carryKey: "test other"}}
-	other.finish(fakeLookup)
+	other := orchPlugin(30, &syncer{carryKey: "test other"}, "svc.orch.")
 	if other.takeOver() {
 		t.Fatal("took over a table of another key")
 	}
-	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{carryKey: "test handover"}}
-	e.finish(fakeLookup)
+	e := orchPlugin(30, &syncer{carryKey: "test handover"}, "svc.orch.")
 	if !e.takeOver() || e.tbl.Load() != old.tbl.Load() {
 		t.Fatal("the old table was not taken over")
 	}
@@ -138,11 +137,11 @@ func TestHandOver(t *testing.T) {
 }
 
 // oneShot delivers one state, then waits for the end.
-type oneShot struct{ st *State }
+type oneShot struct{ st feed.State }
 
 func (o oneShot) Name() string { return "oneshot" }
 func (o oneShot) Key() string  { return "oneshot" }
-func (o oneShot) Run(ctx context.Context, s Sink) {
+func (o oneShot) Run(ctx context.Context, s feed.Sink) {
 	s.Update(o.st)
 	<-ctx.Done()
 }
@@ -159,11 +158,11 @@ func TestStartStopHangingLookup(t *testing.T) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	e := &Endpointsvc{Zones: []string{"svc.orch."}, namespace: DefaultNamespace, ttl: 30, syncer: &syncer{}}
+	e := orchPlugin(30, &syncer{}, "svc.orch.")
 	e.finish(lookup)
-	e.resolver.timeout = time.Minute
+	orchOf(e).resolver.Timeout = time.Minute
 	began := time.Now()
-	e.start(oneShot{loadState(t, "testdata/state.json")})
+	e.start(oneShot{loadState(t, stateFile)})
 	if d := time.Since(began); d > time.Second {
 		t.Errorf("start took %v", d)
 	}

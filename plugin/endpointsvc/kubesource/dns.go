@@ -1,89 +1,147 @@
-package endpointsvc
+package kubesource
 
 import (
-	"net/netip"
-	"sort"
+	"io"
+	"slices"
 	"strings"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
-// specState maps slim Kubernetes objects onto the model for schema
-// kubernetes (the Kubernetes DNS specification), so that the one predicate
-// (IsEndpoint) and the snapshot serve it as they serve schema orch:
-//
-//   - every Service is a service (id "namespace/name", status active) with
-//     its cluster IPs, headless flag or external name, and its ports (the
-//     Service's port as Port and TargetPort, the nodePort as PublishedPort);
-//   - an EndpointSlice endpoint is a task of its Service: desired running,
-//     actual healthy when ready (or when the Service publishes not-ready
-//     addresses), otherwise unhealthy, so the predicate admits exactly the
-//     endpoints the specification publishes; it runs on no node (the
-//     specification does not look at nodes), its address is its first
-//     address, its hostname its hostname, its ports the slice's ports.
-//
-// Output is sorted (services by id, slices by name) so that the same
-// objects give the same state. Objects that cannot be mapped (a name that is
-// not a DNS label, an address of the wrong family) are skipped.
-func specState(services []*kService, slices []*kSlice) *State {
-	st := &State{Services: make([]Service, 0, len(services))}
-	notReady := make(map[string]bool)
-	svcs := make(map[string]bool, len(services))
+// dnsModel maps the objects onto the Kubernetes DNS model (schema
+// kubernetes): the slim objects are that model's, so a whole cluster is
+// the stores' contents and a patch hands over the changed names' objects
+// as they are. Namespaces are watched (names in others are NXDOMAIN);
+// Nodes are not.
+type dnsModel struct {
+	namespaces map[string]bool // the configured namespaces; nil: all
+}
+
+func (m *dnsModel) name() string { return "kubernetes" }
+
+func (m *dnsModel) watchNodes() bool { return false }
+
+// whole is the stores' cluster.
+func (m *dnsModel) whole(st stores) feed.State {
+	c := &k8sdns.Cluster{Namespaces: m.namespaceList(st.nss)}
+	for _, o := range st.svcs.List() {
+		if s, ok := o.(*kService); ok && !s.skip {
+			c.Services = append(c.Services, &s.svc)
+		}
+	}
+	for _, o := range st.slices.List() {
+		if sl, ok := o.(*kSlice); ok && !sl.skip && sl.sl.Service != "" {
+			c.Slices = append(c.Slices, &sl.sl)
+		}
+	}
+	return c
+}
+
+// patch is the changed names' Services and slices, and the namespace
+// list when a namespace came or went.
+func (m *dnsModel) patch(st stores, c changes, whole func() feed.State) feed.Patch {
+	p := &k8sdns.Patch{
+		Whole:         func() *k8sdns.Cluster { return whole().(*k8sdns.Cluster) },
+		WriteSnapshot: func(w io.Writer) error { return m.snapshot(w, st) },
+	}
+	for _, name := range sortedKeys(c.names) {
+		ns, n, _ := strings.Cut(name, "/")
+		ch := k8sdns.Change{Key: k8sdns.Key{Namespace: ns, Name: n}}
+		if s := st.service(name); s != nil && !s.skip {
+			ch.Service = &s.svc
+		}
+		for _, sl := range st.slicesOf(name) {
+			ch.Slices = append(ch.Slices, &sl.sl)
+		}
+		p.Changes = append(p.Changes, ch)
+	}
+	if c.namespaces {
+		p.Namespaces, p.SetNamespaces = m.namespaceList(st.nss), true
+	}
+	return p
+}
+
+// namespaceList is the sorted names of the namespaces (those configured,
+// when namespaces is set).
+func (m *dnsModel) namespaceList(nss cache.Store) []string {
+	var out []string
+	for _, o := range nss.List() {
+		if n, ok := o.(*kNamespace); ok && (m.namespaces == nil || m.namespaces[strings.ToLower(n.Name)]) {
+			out = append(out, n.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// snapshot writes the stores' cluster in the model's snapshot form, one
+// object at a time, Services and slices sorted, so that no whole cluster
+// is built.
+func (m *dnsModel) snapshot(w io.Writer, st stores) error {
+	sw, err := k8sdns.NewSnapshotWriter(w, m.namespaceList(st.nss))
+	if err != nil {
+		return err
+	}
+	var svcs []*kService
+	for _, o := range st.svcs.List() {
+		if s, ok := o.(*kService); ok && !s.skip {
+			svcs = append(svcs, s)
+		}
+	}
+	slices.SortFunc(svcs, func(a, b *kService) int { return a.compare(&b.kMeta) })
+	for _, s := range svcs {
+		if err := sw.Service(&s.svc); err != nil {
+			return err
+		}
+	}
+	var sls []*kSlice
+	for _, o := range st.slices.List() {
+		if sl, ok := o.(*kSlice); ok && !sl.skip && sl.sl.Service != "" {
+			sls = append(sls, sl)
+		}
+	}
+	slices.SortFunc(sls, func(a, b *kSlice) int { return a.compare(&b.kMeta) })
+	for _, sl := range sls {
+		if err := sw.Slice(&sl.sl); err != nil {
+			return err
+		}
+	}
+	return sw.Close()
+}
+
+// sortedKeys returns a set's keys in order.
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// DNSCluster maps API objects onto the Kubernetes DNS model exactly as the
+// source's transforms do (for tests and tools that start from API
+// objects). The objects are not changed.
+func DNSCluster(namespaces []*corev1.Namespace, services []*corev1.Service, eps []*discoveryv1.EndpointSlice) *k8sdns.Cluster {
+	c := &k8sdns.Cluster{}
+	for _, n := range namespaces {
+		c.Namespaces = append(c.Namespaces, n.Name)
+	}
+	slices.Sort(c.Namespaces)
 	for _, s := range services {
-		svc, ok := specService(s)
-		if !ok {
-			continue
-		}
-		svcs[svc.ID] = true
-		if s.notReady {
-			notReady[svc.ID] = true
-		}
-		st.Services = append(st.Services, svc)
+		o, _ := transformService(nil)(s.DeepCopy())
+		c.Services = append(c.Services, &o.(*kService).svc)
 	}
-	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].ID < st.Services[j].ID })
-
-	st.Tasks = sliceTasks(slices, svcs, func(sl *kSlice, i int, t *Task) {
-		t.Hostname, t.ActualStatus = specEndpoint(sl, i, notReady[sl.service])
-	})
-	return st
-}
-
-// specService maps one Service, or reports that it has nothing to answer.
-func specService(s *kService) (Service, bool) {
-	name, ns := strings.ToLower(s.Name), strings.ToLower(s.Namespace)
-	if s.skip || !validLabel(name) || !validLabel(ns) {
-		return Service{}, false
-	}
-	svc := Service{ID: ns + "/" + name, Name: name, Namespace: ns, Status: "active", Headless: s.headless}
-	switch {
-	case s.externalName:
-		t := strings.TrimSuffix(s.target, ".")
-		if _, err := netip.ParseAddr(t); err == nil || !validName(strings.ToLower(t)) {
-			return Service{}, false // no name to answer with (an address is no CNAME target: NXDOMAIN, as the kubernetes plugin)
-		}
-		svc.ExternalName, svc.Headless = t+".", false
-	case !s.headless:
-		for _, a := range s.clusterIPs {
-			if ip, err := netip.ParseAddr(a); err == nil && ip.Zone() == "" {
-				svc.ClusterIPs = append(svc.ClusterIPs, ip.Unmap().String())
-			}
-		}
-		if len(svc.ClusterIPs) == 0 {
-			return Service{}, false // neither headless nor addressed: nothing to answer
+	for _, sl := range eps {
+		o, _ := transformSlice(nil)(sl.DeepCopy())
+		if k := o.(*kSlice); k.sl.Service != "" {
+			c.Slices = append(c.Slices, &k.sl)
 		}
 	}
-	svc.Ports = servicePorts(s)
-	return svc, true
-}
-
-// specEndpoint is endpoint i of slice sl as schema kubernetes maps it: its
-// hostname (when it is a DNS label), and healthy when ready or its Service
-// publishes not-ready addresses, else unhealthy.
-func specEndpoint(sl *kSlice, i int, notReady bool) (hostname, actual string) {
-	if h := sl.hostname(i); validLabel(h) {
-		hostname = h
-	}
-	actual = StatusUnhealthy
-	if sl.endpoints[i].ready || notReady {
-		actual = StatusHealthy
-	}
-	return hostname, actual
+	return c
 }

@@ -1,4 +1,4 @@
-package endpointsvc
+package kubesource
 
 import (
 	"maps"
@@ -6,24 +6,19 @@ import (
 )
 
 // sameSlim reports whether two versions of an object carry the same fields
-// the mapping reads, so that an update of anything else (a Node heartbeat,
-// a label or annotation, managedFields, a status field the transforms drop)
-// costs this comparison and nothing more. Objects of different kinds, or
-// kinds it does not know, are not the same.
+// the mappings read, so that an update of anything else (a Node heartbeat,
+// a label or annotation, managedFields, a status field the transforms
+// drop) costs this comparison and nothing more. Objects of different
+// kinds, or kinds it does not know, are not the same.
 func sameSlim(old, cur any) bool {
 	switch o := old.(type) {
 	case *kService:
 		c, ok := cur.(*kService)
-		return ok && o.Name == c.Name && o.Namespace == c.Namespace &&
-			o.externalName == c.externalName && o.skip == c.skip && o.headless == c.headless &&
-			o.notReady == c.notReady && o.target == c.target &&
-			slices.Equal(o.clusterIPs, c.clusterIPs) && slices.Equal(o.ports, c.ports)
+		return ok && o.Name == c.Name && o.Namespace == c.Namespace && o.skip == c.skip &&
+			slices.Equal(o.nodePorts, c.nodePorts) && o.svc.Equal(&c.svc)
 	case *kSlice:
 		c, ok := cur.(*kSlice)
-		return ok && o.Name == c.Name && o.Namespace == c.Namespace &&
-			o.service == c.service && o.addressType == c.addressType &&
-			slices.Equal(o.ports, c.ports) && slices.Equal(o.endpoints, c.endpoints) &&
-			slices.Equal(o.fqdns, c.fqdns) && slices.Equal(o.hostnames, c.hostnames)
+		return ok && o.Name == c.Name && o.Namespace == c.Namespace && o.skip == c.skip && o.sl.Equal(&c.sl)
 	case *kNode:
 		c, ok := cur.(*kNode)
 		return ok && o.Name == c.Name && o.readyFalse == c.readyFalse && maps.Equal(o.addresses, c.addresses)

@@ -1,9 +1,12 @@
-package endpointsvc
+package kubesource
 
 import (
+	"cmp"
 	"net/netip"
 	"strings"
 	"unique"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -14,107 +17,51 @@ import (
 )
 
 // The slim objects below are what the informers store instead of the API
-// objects: the transforms keep only the fields the mapping reads (as the
-// kubernetes plugin's object package does, coredns#2095). Each embeds a
-// kMeta holding only name, namespace and resourceVersion (a full ObjectMeta
-// is 232 bytes even when empty), enough for the informer's key function,
-// its namespace index and the resourceVersion check on updates.
+// objects: the transforms keep only the fields the mappings read (as the
+// kubernetes plugin's object package does, coredns#2095). Services and
+// EndpointSlices become the Kubernetes DNS model's objects (k8sdns), which
+// the table of schema kubernetes shares with the stores; schema orch maps
+// the same objects onto its own model (orch.go). Each embeds a kMeta
+// holding only name, namespace and resourceVersion (a full ObjectMeta is
+// 232 bytes even when empty), enough for the informer's key function and
+// the resourceVersion check on updates.
 
 // kService is the slim form of a v1.Service.
 type kService struct {
 	kMeta
-	externalName bool     // type ExternalName (schema orch leaves it to the kubernetes plugin)
-	skip         bool     // outside the configured namespaces
-	headless     bool     // clusterIP None
-	notReady     bool     // publishNotReadyAddresses
-	target       string   // type ExternalName: spec.externalName
-	clusterIPs   []string // spec.clusterIPs (spec.clusterIP when that is empty), not "None"
-	ports        []kServicePort
+	svc       k8sdns.Service
+	nodePorts []int32 // spec.ports[].nodePort, parallel to svc.Ports; nil when none has one (schema orch)
+	skip      bool    // outside the configured namespaces
 }
 
-type kServicePort struct {
-	name, protocol string // lowercased
-	port, nodePort int32
-}
-
-// kSlice is the slim form of a discovery/v1 EndpointSlice.
+// kSlice is the slim form of a discovery/v1 EndpointSlice: every
+// endpoint with every address, hostname, node, target Pod and condition.
 type kSlice struct {
 	kMeta
-	service     string // "namespace/name" from the kubernetes.io/service-name label, lowercased
-	addressType string // IPv4, IPv6, FQDN (one of the constants: never the decoder's copy)
-	ports       []kSlicePort
-	endpoints   []kEndpoint
-	fqdns       []string // addressType FQDN only: endpoint i's name, parallel to endpoints
-	hostnames   []string // endpoint i's hostname, parallel to endpoints; nil when none has one
+	sl   k8sdns.Slice
+	skip bool // outside the configured namespaces
 }
 
-type kSlicePort struct {
-	name, protocol string // lowercased
-	port           int32
-}
-
-// kEndpoint keeps the first address (the API declares an endpoint's
-// addresses fungible) and the conditions, resolved: ready nil means true,
-// serving nil means the same as ready, terminating nil means false. It holds
-// no string of its own, so 50,000 endpoints are one allocation per slice:
-// the address is packed (IPv4 v4-mapped; an FQDN slice's name is in
-// kSlice.fqdns) and the node name is interned, as
-// thousands of endpoints share a few hundred nodes.
-type kEndpoint struct {
-	ip                          [16]byte
-	node                        unique.Handle[string] // lowercased nodeName; zero: none
-	ready, serving, terminating bool
-}
-
-// nodeName is the endpoint's lowercased node name, or "".
-func (e *kEndpoint) nodeName() string {
-	if e.node == (unique.Handle[string]{}) {
-		return ""
-	}
-	return e.node.Value()
-}
-
-// hostname is endpoint i's hostname, or "".
-func (s *kSlice) hostname(i int) string {
-	if s.hostnames == nil {
-		return ""
-	}
-	return s.hostnames[i]
-}
-
-// address is endpoint i of slice s as text.
-func (s *kSlice) address(i int) string {
-	if s.addressType == addressFQDN {
-		return s.fqdns[i]
-	}
-	return netip.AddrFrom16(s.endpoints[i].ip).Unmap().String()
-}
-
-// The address types the transform keeps (constants, so that no slice holds
-// its own copy of the word).
-const (
-	addressIPv4 = "IPv4"
-	addressIPv6 = "IPv6"
-	addressFQDN = "FQDN"
-)
-
-// intern returns the canonical copy of s, so that the namespace names of
-// thousands of objects share their bytes.
-func intern(s string) string { return unique.Make(s).Value() }
-
-// kNode is the slim form of a v1.Node.
+// kNode is the slim form of a v1.Node (schema orch).
 type kNode struct {
 	kMeta
 	readyFalse bool              // the Ready condition is False
 	addresses  map[string]string // address type (lowercased) → first address of that type
 }
 
+// kNamespace is the slim form of a v1.Namespace: its name.
+type kNamespace struct{ kMeta }
+
 func slimMeta(m *metav1.ObjectMeta) kMeta {
 	return kMeta{Name: m.Name, Namespace: intern(m.Namespace), ResourceVersion: m.ResourceVersion}
 }
 
+// intern returns the canonical copy of s, so that the namespace names of
+// thousands of objects share their bytes.
+func intern(s string) string { return unique.Make(s).Value() }
+
 // transformService converts a *v1.Service into a *kService; anything else
-// (already slim, a tombstone) passes unchanged. skip reports namespaces
+// (already slim, a tombstone) passes unchanged. skip marks namespaces
 // outside the configured ones (nil: all).
 func transformService(namespaces map[string]bool) func(any) (any, error) {
 	return func(obj any) (any, error) {
@@ -127,30 +74,47 @@ func transformService(namespaces map[string]bool) func(any) (any, error) {
 			k.skip = true
 			return k, nil
 		}
-		k.externalName = s.Spec.Type == corev1.ServiceTypeExternalName
-		if k.externalName {
-			k.target = s.Spec.ExternalName // answered as written
-		}
-		k.notReady = s.Spec.PublishNotReadyAddresses
-		ips := s.Spec.ClusterIPs
-		if len(ips) == 0 && s.Spec.ClusterIP != "" {
-			ips = []string{s.Spec.ClusterIP}
-		}
-		for _, ip := range ips {
-			if ip == corev1.ClusterIPNone {
-				k.headless = true
-			} else if !k.externalName {
-				k.clusterIPs = append(k.clusterIPs, ip)
+		k.svc = modelService(s)
+		for i, p := range s.Spec.Ports {
+			if p.NodePort != 0 && k.nodePorts == nil {
+				k.nodePorts = make([]int32, len(s.Spec.Ports))
 			}
-		}
-		if len(s.Spec.Ports) > 0 {
-			k.ports = make([]kServicePort, len(s.Spec.Ports))
-			for i, p := range s.Spec.Ports {
-				k.ports[i] = kServicePort{name: strings.ToLower(p.Name), protocol: strings.ToLower(string(p.Protocol)), port: p.Port, nodePort: p.NodePort}
+			if k.nodePorts != nil {
+				k.nodePorts[i] = p.NodePort
 			}
 		}
 		return k, nil
 	}
+}
+
+// modelService is a Service as the model keeps it: the kubernetes plugin's
+// reading (type ExternalName first; headless when the first cluster IP is
+// None; otherwise its cluster IPs).
+func modelService(s *corev1.Service) k8sdns.Service {
+	m := k8sdns.Service{Namespace: intern(s.Namespace), Name: s.Name, PublishNotReady: s.Spec.PublishNotReadyAddresses}
+	ips := s.Spec.ClusterIPs
+	if len(ips) == 0 && s.Spec.ClusterIP != "" {
+		ips = []string{s.Spec.ClusterIP}
+	}
+	switch {
+	case s.Spec.Type == corev1.ServiceTypeExternalName:
+		m.Kind, m.ExternalName = k8sdns.ExternalName, s.Spec.ExternalName
+	case len(ips) > 0 && ips[0] == corev1.ClusterIPNone:
+		m.Kind = k8sdns.Headless
+	default:
+		for _, ip := range ips {
+			if a, err := netip.ParseAddr(ip); err == nil && a.Zone() == "" {
+				m.ClusterIPs = append(m.ClusterIPs, a.Unmap())
+			}
+		}
+	}
+	if len(s.Spec.Ports) > 0 {
+		m.Ports = make([]k8sdns.Port, len(s.Spec.Ports))
+		for i, p := range s.Spec.Ports {
+			m.Ports[i] = k8sdns.Port{Name: p.Name, Protocol: k8sdns.Protocol(string(p.Protocol)), Port: p.Port}
+		}
+	}
+	return m
 }
 
 // transformSlice converts a *discoveryv1.EndpointSlice into a *kSlice.
@@ -161,80 +125,68 @@ func transformSlice(namespaces map[string]bool) func(any) (any, error) {
 			return obj, nil
 		}
 		k := &kSlice{kMeta: slimMeta(&s.ObjectMeta)}
-		svc := s.Labels[discoveryv1.LabelServiceName]
-		if svc == "" || (namespaces != nil && !namespaces[strings.ToLower(s.Namespace)]) {
-			return k, nil // belongs to no Service we serve
+		if namespaces != nil && !namespaces[strings.ToLower(s.Namespace)] {
+			k.skip = true
+			return k, nil
 		}
-		k.service = strings.ToLower(s.Namespace + "/" + svc)
-		switch s.AddressType {
-		case discoveryv1.AddressTypeIPv4:
-			k.addressType = addressIPv4
-		case discoveryv1.AddressTypeIPv6:
-			k.addressType = addressIPv6
-		case discoveryv1.AddressTypeFQDN:
-			k.addressType = addressFQDN
-		default:
-			return k, nil // an address type we cannot answer with
-		}
-		if len(s.Ports) > 0 {
-			k.ports = make([]kSlicePort, 0, len(s.Ports))
-			for _, p := range s.Ports {
-				if p.Port == nil {
-					continue // "all ports": nothing to publish
-				}
-				sp := kSlicePort{port: *p.Port, protocol: "tcp"}
-				if p.Name != nil {
-					sp.name = strings.ToLower(*p.Name)
-				}
-				if p.Protocol != nil {
-					sp.protocol = strings.ToLower(string(*p.Protocol))
-				}
-				k.ports = append(k.ports, sp)
-			}
-		}
-		k.endpoints = make([]kEndpoint, 0, len(s.Endpoints))
-		for _, ep := range s.Endpoints {
-			if len(ep.Addresses) == 0 || !validEndpointAddress(k.addressType, ep.Addresses[0]) {
-				continue // nothing to answer with
-			}
-			e := kEndpoint{ready: true}
-			if ep.Hostname != nil && *ep.Hostname != "" {
-				if k.hostnames == nil {
-					k.hostnames = make([]string, len(k.endpoints), cap(k.endpoints))
-				}
-				k.hostnames = append(k.hostnames, strings.ToLower(*ep.Hostname))
-			} else if k.hostnames != nil {
-				k.hostnames = append(k.hostnames, "")
-			}
-			if k.addressType == addressFQDN {
-				k.fqdns = append(k.fqdns, strings.Clone(ep.Addresses[0]))
-			} else {
-				e.ip = netip.MustParseAddr(ep.Addresses[0]).As16() // validated above; IPv4 is v4-mapped
-			}
-			if ep.NodeName != nil && *ep.NodeName != "" {
-				e.node = unique.Make(strings.ToLower(*ep.NodeName))
-			}
-			c := ep.Conditions
-			if c.Ready != nil {
-				e.ready = *c.Ready
-			}
-			e.serving = e.ready
-			if c.Serving != nil {
-				e.serving = *c.Serving
-			}
-			if c.Terminating != nil {
-				e.terminating = *c.Terminating
-			}
-			k.endpoints = append(k.endpoints, e)
-		}
-		if len(k.endpoints) < cap(k.endpoints)/2 {
-			k.endpoints = append([]kEndpoint(nil), k.endpoints...) // most were dropped: do not keep the room
-			if k.hostnames != nil {
-				k.hostnames = append([]string(nil), k.hostnames...)
-			}
-		}
+		k.sl = modelSlice(s)
 		return k, nil
 	}
+}
+
+// modelSlice is a slice as the model keeps it: every endpoint, with the
+// addresses that fit its address type (the API admits no other).
+func modelSlice(s *discoveryv1.EndpointSlice) k8sdns.Slice {
+	m := k8sdns.Slice{Namespace: intern(s.Namespace), Name: s.Name, Service: s.Labels[discoveryv1.LabelServiceName]}
+	t, ok := k8sdns.ParseAddressType(string(s.AddressType))
+	if !ok {
+		return m // an address type we cannot answer with
+	}
+	m.Type = t
+	if len(s.Ports) > 0 {
+		m.Ports = make([]k8sdns.Port, len(s.Ports))
+		for i, p := range s.Ports {
+			m.Ports[i] = k8sdns.Port{Name: deref(p.Name), Port: -1}
+			if p.Protocol != nil {
+				m.Ports[i].Protocol = k8sdns.Protocol(string(*p.Protocol))
+			}
+			if p.Port != nil {
+				m.Ports[i].Port = *p.Port
+			}
+		}
+	}
+	m.Endpoints = make([]k8sdns.Endpoint, 0, len(s.Endpoints))
+	for _, ep := range s.Endpoints {
+		e := k8sdns.Endpoint{Hostname: deref(ep.Hostname), Ready: k8sdns.Cond(ep.Conditions.Ready),
+			Serving: k8sdns.Cond(ep.Conditions.Serving), Terminating: k8sdns.Cond(ep.Conditions.Terminating)}
+		if ep.NodeName != nil && *ep.NodeName != "" {
+			e.NodeName = unique.Make(*ep.NodeName)
+		}
+		if ep.TargetRef != nil {
+			e.TargetRef = strings.Clone(ep.TargetRef.Name)
+		}
+		if err := m.Add(e, ep.Addresses...); err != nil {
+			// keep the addresses that fit (one that does not cannot pass the API's validation)
+			var good []string
+			for _, a := range ep.Addresses {
+				if (&k8sdns.Slice{Type: t}).Add(k8sdns.Endpoint{}, a) == nil {
+					good = append(good, a)
+				}
+			}
+			if len(good) > 0 {
+				_ = m.Add(e, good...)
+			}
+		}
+	}
+	m.Compact()
+	return m
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return strings.Clone(*s)
 }
 
 // transformNode converts a *v1.Node into a *kNode.
@@ -261,9 +213,6 @@ func transformNode(obj any) (any, error) {
 	}
 	return k, nil
 }
-
-// kNamespace is the slim form of a v1.Namespace: its name.
-type kNamespace struct{ kMeta }
 
 // transformNamespace converts a *v1.Namespace into a *kNamespace.
 func transformNamespace(obj any) (any, error) {
@@ -304,13 +253,10 @@ type kMeta struct {
 
 var _ metav1.Object = (*kMeta)(nil)
 
-// less orders objects by namespace, then name: the order the mappings
+// compare orders objects by namespace, then name: the order the mappings
 // emit, so that the same objects give the same state.
-func (m *kMeta) less(o *kMeta) bool {
-	if m.Namespace != o.Namespace {
-		return m.Namespace < o.Namespace
-	}
-	return m.Name < o.Name
+func (m *kMeta) compare(o *kMeta) int {
+	return cmp.Or(cmp.Compare(m.Namespace, o.Namespace), cmp.Compare(m.Name, o.Name))
 }
 
 func (m *kMeta) GetNamespace() string                  { return m.Namespace }

@@ -1,63 +1,180 @@
-package endpointsvc
+package kubesource
 
 import (
-	"net/netip"
-	"sort"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
+	"unique"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/orch"
 )
 
-// Node address types, in the default preference order of node_address.
-var defaultNodeAddress = []string{"internalip", "externalip", "hostname"}
-
-// nodeAddressTypes are the address types a node can report.
-var nodeAddressTypes = set("internalip", "externalip", "hostname", "internaldns", "externaldns")
-
-// kubeState maps slim Kubernetes objects onto the model, so that the one
-// predicate (IsEndpoint) and the one table builder serve them:
+// orchModel maps the objects onto the orchestrator model (schema orch), so
+// that its one predicate (orch.IsEndpoint) and table serve them:
 //
-//   - a Service is a service (id "namespace/name", status active) whose ports
-//     carry their nodePort as the published port; ExternalName Services and
-//     Services outside the namespaces are left out (the kubernetes plugin
-//     answers those);
+//   - a Service is a service (id "namespace/name", status active) whose
+//     ports carry their nodePort as the published port; ExternalName
+//     Services and a namespace named node are left out (the orch schema
+//     reserves node, and the kubernetes plugin answers ExternalNames);
 //   - an EndpointSlice endpoint is a task of its Service: terminating means
 //     desired stopped (else running); ready is healthy, serving without
-//     ready is running, otherwise unhealthy; nodeName is its node; its first
-//     address is the task's address (IPv4, IPv6, or FQDN for addressType
-//     FQDN); the slice's ports are the task's container ports;
+//     ready is running, otherwise unhealthy; nodeName is its node; its
+//     first address is the task's address (an endpoint's addresses are
+//     fungible); the slice's ports are the task's container ports;
 //   - a Node is a node whose advertise address is its first address of the
-//     preferred types (nodeAddress), status down when its Ready condition is
-//     False, else ready. A node with no usable address is left out, and
+//     preferred types (nodeAddress), status down when its Ready condition
+//     is False, else ready. A node with no usable address is left out, and
 //     endpoints on a node that is not known run on no node.
 //
 // Output is sorted (services by id, slices by name, nodes by name) so that
-// the same objects give the same state. Objects that cannot be mapped (a
-// name that is not a DNS label, an address of the wrong family) are skipped.
-func kubeState(services []*kService, slices []*kSlice, nodes []*kNode, nodeAddress []string) *State {
-	ns, known := kubeNodes(nodes, nodeAddress)
-	st := kubeServices(services, slices, known)
-	st.Nodes = ns
-	return st
+// the same objects give the same state; objects that cannot be mapped (a
+// name that is not a DNS label) are left out. The states need not be
+// validated: every name is checked and every reference resolves.
+type orchModel struct {
+	nodeAddress []string // node address types, in preference order (lowercased)
 }
 
-// kubeNodes maps nodes (sorted by name in place) and returns the names of
-// those it kept.
-func kubeNodes(nodes []*kNode, nodeAddress []string) ([]Node, map[string]bool) {
-	if len(nodeAddress) == 0 {
-		nodeAddress = defaultNodeAddress
+// DefaultNodeAddress is the default preference order of node_address.
+var DefaultNodeAddress = []string{"internalip", "externalip", "hostname"}
+
+// NodeAddressTypes are the address types a node can report (lowercased).
+var NodeAddressTypes = []string{"internalip", "externalip", "hostname", "internaldns", "externaldns"}
+
+func (m *orchModel) name() string { return "orch" }
+
+func (m *orchModel) watchNodes() bool { return true }
+
+// whole maps the stores' objects.
+func (m *orchModel) whole(st stores) feed.State {
+	var ks []*kService
+	for _, o := range st.svcs.List() {
+		if s, ok := o.(*kService); ok {
+			ks = append(ks, s)
+		}
 	}
-	out := make([]Node, 0, len(nodes))
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	var kl []*kSlice
+	for _, o := range st.slices.List() {
+		if sl, ok := o.(*kSlice); ok && !sl.skip && sl.sl.Service != "" {
+			kl = append(kl, sl)
+		}
+	}
+	nodes, known := m.nodes(allNodes(st))
+	mapped := services(ks, kl, known)
+	mapped.Nodes = nodes
+	return mapped
+}
+
+func allNodes(st stores) []*kNode {
+	var kn []*kNode
+	for _, o := range st.nodes.List() {
+		if n, ok := o.(*kNode); ok {
+			kn = append(kn, n)
+		}
+	}
+	return kn
+}
+
+// patch maps the changed Services, each whole with its slices, and every
+// Service with an endpoint on a changed node (found by a look through the
+// slices), with the nodes their endpoints run on.
+func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Patch {
+	names := c.names
+	if names == nil {
+		names = map[string]bool{}
+	}
+	if len(c.nodes) > 0 {
+		onNodes(st, c.nodes, names)
+	}
+	var ks []*kService
+	var kl []*kSlice
+	ids := sortedKeys(names)
+	for _, id := range ids {
+		if s := st.service(id); s != nil {
+			ks = append(ks, s)
+		}
+		kl = append(kl, st.slicesOf(id)...)
+	}
+	used := map[string]bool{}
+	for n := range c.nodes {
+		used[n] = true
+	}
+	for _, sl := range kl {
+		for i := range sl.sl.Endpoints {
+			if n := sl.sl.Endpoints[i].Node(); n != "" {
+				used[n] = true
+			}
+		}
+	}
+	var kn []*kNode
+	for n := range used {
+		if o, ok, _ := st.nodes.GetByKey(n); ok {
+			kn = append(kn, o.(*kNode))
+		}
+	}
+	nodes, known := m.nodes(kn)
+	mapped := services(ks, kl, known)
+	mapped.Nodes = nodes
+	p := &orch.Patch{State: mapped, DirtyNodes: c.nodes,
+		Whole:         func() *orch.State { return whole().(*orch.State) },
+		WriteSnapshot: func(w io.Writer) error { return m.snapshot(w, st) }}
+	kept := make(map[string]bool, len(mapped.Services))
+	for _, svc := range mapped.Services {
+		kept[svc.ID] = true
+	}
+	for _, id := range ids {
+		if ns, name, ok := strings.Cut(id, "/"); ok && !kept[strings.ToLower(id)] {
+			p.Removed = append(p.Removed, orch.SvcKey{Namespace: strings.ToLower(ns), Name: strings.ToLower(name)})
+		}
+	}
+	return p
+}
+
+// onNodes adds to names the Services with an endpoint on one of nodes.
+func onNodes(st stores, nodes, names map[string]bool) {
+	handles := make(map[unique.Handle[string]]bool, len(nodes))
+	for n := range nodes {
+		handles[unique.Make(n)] = true
+	}
+	for _, o := range st.slices.List() {
+		sl, ok := o.(*kSlice)
+		if !ok || sl.skip || sl.sl.Service == "" {
+			continue
+		}
+		id := sl.Namespace + "/" + sl.sl.Service
+		if names[id] {
+			continue
+		}
+		for i := range sl.sl.Endpoints {
+			if handles[sl.sl.Endpoints[i].NodeName] {
+				names[id] = true
+				break
+			}
+		}
+	}
+}
+
+// nodes maps nodes (sorted by name in place) and returns the names of
+// those it kept.
+func (m *orchModel) nodes(nodes []*kNode) ([]orch.Node, map[string]bool) {
+	pref := m.nodeAddress
+	if len(pref) == 0 {
+		pref = DefaultNodeAddress
+	}
+	out := make([]orch.Node, 0, len(nodes))
+	slices.SortFunc(nodes, func(a, b *kNode) int { return strings.Compare(a.Name, b.Name) })
 	known := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		name := strings.ToLower(n.Name)
-		if !validName(name) || known[name] {
+		if !orch.ValidName(name) || known[name] {
 			continue
 		}
 		addr := ""
-		for _, t := range nodeAddress {
+		for _, t := range pref {
 			if a := n.addresses[t]; a != "" {
-				if _, _, err := ParseAddress(a); err == nil {
+				if _, _, err := orch.ParseAddress(a); err == nil {
 					addr = a
 					break
 				}
@@ -71,150 +188,163 @@ func kubeNodes(nodes []*kNode, nodeAddress []string) ([]Node, map[string]bool) {
 			status = "down"
 		}
 		known[name] = true
-		out = append(out, Node{ID: name, Name: name, Address: addr, Status: status})
+		out = append(out, orch.Node{ID: name, Name: name, Address: addr, Status: status})
 	}
 	return out, known
 }
 
-// kubeServices maps services and their slices for schema orch; an endpoint
-// runs on its node when known has the node's name, else on none.
-func kubeServices(services []*kService, slices []*kSlice, known map[string]bool) *State {
-	st := &State{Services: make([]Service, 0, len(services))}
-	svcs := make(map[string]bool, len(services))
-	for _, s := range services {
+// services maps Services and their slices; an endpoint runs on its node
+// when known has the node's name, else on none.
+func services(ks []*kService, kl []*kSlice, known map[string]bool) *orch.State {
+	st := &orch.State{Services: make([]orch.Service, 0, len(ks))}
+	ids := make(map[string]bool, len(ks))
+	for _, s := range ks {
 		svc, ok := orchService(s)
 		if !ok {
 			continue
 		}
-		svcs[svc.ID] = true
+		ids[svc.ID] = true
 		st.Services = append(st.Services, svc)
 	}
-	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].ID < st.Services[j].ID })
-
-	st.Tasks = sliceTasks(slices, svcs, func(sl *kSlice, i int, t *Task) {
-		t.NodeID, t.DesiredStatus, t.ActualStatus = kubeEndpoint(sl, i, known)
-	})
+	slices.SortFunc(st.Services, func(a, b orch.Service) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(kl, func(a, b *kSlice) int { return a.compare(&b.kMeta) })
+	for _, sl := range kl {
+		id := strings.ToLower(sl.Namespace + "/" + sl.sl.Service)
+		if !ids[id] {
+			continue
+		}
+		ports := taskPorts(&sl.sl)
+		for i := range sl.sl.Endpoints {
+			t := orch.Task{ID: strings.ToLower(sl.Namespace) + "/" + sl.Name + "/" + strconv.Itoa(i), ServiceID: id,
+				Ports: ports, Address: sl.sl.Address(i, 0)}
+			if sl.sl.Type == k8sdns.FQDN && !validFQDN(t.Address) {
+				continue // an FQDN the orch model cannot answer with
+			}
+			t.NodeID, t.DesiredStatus, t.ActualStatus = endpointStatus(&sl.sl.Endpoints[i], known)
+			st.Tasks = append(st.Tasks, t)
+		}
+	}
 	return st
 }
 
-// orchService maps one Service for schema orch, or reports that it leaves
-// it out.
-func orchService(s *kService) (Service, bool) {
+// orchService maps one Service, or reports that it leaves it out.
+func orchService(s *kService) (orch.Service, bool) {
 	name, ns := strings.ToLower(s.Name), strings.ToLower(s.Namespace)
-	if s.skip || s.externalName || !validLabel(name) || !validLabel(ns) || ns == nodeNamespace {
-		return Service{}, false
+	if s.skip || s.svc.Kind == k8sdns.ExternalName || !orch.ValidLabel(name) || !orch.ValidLabel(ns) || ns == orch.NodeNamespace {
+		return orch.Service{}, false
 	}
-	return Service{ID: ns + "/" + name, Name: name, Namespace: ns, Status: "active", Ports: servicePorts(s)}, true
+	return orch.Service{ID: ns + "/" + name, Name: name, Namespace: ns, Status: "active", Ports: servicePorts(s)}, true
 }
 
-// kubeEndpoint is endpoint i of slice sl as schema orch maps it: its node
-// when known, desired stopped when terminating (else running), actual
-// healthy when ready, running when only serving, else unhealthy.
-func kubeEndpoint(sl *kSlice, i int, known map[string]bool) (node, desired, actual string) {
-	ep := &sl.endpoints[i]
-	if n := ep.nodeName(); known[n] {
+// endpointStatus is an endpoint as schema orch maps it: its node when
+// known, desired stopped when terminating (else running), actual healthy
+// when ready, running when only serving (unset serving: as ready), else
+// unhealthy.
+func endpointStatus(ep *k8sdns.Endpoint, known map[string]bool) (node, desired, actual string) {
+	if n := strings.ToLower(ep.Node()); known[n] {
 		node = n
 	}
-	desired = StatusRunning
-	if ep.terminating {
-		desired = StatusStopped
+	desired = orch.StatusRunning
+	if ep.Terminating == k8sdns.True {
+		desired = orch.StatusStopped
 	}
 	switch {
-	case ep.ready:
-		actual = StatusHealthy
-	case ep.serving:
-		actual = StatusRunning
+	case ep.IsReady():
+		actual = orch.StatusHealthy
+	case ep.Serving == k8sdns.True:
+		actual = orch.StatusRunning
 	default:
-		actual = StatusUnhealthy
+		actual = orch.StatusUnhealthy
 	}
 	return node, desired, actual
 }
 
-// validEndpointAddress reports whether address fits the slice's addressType.
-func validEndpointAddress(addressType, address string) bool {
-	switch addressType {
-	case "IPv4", "IPv6":
-		ip, err := netip.ParseAddr(address)
-		if err != nil || ip.Zone() != "" {
-			return false
-		}
-		return (addressType == "IPv4") == ip.Unmap().Is4()
-	case "FQDN":
-		_, host, err := ParseAddress(address)
-		return err == nil && host != "" && !strings.Contains(address, ":")
-	}
-	return false
-}
-
-// sliceTasks maps the endpoints of the slices whose Service is in svcs
-// onto tasks, slices ordered by namespace and name (so that the same
-// objects give the same state); status sets each task's schema-specific
-// fields (it starts desired running, actual unhealthy).
-func sliceTasks(slices []*kSlice, svcs map[string]bool, status func(sl *kSlice, i int, t *Task)) []Task {
-	sortSlices(slices)
-	n := 0
-	for _, sl := range slices {
-		if svcs[sl.service] {
-			n += len(sl.endpoints)
-		}
-	}
-	tasks := make([]Task, 0, n)
-	for _, sl := range slices {
-		if !svcs[sl.service] {
-			continue
-		}
-		ports := taskPorts(sl)
-		for i := range sl.endpoints {
-			t := sliceTask(sl, i, ports)
-			status(sl, i, &t)
-			tasks = append(tasks, t)
-		}
-	}
-	return tasks
-}
-
-// sortSlices orders slices by namespace and name.
-func sortSlices(slices []*kSlice) {
-	sort.Slice(slices, func(i, j int) bool { return slices[i].less(&slices[j].kMeta) })
-}
-
 // taskPorts are a slice's valid ports as task ports (shared by its tasks).
-func taskPorts(sl *kSlice) []TaskPort {
-	var ports []TaskPort
-	for _, p := range sl.ports {
-		if protocols[p.protocol] && validPort(int(p.port), false) && (p.name == "" || validLabel(p.name)) {
-			ports = append(ports, TaskPort{Name: p.name, Protocol: p.protocol, ContainerPort: int(p.port)})
+func taskPorts(sl *k8sdns.Slice) []orch.TaskPort {
+	var ports []orch.TaskPort
+	for _, p := range sl.Ports {
+		name, proto := strings.ToLower(p.Name), strings.ToLower(p.Protocol)
+		if proto == "" {
+			proto = "tcp"
+		}
+		if orch.ValidProtocol(proto) && orch.ValidPort(int(p.Port), false) && (name == "" || orch.ValidLabel(name)) {
+			ports = append(ports, orch.TaskPort{Name: name, Protocol: proto, ContainerPort: int(p.Port)})
 		}
 	}
 	return ports
 }
 
-// sliceTask is endpoint i of slice sl as a task of its Service: desired
-// running, actual unhealthy until the schema's mapping says otherwise.
-func sliceTask(sl *kSlice, i int, ports []TaskPort) Task {
-	return Task{
-		ID:            strings.ToLower(sl.Namespace) + "/" + sl.Name + "/" + strconv.Itoa(i),
-		ServiceID:     sl.service,
-		DesiredStatus: StatusRunning,
-		ActualStatus:  StatusUnhealthy,
-		Ports:         ports,
-		Address:       sl.address(i), // the transform kept only valid addresses
-	}
-}
-
 // servicePorts are a Service's valid ports, each name and protocol once:
 // the Service's port as TargetPort (what slices' ports are matched with by
 // name) and Port, the nodePort as PublishedPort.
-func servicePorts(s *kService) []ServicePort {
-	var out []ServicePort
-	seen := map[portKey]bool{}
-	for _, p := range s.ports {
-		if !protocols[p.protocol] || !validPort(int(p.port), false) || !validPort(int(p.nodePort), true) ||
-			(p.name != "" && !validLabel(p.name)) || seen[portKey{p.name, p.protocol}] {
+func servicePorts(s *kService) []orch.ServicePort {
+	var out []orch.ServicePort
+	seen := map[[2]string]bool{}
+	for i, p := range s.svc.Ports {
+		name, proto := strings.ToLower(p.Name), strings.ToLower(p.Protocol)
+		var nodePort int32
+		if s.nodePorts != nil {
+			nodePort = s.nodePorts[i]
+		}
+		if !orch.ValidProtocol(proto) || !orch.ValidPort(int(p.Port), false) || !orch.ValidPort(int(nodePort), true) ||
+			(name != "" && !orch.ValidLabel(name)) || seen[[2]string{name, proto}] {
 			continue
 		}
-		seen[portKey{p.name, p.protocol}] = true
-		out = append(out, ServicePort{Name: p.name, Protocol: p.protocol, TargetPort: int(p.port), Port: int(p.port), PublishedPort: int(p.nodePort)})
+		seen[[2]string{name, proto}] = true
+		out = append(out, orch.ServicePort{Name: name, Protocol: proto, TargetPort: int(p.Port), Port: int(p.Port), PublishedPort: int(nodePort)})
 	}
 	return out
+}
+
+// snapshot writes the stores' state in the compact form, one Service at a
+// time (mapped as a patch maps it), so that no whole state is built.
+func (m *orchModel) snapshot(w io.Writer, st stores) error {
+	nodes, known := m.nodes(allNodes(st))
+	cw, err := orch.NewCompactWriter(w, nodes, nil)
+	if err != nil {
+		return err
+	}
+	var svcs []*kService
+	for _, o := range st.svcs.List() {
+		if s, ok := o.(*kService); ok {
+			svcs = append(svcs, s)
+		}
+	}
+	slices.SortFunc(svcs, func(a, b *kService) int {
+		return strings.Compare(strings.ToLower(a.Namespace+"/"+a.Name), strings.ToLower(b.Namespace+"/"+b.Name))
+	})
+	for _, s := range svcs {
+		mapped, ok := orchService(s)
+		if !ok {
+			continue
+		}
+		if err := cw.Service(&mapped); err != nil {
+			return err
+		}
+		sls := st.slicesOf(s.Namespace + "/" + s.Name)
+		slices.SortFunc(sls, func(a, b *kSlice) int { return a.compare(&b.kMeta) })
+		for _, sl := range sls {
+			ports := taskPorts(&sl.sl)
+			for i := range sl.sl.Endpoints {
+				t := orch.CompactTask{Ports: ports}
+				if sl.sl.Type == k8sdns.FQDN {
+					if t.Address = sl.sl.FQDNAddr(i, 0); !validFQDN(t.Address) {
+						continue
+					}
+				} else {
+					t.IP = sl.sl.Addr(i, 0)
+				}
+				t.Node, t.Desired, t.Actual = endpointStatus(&sl.sl.Endpoints[i], known)
+				cw.Task(t)
+			}
+		}
+	}
+	return cw.End()
+}
+
+// validFQDN reports whether an FQDN address is one the orch model answers
+// with (the mapping leaves the others out).
+func validFQDN(a string) bool {
+	_, host, err := orch.ParseAddress(a)
+	return err == nil && host != ""
 }

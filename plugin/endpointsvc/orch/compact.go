@@ -1,13 +1,14 @@
-package endpointsvc
+package orch
 
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"strconv"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
 )
 
 // The snapshot's compact form. A task is written as [node_id, address,
@@ -47,20 +48,34 @@ type compactGroup struct {
 // DecodeSnapshot parses and validates a snapshot: the compact form, or a
 // state document (DecodeState's form).
 func DecodeSnapshot(b []byte) (*State, error) {
-	if !bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte(`{"format":`)) {
-		return DecodeState(b)
+	st, err := DecodeDocument(b)
+	if err != nil {
+		return nil, err
 	}
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
+	if err := st.Validate(); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// DecodeDocument parses a state document or its compact form as written,
+// without this model's rules (Validate): an older meshdns's schema
+// kubernetes wrote its snapshots in these forms, and the k8sdns model
+// reads them with its own.
+func DecodeDocument(b []byte) (*State, error) {
+	if !bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte(`{"format":`)) {
+		st := new(State)
+		if err := strictJSON(b, st); err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
 	var doc compactDoc
-	if err := d.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("state: %w", err)
+	if err := strictJSON(b, &doc); err != nil {
+		return nil, err
 	}
 	if doc.Format != compactFormat {
 		return nil, fmt.Errorf("state: unknown format %q", doc.Format)
-	}
-	if _, err := d.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("state: trailing data after the JSON document")
 	}
 	st := &State{Nodes: doc.Nodes, Namespaces: doc.Namespaces, Services: make([]Service, 0, len(doc.Services))}
 	for _, cs := range doc.Services {
@@ -74,57 +89,58 @@ func DecodeSnapshot(b []byte) (*State, error) {
 			}
 		}
 	}
-	if err := st.Validate(); err != nil {
-		return nil, err
-	}
 	return st, nil
 }
 
-// encodeCompact writes st in the compact form.
-func (st *State) encodeCompact(w io.Writer) error {
+// Len is the number of services (a state without is empty).
+func (st *State) Len() int { return len(st.Services) }
+
+// Snapshot writes st in the compact form.
+func (st *State) Snapshot(w io.Writer) error {
 	byService := make(map[string][]int, len(st.Services))
 	for i := range st.Tasks {
 		byService[st.Tasks[i].ServiceID] = append(byService[st.Tasks[i].ServiceID], i)
 	}
-	cw, err := newCompactWriter(w, st.Nodes, st.Namespaces)
+	cw, err := NewCompactWriter(w, st.Nodes, st.Namespaces)
 	if err != nil {
 		return err
 	}
 	for i := range st.Services {
-		if err := cw.service(&st.Services[i]); err != nil {
+		if err := cw.Service(&st.Services[i]); err != nil {
 			return err
 		}
 		for _, j := range byService[st.Services[i].ID] {
 			t := &st.Tasks[j]
-			cw.task(compactTask{node: t.NodeID, address: t.Address, hostname: t.Hostname, desired: t.DesiredStatus, actual: t.ActualStatus, ports: t.Ports})
+			cw.Task(CompactTask{Node: t.NodeID, Address: t.Address, Hostname: t.Hostname, Desired: t.DesiredStatus, Actual: t.ActualStatus, Ports: t.Ports})
 		}
 	}
-	return cw.end()
+	return cw.End()
 }
 
-// compactTask is a task as the compact form writes it: its address is ip,
-// or address when ip is not valid.
-type compactTask struct {
-	node, hostname, desired, actual string
-	address                         string
-	ip                              netip.Addr
-	ports                           []TaskPort
+// CompactTask is a task as the compact form writes it: its address is
+// IP, or Address when IP is not valid.
+type CompactTask struct {
+	Node, Hostname, Desired, Actual string
+	Address                         string
+	IP                              netip.Addr
+	Ports                           []TaskPort
 }
 
-// compactWriter streams the compact form: the nodes and namespaces first,
+// CompactWriter streams the compact form: the nodes and namespaces first,
 // then one service and its tasks at a time, so that a large cluster's
 // snapshot is never held in memory whole, nor a task made for it.
-type compactWriter struct {
-	w        io.Writer
-	buf      []byte
+type CompactWriter struct {
+	*jsonw.Writer
 	services int
 	tasks    int         // tasks of the current service
-	group    compactTask // the current group's statuses and ports
+	group    CompactTask // the current group's statuses and ports
 }
 
-func newCompactWriter(w io.Writer, nodes []Node, namespaces []string) (*compactWriter, error) {
-	cw := &compactWriter{w: w, buf: make([]byte, 0, 8192)}
-	cw.buf = append(cw.buf, `{"format":"`+compactFormat+`","nodes":`...)
+// NewCompactWriter starts the compact form of a state with nodes and
+// namespaces; its services and tasks follow.
+func NewCompactWriter(w io.Writer, nodes []Node, namespaces []string) (*CompactWriter, error) {
+	cw := &CompactWriter{Writer: jsonw.NewWriter(w)}
+	cw.Buf = append(cw.Buf, `{"format":"`+compactFormat+`","nodes":`...)
 	if nodes == nil {
 		nodes = []Node{}
 	}
@@ -132,97 +148,97 @@ func newCompactWriter(w io.Writer, nodes []Node, namespaces []string) (*compactW
 		return nil, err
 	}
 	if len(namespaces) > 0 {
-		cw.buf = append(cw.buf, `,"namespaces":`...)
+		cw.Buf = append(cw.Buf, `,"namespaces":`...)
 		if err := cw.json(namespaces); err != nil {
 			return nil, err
 		}
 	}
-	cw.buf = append(cw.buf, `,"services":[`...)
+	cw.Buf = append(cw.Buf, `,"services":[`...)
 	return cw, nil
 }
 
 // json appends v's encoding.
-func (cw *compactWriter) json(v any) error {
+func (cw *CompactWriter) json(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	cw.buf = append(cw.buf, b...)
+	cw.Buf = append(cw.Buf, b...)
 	return nil
 }
 
-// service ends the previous service and starts svc; its tasks follow.
-func (cw *compactWriter) service(svc *Service) error {
+// Service ends the previous service and starts svc; its tasks follow.
+func (cw *CompactWriter) Service(svc *Service) error {
 	if err := cw.endService(); err != nil {
 		return err
 	}
 	if cw.services > 0 {
-		cw.buf = append(cw.buf, ",\n"...)
+		cw.Buf = append(cw.Buf, ",\n"...)
 	}
 	cw.services++
-	cw.buf = append(cw.buf, `{"service":`...)
-	cw.buf = appendService(cw.buf, svc)
-	cw.buf = append(cw.buf, `,"groups":[`...)
+	cw.Buf = append(cw.Buf, `{"service":`...)
+	cw.Buf = appendService(cw.Buf, svc)
+	cw.Buf = append(cw.Buf, `,"groups":[`...)
 	cw.tasks = 0
 	return nil
 }
 
-// task writes a task of the current service: in the current group when it
+// Task writes a task of the current service: in the current group when it
 // shares its statuses and ports, else in a new one.
-func (cw *compactWriter) task(t compactTask) {
+func (cw *CompactWriter) Task(t CompactTask) {
 	g := &cw.group
-	if cw.tasks == 0 || t.desired != g.desired || t.actual != g.actual || !samePorts(t.ports, g.ports) {
+	if cw.tasks == 0 || t.Desired != g.Desired || t.Actual != g.Actual || !samePorts(t.Ports, g.Ports) {
 		if cw.tasks > 0 {
-			cw.buf = append(cw.buf, "]},"...)
+			cw.Buf = append(cw.Buf, "]},"...)
 		}
 		*g = t
-		cw.buf = append(cw.buf, `{"desired":`...)
-		cw.buf = appendJSONString(cw.buf, t.desired)
-		cw.buf = append(cw.buf, `,"actual":`...)
-		cw.buf = appendJSONString(cw.buf, t.actual)
-		if len(t.ports) > 0 {
-			cw.buf = append(cw.buf, `,"ports":[`...)
-			for i, p := range t.ports {
+		cw.Buf = append(cw.Buf, `{"desired":`...)
+		cw.Buf = jsonw.AppendString(cw.Buf, t.Desired)
+		cw.Buf = append(cw.Buf, `,"actual":`...)
+		cw.Buf = jsonw.AppendString(cw.Buf, t.Actual)
+		if len(t.Ports) > 0 {
+			cw.Buf = append(cw.Buf, `,"ports":[`...)
+			for i, p := range t.Ports {
 				if i > 0 {
-					cw.buf = append(cw.buf, ',')
+					cw.Buf = append(cw.Buf, ',')
 				}
-				cw.buf = appendTaskPort(cw.buf, p)
+				cw.Buf = appendTaskPort(cw.Buf, p)
 			}
-			cw.buf = append(cw.buf, ']')
+			cw.Buf = append(cw.Buf, ']')
 		}
-		cw.buf = append(cw.buf, `,"tasks":[`...)
+		cw.Buf = append(cw.Buf, `,"tasks":[`...)
 	} else {
-		cw.buf = append(cw.buf, ',')
+		cw.Buf = append(cw.Buf, ',')
 	}
 	cw.tasks++
-	cw.buf = append(cw.buf, '[')
-	cw.buf = appendJSONString(cw.buf, t.node)
-	cw.buf = append(cw.buf, ',')
-	if t.ip.IsValid() {
-		cw.buf = append(cw.buf, '"')
-		cw.buf = t.ip.AppendTo(cw.buf)
-		cw.buf = append(cw.buf, '"')
+	cw.Buf = append(cw.Buf, '[')
+	cw.Buf = jsonw.AppendString(cw.Buf, t.Node)
+	cw.Buf = append(cw.Buf, ',')
+	if t.IP.IsValid() {
+		cw.Buf = append(cw.Buf, '"')
+		cw.Buf = t.IP.AppendTo(cw.Buf)
+		cw.Buf = append(cw.Buf, '"')
 	} else {
-		cw.buf = appendJSONString(cw.buf, t.address)
+		cw.Buf = jsonw.AppendString(cw.Buf, t.Address)
 	}
-	cw.buf = append(cw.buf, ',')
-	cw.buf = appendJSONString(cw.buf, t.hostname)
-	cw.buf = append(cw.buf, ']')
+	cw.Buf = append(cw.Buf, ',')
+	cw.Buf = jsonw.AppendString(cw.Buf, t.Hostname)
+	cw.Buf = append(cw.Buf, ']')
 }
 
 // appendService appends svc as json.Marshal encodes it (a test holds the
 // two alike), without its reflection: a snapshot writes thousands.
 func appendService(b []byte, svc *Service) []byte {
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, svc.ID)
+	b = jsonw.AppendString(b, svc.ID)
 	b = append(b, `,"name":`...)
-	b = appendJSONString(b, svc.Name)
+	b = jsonw.AppendString(b, svc.Name)
 	if svc.Namespace != "" {
 		b = append(b, `,"namespace":`...)
-		b = appendJSONString(b, svc.Namespace)
+		b = jsonw.AppendString(b, svc.Namespace)
 	}
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, svc.Status)
+	b = jsonw.AppendString(b, svc.Status)
 	if len(svc.Ports) > 0 {
 		b = append(b, `,"ports":[`...)
 		for i, p := range svc.Ports {
@@ -243,7 +259,7 @@ func appendService(b []byte, svc *Service) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, a)
+			b = jsonw.AppendString(b, a)
 		}
 		b = append(b, ']')
 	}
@@ -252,7 +268,7 @@ func appendService(b []byte, svc *Service) []byte {
 	}
 	if svc.ExternalName != "" {
 		b = append(b, `,"external_name":`...)
-		b = appendJSONString(b, svc.ExternalName)
+		b = jsonw.AppendString(b, svc.ExternalName)
 	}
 	return append(b, '}')
 }
@@ -271,12 +287,12 @@ func appendPortHead(b []byte, name, proto string) []byte {
 	b = append(b, '{')
 	if name != "" {
 		b = append(b, `"name":`...)
-		b = appendJSONString(b, name)
+		b = jsonw.AppendString(b, name)
 		b = append(b, ',')
 	}
 	if proto != "" {
 		b = append(b, `"protocol":`...)
-		b = appendJSONString(b, proto)
+		b = jsonw.AppendString(b, proto)
 		b = append(b, ',')
 	}
 	return b
@@ -293,48 +309,43 @@ func appendIntField(b []byte, key string, n int, omitZero bool) []byte {
 }
 
 // endService closes the current service, if any.
-func (cw *compactWriter) endService() error {
+func (cw *CompactWriter) endService() error {
 	if cw.services == 0 {
 		return nil
 	}
 	if cw.tasks > 0 {
-		cw.buf = append(cw.buf, "]}"...)
+		cw.Buf = append(cw.Buf, "]}"...)
 	}
-	cw.buf = append(cw.buf, "]}"...)
+	cw.Buf = append(cw.Buf, "]}"...)
 	cw.tasks = 0
-	return cw.flush(false)
+	return cw.Flush(false)
 }
 
-// end closes the document.
-func (cw *compactWriter) end() error {
+// End closes the document.
+func (cw *CompactWriter) End() error {
 	if err := cw.endService(); err != nil {
 		return err
 	}
 	cw.services = 0
-	cw.buf = append(cw.buf, "]}\n"...)
-	return cw.flush(true)
+	cw.Buf = append(cw.Buf, "]}\n"...)
+	return cw.Flush(true)
 }
 
-func (cw *compactWriter) flush(always bool) error {
-	if !always && len(cw.buf) < 4096 {
-		return nil
+
+
+// samePorts reports whether two tasks share their ports: the same slice
+// (the tasks of one EndpointSlice), or equal ones.
+func samePorts(a, b []TaskPort) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	_, err := cw.w.Write(cw.buf)
-	cw.buf = cw.buf[:0]
-	return err
-}
-
-// appendJSONString appends s as a JSON string: printable ASCII without
-// quotes or backslashes as is (names, addresses, statuses), anything else
-// through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
 		}
 	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	return true
 }

@@ -1,4 +1,4 @@
-package endpointsvc
+package orch
 
 import "strings"
 
@@ -57,8 +57,8 @@ func parseName(qname, zone, defaultNS string) name {
 	if rel == "" {
 		return name{}
 	}
-	if strings.HasSuffix(rel, "."+nodeNamespace) {
-		n := rel[:len(rel)-len(nodeNamespace)-1]
+	if strings.HasSuffix(rel, "."+NodeNamespace) {
+		n := rel[:len(rel)-len(NodeNamespace)-1]
 		if n == "" || n[0] == '.' || n[len(n)-1] == '.' || strings.Contains(n, "..") {
 			return name{}
 		}

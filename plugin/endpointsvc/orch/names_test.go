@@ -1,4 +1,4 @@
-package endpointsvc
+package orch
 
 import "testing"
 

@@ -1,64 +1,82 @@
-package endpointsvc
+package orch
 
 import (
-	"maps"
+	"io"
 	"net/netip"
 )
 
-// patched returns a new table that is t with the services of st (each with
-// its whole endpoint set) replacing or adding theirs and the services in
-// removed gone; the nodes in dirty get the entries of st's nodes of that
-// name, or none when st has no such node. A node of st that is not dirty
-// keeps its entry (services left alone point at it). It copies the two
-// maps (a pointer per entry); every other entry is shared with t, which
-// stays valid and unchanged for the readers that still hold it.
+// Patch is a change to part of a source's state, for sources that know
+// what changed (the kubernetes source): applying it costs work in
+// proportion to the change, not to the cluster.
+type Patch struct {
+	// State holds the services that changed, each with all of its tasks,
+	// and the nodes those tasks run on (with every service that has a task
+	// on a dirty node).
+	State      *State
+	Removed    []SvcKey        // services no longer in the state
+	DirtyNodes map[string]bool // names of nodes that changed: their entries are State's, or gone
+
+	// Whole builds the source's whole state, for when the table cannot be
+	// patched (hostname advertise addresses, which the plugin re-resolves
+	// from a whole state).
+	Whole func() *State
+	// WriteSnapshot writes the source's whole current state in the
+	// snapshot form (the compact form); the snapshot writer calls it, at
+	// most once a second, off the sync path.
+	WriteSnapshot func(io.Writer) error
+}
+
+// Len is the number of services the patch changes.
+func (p *Patch) Len() int { return len(p.State.Services) + len(p.Removed) }
+
+// Snapshot writes the source's whole state.
+func (p *Patch) Snapshot(w io.Writer) error { return p.WriteSnapshot(w) }
+
+// Patched returns a new table that is t with the services of p.State
+// (each with its whole endpoint set) replacing or adding theirs and the
+// services in p.Removed gone; the nodes in p.DirtyNodes get the entries of
+// p.State's nodes of that name, or none when it has no such node. A node
+// of p.State that is not dirty keeps its entry (services left alone point
+// at it). It copies only the paths to what changes in the persistent maps;
+// every other entry is shared with t, which stays valid and unchanged for
+// the readers that still hold it.
 //
-// It relies on the source putting in st every service with an endpoint on
-// a dirty node, so that no entry left alone points at a replaced node.
-func (t *table) patched(st *State, removed []svcKey, dirty map[string]bool, zones []string, includeUnhealthy, endpointMode bool, resolved map[string][]netip.Addr, serial uint32) *table {
-	n := &table{
-		services:   maps.Clone(t.services),
-		nodes:      t.nodes,
-		serial:     serial,
-		nServices:  t.nServices,
-		nEndpts:    t.nEndpts,
-		nConflicts: t.nConflicts,
-	}
-	cloned := false
-	write := func() {
-		if !cloned {
-			n.nodes, cloned = maps.Clone(t.nodes), true
-		}
-	}
-	for name := range dirty {
-		write()
-		delete(n.nodes, name)
+// It relies on the source putting in p.State every service with an
+// endpoint on a dirty node, so that no entry left alone points at a
+// replaced node.
+func (t *Table) Patched(p *Patch, zones []string, includeUnhealthy, endpointMode bool, resolved map[string][]netip.Addr) *Table {
+	n := &Table{nServices: t.nServices, nEndpts: t.nEndpts, nConflicts: t.nConflicts}
+	st := p.State
+	nodes := t.nodes.Edit()
+	for name := range p.DirtyNodes {
+		nodes.Delete(name)
 	}
 	byID := make(map[string]*nodeEntry, len(st.Nodes))
 	for i := range st.Nodes {
 		node := &st.Nodes[i]
-		e, ok := n.nodes[node.Name]
+		e, ok := nodes.Get(node.Name)
 		if !ok { // dirty, or new to the table
 			e = newNodeEntry(node, zones, resolved)
-			write()
-			n.nodes[node.Name] = e
+			nodes.Set(node.Name, e)
 		}
 		byID[node.ID] = e
 	}
-	for _, k := range removed {
-		if old, ok := n.services[k]; ok {
+	services := t.services.Edit()
+	for _, k := range p.Removed {
+		if old, ok := services.Get(k); ok {
 			n.add(old, -1)
-			delete(n.services, k)
+			services.Delete(k)
 		}
 	}
 	for _, se := range EndpointSet(st, includeUnhealthy) {
-		k := svcKey{se.Service.Namespace, se.Service.Name}
-		if old, ok := n.services[k]; ok {
+		k := SvcKey{se.Service.Namespace, se.Service.Name}
+		if old, ok := services.Get(k); ok {
 			n.add(old, -1)
 		}
 		e := newSvcEntry(se, byID, endpointMode)
-		n.services[k] = e
+		services.Set(k, e)
 		n.add(e, 1)
 	}
+	n.services, n.nodes = services.Map(), nodes.Map()
 	return n
 }

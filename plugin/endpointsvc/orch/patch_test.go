@@ -1,9 +1,8 @@
-package endpointsvc
+package orch
 
 import (
 	"fmt"
 	"math/rand/v2"
-	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
@@ -14,15 +13,14 @@ import (
 // and the patch of that step.
 type churnModel struct {
 	r        *rand.Rand
-	spec     bool
 	services map[string]*Service
 	tasks    map[string][]Task // by service id
 	nodes    map[string]Node
 	next     int
 }
 
-func newChurnModel(seed uint64, spec bool) *churnModel {
-	m := &churnModel{r: rand.New(rand.NewPCG(seed, 1)), spec: spec, services: map[string]*Service{}, tasks: map[string][]Task{}, nodes: map[string]Node{}}
+func newChurnModel(seed uint64) *churnModel {
+	m := &churnModel{r: rand.New(rand.NewPCG(seed, 1)), services: map[string]*Service{}, tasks: map[string][]Task{}, nodes: map[string]Node{}}
 	for i := range 8 {
 		m.nodes[fmt.Sprintf("n%d", i)] = Node{ID: fmt.Sprintf("n%d", i), Name: fmt.Sprintf("n%d", i), Address: fmt.Sprintf("10.0.0.%d", i+1), Status: "ready"}
 	}
@@ -38,15 +36,6 @@ func (m *churnModel) addService() string {
 	name := fmt.Sprintf("svc%d", m.next)
 	s := &Service{ID: ns + "/" + name, Name: name, Namespace: ns, Status: "active",
 		Ports: []ServicePort{{Name: "http", Protocol: "tcp", TargetPort: 80, Port: 80, PublishedPort: 30000 + m.next%1000}}}
-	if m.spec {
-		switch m.r.IntN(3) {
-		case 0:
-			s.Headless = true
-		default:
-			// cluster IPs shared now and then, so that PTR has more than one candidate
-			s.ClusterIPs = []string{fmt.Sprintf("10.96.%d.%d", m.r.IntN(2), m.r.IntN(30)+1)}
-		}
-	}
 	m.services[s.ID] = s
 	m.retask(s.ID)
 	return s.ID
@@ -62,15 +51,9 @@ func (m *churnModel) retask(id string) {
 		if m.r.IntN(4) == 0 {
 			t.ActualStatus = StatusUnhealthy
 		}
-		if m.spec {
-			if m.r.IntN(3) == 0 {
-				t.Hostname = fmt.Sprintf("h%d", j)
-			}
-		} else {
-			t.NodeID = fmt.Sprintf("n%d", m.r.IntN(len(m.nodes)+1)) // n8 does not exist: no node
-			if _, ok := m.nodes[t.NodeID]; !ok {
-				t.NodeID = ""
-			}
+		t.NodeID = fmt.Sprintf("n%d", m.r.IntN(len(m.nodes)+1)) // n8 does not exist: no node
+		if _, ok := m.nodes[t.NodeID]; !ok {
+			t.NodeID = ""
 		}
 		ts = append(ts, t)
 	}
@@ -89,17 +72,13 @@ func (m *churnModel) state() *State {
 		st.Services = append(st.Services, *m.services[id])
 		st.Tasks = append(st.Tasks, m.tasks[id]...)
 	}
-	if !m.spec {
-		names := make([]string, 0, len(m.nodes))
-		for n := range m.nodes {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		for _, n := range names {
-			st.Nodes = append(st.Nodes, m.nodes[n])
-		}
-	} else {
-		st.Namespaces = []string{"ns0", "ns1", "ns2", "ns3"}
+	names := make([]string, 0, len(m.nodes))
+	for n := range m.nodes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		st.Nodes = append(st.Nodes, m.nodes[n])
 	}
 	if err := st.Validate(); err != nil {
 		panic(err)
@@ -109,9 +88,9 @@ func (m *churnModel) state() *State {
 
 // step changes a few services (or, for schema orch, a node) and returns
 // the patch a source would send.
-func (m *churnModel) step() (*State, []svcKey, map[string]bool) {
+func (m *churnModel) step() (*State, []SvcKey, map[string]bool) {
 	changed := map[string]bool{}
-	var removed []svcKey
+	var removed []SvcKey
 	dirty := map[string]bool{}
 	for range m.r.IntN(4) + 1 {
 		ids := make([]string, 0, len(m.services))
@@ -125,11 +104,11 @@ func (m *churnModel) step() (*State, []svcKey, map[string]bool) {
 		case op < 4 && len(ids) > 0:
 			id := ids[m.r.IntN(len(ids))]
 			s := m.services[id]
-			removed = append(removed, svcKey{s.Namespace, s.Name})
+			removed = append(removed, SvcKey{s.Namespace, s.Name})
 			delete(m.services, id)
 			delete(m.tasks, id)
 			delete(changed, id)
-		case op < 5 && !m.spec:
+		case op < 5:
 			n := fmt.Sprintf("n%d", m.r.IntN(len(m.nodes)))
 			node := m.nodes[n]
 			if node.Status == "ready" {
@@ -187,80 +166,40 @@ func (m *churnModel) step() (*State, []svcKey, map[string]bool) {
 
 // TestPatchEqualsWholeBuild: over 300 random steps (services added,
 // removed, their endpoints changed, nodes going down or moving), the table
-// patched step by step equals the table built whole from each step's state
-// - for schema orch (node and endpoint mode) and schema kubernetes.
+// patched step by step equals the table built whole from each step's
+// state, in node and in endpoint mode.
 func TestPatchEqualsWholeBuild(t *testing.T) {
 	zones := []string{"cluster.test."}
-	for _, mode := range []string{"orch-node", "orch-endpoint", "spec"} {
-		t.Run(mode, func(t *testing.T) {
-			m := newChurnModel(7, mode == "spec")
-			endpointMode := mode == "orch-endpoint"
-			if m.spec {
-				tbl := buildSpecTable(m.state())
-				for i := range 300 {
-					p, removed, _ := m.step()
-					tbl = tbl.patched(p, removed, false)
-					if diff := specDiff(tbl, buildSpecTable(m.state())); diff != "" {
-						t.Fatalf("step %d: %s", i, diff)
-					}
-				}
-				return
-			}
-			tbl := buildTable(m.state(), zones, false, endpointMode, nil, 1)
+	for _, endpointMode := range []bool{false, true} {
+		t.Run(fmt.Sprintf("endpoint=%v", endpointMode), func(t *testing.T) {
+			m := newChurnModel(7)
+			tbl := BuildTable(m.state(), zones, false, endpointMode, nil)
 			for i := range 300 {
 				p, removed, dirty := m.step()
-				tbl = tbl.patched(p, removed, dirty, zones, false, endpointMode, nil, 1)
-				want := buildTable(m.state(), zones, false, endpointMode, nil, 1)
-				if !reflect.DeepEqual(tbl, want) {
-					t.Fatalf("step %d: patched table differs from the whole build:\n%+v\n%+v", i, tbl, want)
+				tbl = tbl.Patched(&Patch{State: p, Removed: removed, DirtyNodes: dirty}, zones, false, endpointMode, nil)
+				want := BuildTable(m.state(), zones, false, endpointMode, nil)
+				if a, b := contents(tbl), contents(want); !reflect.DeepEqual(a, b) {
+					t.Fatalf("step %d: patched table differs from the whole build:\n%+v\n%+v", i, a, b)
 				}
 			}
 		})
 	}
 }
 
-// specDiff describes how two spec tables answer differently: services
-// (but for their slots), namespaces, counts, and the reverse index for
-// every address either holds.
-func specDiff(a, b *specTable) string {
-	if a.nEndpts != b.nEndpts || len(a.services) != len(b.services) {
-		return fmt.Sprintf("%d services, %d endpoints; want %d, %d", len(a.services), a.nEndpts, len(b.services), b.nEndpts)
-	}
-	if !reflect.DeepEqual(a.namespaces, b.namespaces) {
-		return fmt.Sprintf("namespaces %v, want %v", a.namespaces, b.namespaces)
-	}
-	for k, x := range a.services {
-		y := b.services[k]
-		if y == nil {
-			return fmt.Sprintf("service %v not in the whole build", k)
-		}
-		xc, yc := *x, *y
-		xc.slot, yc.slot = 0, 0
-		if !reflect.DeepEqual(xc, yc) {
-			return fmt.Sprintf("service %v: %+v, want %+v", k, xc, yc)
-		}
-		if a.list[x.slot] != x {
-			return fmt.Sprintf("service %v not in its slot", k)
-		}
-	}
-	for _, t := range []*specTable{a, b} {
-		for _, shard := range t.ptrs {
-			for _, p := range shard {
-				ip := t.addr(p)
-				if ra, rb := reverseNames(a, ip), reverseNames(b, ip); !slices.Equal(ra, rb) {
-					return fmt.Sprintf("PTR %s: %v, want %v", ip, ra, rb)
-				}
-			}
-		}
-	}
-	return ""
+// tableContents is what a table holds, whatever the shape of its tries.
+type tableContents struct {
+	services          map[SvcKey]*svcEntry
+	nodes             map[string]*nodeEntry
+	n, eps, conflicts int
 }
 
-func reverseNames(t *specTable, ip netip.Addr) []string {
-	var out []string
-	for _, p := range t.reverse(ip) {
-		s := t.list[p.svc]
-		out = append(out, fmt.Sprintf("%s/%s/%d", s.namespace, s.name, p.ep))
+func contents(t *Table) tableContents {
+	c := tableContents{services: map[SvcKey]*svcEntry{}, nodes: map[string]*nodeEntry{}, n: t.nServices, eps: t.nEndpts, conflicts: t.nConflicts}
+	for k, v := range t.services.All() {
+		c.services[k] = v
 	}
-	return out
+	for k, v := range t.nodes.All() {
+		c.nodes[k] = v
+	}
+	return c
 }

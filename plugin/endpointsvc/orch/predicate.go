@@ -1,4 +1,4 @@
-package endpointsvc
+package orch
 
 // IsEndpoint is THE predicate: it decides whether task t of service svc,
 // running on node n (nil when unscheduled or unknown), is an endpoint. Every

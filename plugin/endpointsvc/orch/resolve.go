@@ -1,4 +1,4 @@
-package endpointsvc
+package orch
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// lookupFunc resolves a hostname to its addresses.
-type lookupFunc func(ctx context.Context, host string) ([]netip.Addr, error)
+// LookupFunc resolves a hostname to its addresses.
+type LookupFunc func(ctx context.Context, host string) ([]netip.Addr, error)
 
 // defaultLookup uses the system resolver (/etc/hosts, then DNS). The name
 // goes without its trailing dot: Go's /etc/hosts lookup misses "name.".
@@ -19,26 +19,27 @@ func defaultLookup(ctx context.Context, host string) ([]netip.Addr, error) {
 	return net.DefaultResolver.LookupNetIP(ctx, "ip", strings.TrimSuffix(host, "."))
 }
 
-// hostResolver resolves hostname advertise addresses off the hot path and
+// HostResolver resolves hostname advertise addresses off the hot path and
 // keeps the last good result of each hostname, so a failing lookup does not
 // take addresses away. Lookups run without any lock; mu guards the cache.
-type hostResolver struct {
-	lookup  lookupFunc
-	timeout time.Duration
+type HostResolver struct {
+	lookup  LookupFunc
+	Timeout time.Duration // of one lookup
 	mu      sync.Mutex
 	cache   map[string][]netip.Addr // fqdn → sorted addresses (last good)
 }
 
-func newHostResolver(lookup lookupFunc) *hostResolver {
+// NewHostResolver returns a resolver using lookup (nil: the system's).
+func NewHostResolver(lookup LookupFunc) *HostResolver {
 	if lookup == nil {
 		lookup = defaultLookup
 	}
-	return &hostResolver{lookup: lookup, timeout: 2 * time.Second, cache: map[string][]netip.Addr{}}
+	return &HostResolver{lookup: lookup, Timeout: 2 * time.Second, cache: map[string][]netip.Addr{}}
 }
 
-// cached returns the cached addresses of hosts and reports whether any host
+// Cached returns the cached addresses of hosts and reports whether any host
 // was never looked up; it forgets hosts that are no longer asked for.
-func (r *hostResolver) cached(hosts []string) (map[string][]netip.Addr, bool) {
+func (r *HostResolver) Cached(hosts []string) (map[string][]netip.Addr, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	want := make(map[string]bool, len(hosts))
@@ -63,9 +64,9 @@ func (r *hostResolver) cached(hosts []string) (map[string][]netip.Addr, bool) {
 	return out, missing
 }
 
-// snapshot returns a copy of the cache (the address slices are not
+// Snapshot returns a copy of the cache (the address slices are not
 // modified once cached, so they are shared).
-func (r *hostResolver) snapshot() map[string][]netip.Addr {
+func (r *HostResolver) Snapshot() map[string][]netip.Addr {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := make(map[string][]netip.Addr, len(r.cache))
@@ -75,8 +76,8 @@ func (r *hostResolver) snapshot() map[string][]netip.Addr {
 	return m
 }
 
-// restore fills the cache from a snapshot.
-func (r *hostResolver) restore(m map[string][]netip.Addr) {
+// Restore fills the cache from a snapshot.
+func (r *HostResolver) Restore(m map[string][]netip.Addr) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for h, ips := range m {
@@ -84,8 +85,8 @@ func (r *hostResolver) restore(m map[string][]netip.Addr) {
 	}
 }
 
-// hostnames returns the distinct hostname advertise addresses of st's nodes.
-func hostnames(st *State) []string {
+// Hostnames returns the distinct hostname advertise addresses of st's nodes.
+func Hostnames(st *State) []string {
 	seen := map[string]bool{}
 	var out []string
 	for i := range st.Nodes {
@@ -98,10 +99,10 @@ func hostnames(st *State) []string {
 	return out
 }
 
-// resolve looks hosts up and caches the results. Hosts already cached are
+// Resolve looks hosts up and caches the results. Hosts already cached are
 // looked up again only when refresh is set. It reports whether any cached
 // result changed.
-func (r *hostResolver) resolve(ctx context.Context, hosts []string, refresh bool) bool {
+func (r *HostResolver) Resolve(ctx context.Context, hosts []string, refresh bool) bool {
 	var todo []string
 	r.mu.Lock()
 	for _, h := range hosts {
@@ -119,7 +120,7 @@ func (r *hostResolver) resolve(ctx context.Context, hosts []string, refresh bool
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			c, cancel := context.WithTimeout(ctx, r.timeout)
+			c, cancel := context.WithTimeout(ctx, r.Timeout)
 			defer cancel()
 			ips, err := r.lookup(c, h)
 			if err != nil || len(ips) == 0 {

@@ -1,4 +1,4 @@
-package endpointsvc
+package orch
 
 import (
 	"bytes"
@@ -14,17 +14,18 @@ import (
 	"github.com/miekg/dns"
 )
 
-// State is the orchestrator model every source maps onto: services, the
-// tasks that run them, and the nodes the tasks run on. The file and orch
-// sources decode it from JSON (DecodeState); other sources build it directly.
-// A State is immutable once validated: names and ids are lowercased where
-// DNS lookups use them, and every cross reference resolves.
+// State is the orchestrator model: services, the tasks that run them, and
+// the nodes the tasks run on. The file and orch sources decode it from
+// JSON (DecodeState); the kubernetes source maps Services, EndpointSlices
+// and Nodes onto it. A State is immutable once validated: names and ids
+// are lowercased where DNS lookups use them, and every cross reference
+// resolves.
 type State struct {
 	Services []Service `json:"services"`
 	Tasks    []Task    `json:"tasks"`
 	Nodes    []Node    `json:"nodes"`
-	// Namespaces lists the namespaces that exist (schema kubernetes answers
-	// NXDOMAIN under any other); empty: those of the services.
+	// Namespaces is read by an older meshdns's schema kubernetes, whose
+	// snapshots were state documents; this model ignores it.
 	Namespaces []string `json:"namespaces,omitempty"`
 }
 
@@ -36,18 +37,12 @@ type Service struct {
 	Status    string        `json:"status"`              // active, inactive, deleting
 	Ports     []ServicePort `json:"ports,omitempty"`
 
-	// The fields below are read by schema kubernetes only (the Kubernetes
-	// DNS specification); the orch schema ignores them.
-
-	// ClusterIPs are the Service's virtual IPs (spec.clusterIPs), answered
-	// instead of the endpoints; none for a headless Service.
-	ClusterIPs []string `json:"cluster_ips,omitempty"`
-	// Headless marks a Service with clusterIP None: its names answer the
-	// endpoints' own addresses.
-	Headless bool `json:"headless,omitempty"`
-	// ExternalName is the target of an ExternalName Service (answered as a
-	// CNAME in its own spelling; no endpoints).
-	ExternalName string `json:"external_name,omitempty"`
+	// ClusterIPs, Headless and ExternalName were read by an older
+	// meshdns's schema kubernetes (the k8sdns package reads such
+	// documents); this model ignores them.
+	ClusterIPs   []string `json:"cluster_ips,omitempty"`
+	Headless     bool     `json:"headless,omitempty"`
+	ExternalName string   `json:"external_name,omitempty"`
 }
 
 // ServicePort is a port of a service. PublishedPort is the port clients
@@ -58,7 +53,7 @@ type ServicePort struct {
 	TargetPort    int    `json:"target_port"`
 	PublishedPort int    `json:"published_port,omitempty"`
 	// Port is the port clients use on the service's own address (a
-	// Kubernetes Service's spec.ports[].port; schema kubernetes SRV).
+	// Kubernetes Service's spec.ports[].port).
 	Port int `json:"port,omitempty"`
 }
 
@@ -75,8 +70,8 @@ type Task struct {
 	// address modes that answer with endpoint addresses instead of node
 	// addresses. Node mode ignores it. Optional.
 	Address string `json:"address,omitempty"`
-	// Hostname is the endpoint's own DNS label (an EndpointSlice endpoint's
-	// hostname, a StatefulSet pod's name); schema kubernetes only.
+	// Hostname was read by an older meshdns's schema kubernetes; this
+	// model ignores it (but for its syntax).
 	Hostname string `json:"hostname,omitempty"`
 }
 
@@ -129,20 +124,15 @@ func set(s ...string) map[string]bool {
 // DefaultNamespace is the namespace of a service that names none.
 const DefaultNamespace = "default"
 
-// nodeNamespace is reserved: <node-name>.node.<zone> names nodes.
-const nodeNamespace = "node"
+// NodeNamespace is reserved: <node-name>.node.<zone> names nodes.
+const NodeNamespace = "node"
 
 // DecodeState parses and validates a state document. Any invalid part
 // rejects the whole document, with an error naming that part.
 func DecodeState(b []byte) (*State, error) {
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
 	st := new(State)
-	if err := d.Decode(st); err != nil {
-		return nil, fmt.Errorf("state: %w", err)
-	}
-	if _, err := d.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("state: trailing data after the JSON document")
+	if err := strictJSON(b, st); err != nil {
+		return nil, err
 	}
 	if err := st.Validate(); err != nil {
 		return nil, err
@@ -150,133 +140,164 @@ func DecodeState(b []byte) (*State, error) {
 	return st, nil
 }
 
+// strictJSON decodes one JSON document into v, with no unknown field and
+// nothing after it.
+func strictJSON(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	if _, err := d.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("state: trailing data after the JSON document")
+	}
+	return nil
+}
+
 // Validate checks every part of st and normalises it in place (lowercased
 // names, default namespace and protocol). It returns the first problem found.
 func (st *State) Validate() error {
+	nodeIDs, err := st.validateNodes()
+	if err != nil {
+		return err
+	}
+	for i, ns := range st.Namespaces {
+		st.Namespaces[i] = strings.ToLower(ns)
+		if !ValidLabel(st.Namespaces[i]) {
+			return fmt.Errorf("state: namespaces[%d]: bad namespace %q", i, ns)
+		}
+	}
+	svcIDs := make(map[string]bool, len(st.Services))
+	svcNames := make(map[SvcKey]bool, len(st.Services))
+	for i := range st.Services {
+		if err := st.Services[i].validate(svcIDs, svcNames); err != nil {
+			return fmt.Errorf("%s: %w", at("services", i, st.Services[i].ID), err)
+		}
+	}
+	taskIDs := make(map[string]bool, len(st.Tasks))
+	for i := range st.Tasks {
+		if err := st.Tasks[i].validate(taskIDs, svcIDs, nodeIDs); err != nil {
+			return fmt.Errorf("%s: %w", at("tasks", i, st.Tasks[i].ID), err)
+		}
+	}
+	return nil
+}
+
+// validateNodes checks the nodes and returns their ids.
+func (st *State) validateNodes() (map[string]bool, error) {
 	nodeIDs := make(map[string]bool, len(st.Nodes))
 	nodeNames := make(map[string]bool, len(st.Nodes))
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
+		where := at("nodes", i, n.ID)
 		if n.ID == "" {
-			return fmt.Errorf("%s: empty id", at("nodes", i, n.ID))
+			return nil, fmt.Errorf("%s: empty id", where)
 		}
 		if nodeIDs[n.ID] {
-			return fmt.Errorf("%s: duplicate node id", at("nodes", i, n.ID))
+			return nil, fmt.Errorf("%s: duplicate node id", where)
 		}
 		nodeIDs[n.ID] = true
 		n.Name = strings.ToLower(n.Name)
-		if !validName(n.Name) {
-			return fmt.Errorf("%s: bad node name %q", at("nodes", i, n.ID), n.Name)
+		if !ValidName(n.Name) {
+			return nil, fmt.Errorf("%s: bad node name %q", where, n.Name)
 		}
 		if nodeNames[n.Name] {
-			return fmt.Errorf("%s: duplicate node name %q", at("nodes", i, n.ID), n.Name)
+			return nil, fmt.Errorf("%s: duplicate node name %q", where, n.Name)
 		}
 		nodeNames[n.Name] = true
 		if _, _, err := ParseAddress(n.Address); err != nil {
-			return fmt.Errorf("%s: bad address %q: %w", at("nodes", i, n.ID), n.Address, err)
+			return nil, fmt.Errorf("%s: bad address %q: %w", where, n.Address, err)
 		}
 		if !nodeStatuses[n.Status] {
-			return fmt.Errorf("%s: unknown status %q", at("nodes", i, n.ID), n.Status)
+			return nil, fmt.Errorf("%s: unknown status %q", where, n.Status)
 		}
 	}
+	return nodeIDs, nil
+}
 
-	for i, ns := range st.Namespaces {
-		st.Namespaces[i] = strings.ToLower(ns)
-		if !validLabel(st.Namespaces[i]) {
-			return fmt.Errorf("state: namespaces[%d]: bad namespace %q", i, ns)
+// validate checks and normalises service s; ids and names hold those of
+// the services before it, and get its own.
+func (s *Service) validate(ids map[string]bool, names map[SvcKey]bool) error {
+	if s.ID == "" {
+		return errors.New("empty id")
+	}
+	if ids[s.ID] {
+		return errors.New("duplicate service id")
+	}
+	ids[s.ID] = true
+	s.Name, s.Namespace = strings.ToLower(s.Name), strings.ToLower(s.Namespace)
+	if s.Namespace == "" {
+		s.Namespace = DefaultNamespace
+	}
+	if !ValidLabel(s.Name) {
+		return fmt.Errorf("bad service name %q", s.Name)
+	}
+	if !ValidLabel(s.Namespace) || s.Namespace == NodeNamespace {
+		return fmt.Errorf("bad namespace %q", s.Namespace)
+	}
+	if names[SvcKey{s.Namespace, s.Name}] {
+		return fmt.Errorf("duplicate service %q in namespace %q", s.Name, s.Namespace)
+	}
+	names[SvcKey{s.Namespace, s.Name}] = true
+	if !serviceStatuses[s.Status] {
+		return fmt.Errorf("unknown status %q", s.Status)
+	}
+	seen := map[portKey]bool{}
+	for j := range s.Ports {
+		p := &s.Ports[j]
+		if err := normPort(&p.Name, &p.Protocol); err != nil {
+			return fmt.Errorf("ports[%d]: %w", j, err)
+		}
+		if !ValidPort(p.TargetPort, false) || !ValidPort(p.PublishedPort, true) || !ValidPort(p.Port, true) {
+			return fmt.Errorf("ports[%d]: bad port number", j)
+		}
+		if p.Name != "" {
+			if seen[portKey{p.Name, p.Protocol}] {
+				return fmt.Errorf("ports[%d]: duplicate port %q/%s", j, p.Name, p.Protocol)
+			}
+			seen[portKey{p.Name, p.Protocol}] = true
 		}
 	}
+	return nil
+}
 
-	svcIDs := make(map[string]bool, len(st.Services))
-	svcNames := make(map[svcKey]bool, len(st.Services))
-	for i := range st.Services {
-		s := &st.Services[i]
-		if s.ID == "" {
-			return fmt.Errorf("%s: empty id", at("services", i, s.ID))
-		}
-		if svcIDs[s.ID] {
-			return fmt.Errorf("%s: duplicate service id", at("services", i, s.ID))
-		}
-		svcIDs[s.ID] = true
-		s.Name, s.Namespace = strings.ToLower(s.Name), strings.ToLower(s.Namespace)
-		if s.Namespace == "" {
-			s.Namespace = DefaultNamespace
-		}
-		if !validLabel(s.Name) {
-			return fmt.Errorf("%s: bad service name %q", at("services", i, s.ID), s.Name)
-		}
-		if !validLabel(s.Namespace) || s.Namespace == nodeNamespace {
-			return fmt.Errorf("%s: bad namespace %q", at("services", i, s.ID), s.Namespace)
-		}
-		if svcNames[svcKey{s.Namespace, s.Name}] {
-			return fmt.Errorf("%s: duplicate service %q in namespace %q", at("services", i, s.ID), s.Name, s.Namespace)
-		}
-		svcNames[svcKey{s.Namespace, s.Name}] = true
-		if !serviceStatuses[s.Status] {
-			return fmt.Errorf("%s: unknown status %q", at("services", i, s.ID), s.Status)
-		}
-		if err := s.validateKube(); err != nil {
-			return fmt.Errorf("%s: %w", at("services", i, s.ID), err)
-		}
-		var seen map[portKey]bool
-		for j := range s.Ports {
-			p := &s.Ports[j]
-			if err := normPort(&p.Name, &p.Protocol); err != nil {
-				return fmt.Errorf("%s: ports[%d]: %w", at("services", i, s.ID), j, err)
-			}
-			if !validPort(p.TargetPort, false) || !validPort(p.PublishedPort, true) || !validPort(p.Port, true) {
-				return fmt.Errorf("%s: ports[%d]: bad port number", at("services", i, s.ID), j)
-			}
-			if p.Name != "" {
-				if seen == nil {
-					seen = map[portKey]bool{}
-				}
-				if seen[portKey{p.Name, p.Protocol}] {
-					return fmt.Errorf("%s: ports[%d]: duplicate port %q/%s", at("services", i, s.ID), j, p.Name, p.Protocol)
-				}
-				seen[portKey{p.Name, p.Protocol}] = true
-			}
+// validate checks and normalises task t; ids holds the tasks' ids before
+// it and gets its own, svcIDs and nodeIDs are the state's.
+func (t *Task) validate(ids, svcIDs, nodeIDs map[string]bool) error {
+	if t.ID == "" {
+		return errors.New("empty id")
+	}
+	if ids[t.ID] {
+		return errors.New("duplicate task id")
+	}
+	ids[t.ID] = true
+	if !svcIDs[t.ServiceID] {
+		return fmt.Errorf("unknown service_id %q", t.ServiceID)
+	}
+	if t.NodeID != "" && !nodeIDs[t.NodeID] {
+		return fmt.Errorf("unknown node_id %q", t.NodeID)
+	}
+	if !taskStatuses[t.DesiredStatus] {
+		return fmt.Errorf("unknown desired_status %q", t.DesiredStatus)
+	}
+	if !taskStatuses[t.ActualStatus] {
+		return fmt.Errorf("unknown actual_status %q", t.ActualStatus)
+	}
+	if t.Address != "" {
+		if _, _, err := ParseAddress(t.Address); err != nil {
+			return fmt.Errorf("bad address %q: %w", t.Address, err)
 		}
 	}
-
-	taskIDs := make(map[string]bool, len(st.Tasks))
-	for i := range st.Tasks {
-		t := &st.Tasks[i]
-		if t.ID == "" {
-			return fmt.Errorf("%s: empty id", at("tasks", i, t.ID))
+	if t.Hostname = strings.ToLower(t.Hostname); t.Hostname != "" && !ValidLabel(t.Hostname) {
+		return fmt.Errorf("bad hostname %q", t.Hostname)
+	}
+	for j := range t.Ports {
+		p := &t.Ports[j]
+		if err := normPort(&p.Name, &p.Protocol); err != nil {
+			return fmt.Errorf("ports[%d]: %w", j, err)
 		}
-		if taskIDs[t.ID] {
-			return fmt.Errorf("%s: duplicate task id", at("tasks", i, t.ID))
-		}
-		taskIDs[t.ID] = true
-		if !svcIDs[t.ServiceID] {
-			return fmt.Errorf("%s: unknown service_id %q", at("tasks", i, t.ID), t.ServiceID)
-		}
-		if t.NodeID != "" && !nodeIDs[t.NodeID] {
-			return fmt.Errorf("%s: unknown node_id %q", at("tasks", i, t.ID), t.NodeID)
-		}
-		if !taskStatuses[t.DesiredStatus] {
-			return fmt.Errorf("%s: unknown desired_status %q", at("tasks", i, t.ID), t.DesiredStatus)
-		}
-		if !taskStatuses[t.ActualStatus] {
-			return fmt.Errorf("%s: unknown actual_status %q", at("tasks", i, t.ID), t.ActualStatus)
-		}
-		if t.Address != "" {
-			if _, _, err := ParseAddress(t.Address); err != nil {
-				return fmt.Errorf("%s: bad address %q: %w", at("tasks", i, t.ID), t.Address, err)
-			}
-		}
-		if t.Hostname = strings.ToLower(t.Hostname); t.Hostname != "" && !validLabel(t.Hostname) {
-			return fmt.Errorf("%s: bad hostname %q", at("tasks", i, t.ID), t.Hostname)
-		}
-		for j := range t.Ports {
-			p := &t.Ports[j]
-			if err := normPort(&p.Name, &p.Protocol); err != nil {
-				return fmt.Errorf("%s: ports[%d]: %w", at("tasks", i, t.ID), j, err)
-			}
-			if !validPort(p.ContainerPort, false) || !validPort(p.HostPort, true) {
-				return fmt.Errorf("%s: ports[%d]: bad port number", at("tasks", i, t.ID), j)
-			}
+		if !ValidPort(p.ContainerPort, false) || !ValidPort(p.HostPort, true) {
+			return fmt.Errorf("ports[%d]: bad port number", j)
 		}
 	}
 	return nil
@@ -287,6 +308,9 @@ func at(kind string, i int, id string) string {
 	return fmt.Sprintf("state: %s[%d] (id %q)", kind, i, id)
 }
 
+// ValidProtocol reports whether p is a protocol of the model (lowercased).
+func ValidProtocol(p string) bool { return protocols[p] }
+
 func normPort(name, proto *string) error {
 	*name, *proto = strings.ToLower(*name), strings.ToLower(*proto)
 	if *proto == "" {
@@ -295,19 +319,20 @@ func normPort(name, proto *string) error {
 	if !protocols[*proto] {
 		return fmt.Errorf("unknown protocol %q", *proto)
 	}
-	if *name != "" && !validLabel(*name) {
+	if *name != "" && !ValidLabel(*name) {
 		return fmt.Errorf("bad port name %q", *name)
 	}
 	return nil
 }
 
-func validPort(p int, zeroOK bool) bool {
+// ValidPort reports whether p is a port number (or 0, with zeroOK).
+func ValidPort(p int, zeroOK bool) bool {
 	return (zeroOK && p == 0) || (p > 0 && p <= 65535)
 }
 
-// validLabel reports whether s is a lowercase RFC 1123 label: letters,
+// ValidLabel reports whether s is a lowercase RFC 1123 label: letters,
 // digits and inner hyphens, 1 to 63 characters.
-func validLabel(s string) bool {
+func ValidLabel(s string) bool {
 	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
 		return false
 	}
@@ -320,15 +345,15 @@ func validLabel(s string) bool {
 	return true
 }
 
-// validName reports whether s is one or more dot-separated valid labels
+// ValidName reports whether s is one or more dot-separated valid labels
 // (a node name may be a host's FQDN), at most 200 characters so that
 // <name>.node.<zone> still fits a DNS name.
-func validName(s string) bool {
+func ValidName(s string) bool {
 	if len(s) == 0 || len(s) > 200 {
 		return false
 	}
 	for _, l := range strings.Split(s, ".") {
-		if !validLabel(l) {
+		if !ValidLabel(l) {
 			return false
 		}
 	}
@@ -358,39 +383,8 @@ func ParseAddress(s string) (ip netip.Addr, host string, err error) {
 		return a.Unmap(), "", nil
 	}
 	h = strings.ToLower(strings.TrimSuffix(h, "."))
-	if !validName(h) || strings.Trim(h[strings.LastIndexByte(h, '.')+1:], "0123456789") == "" {
+	if !ValidName(h) || strings.Trim(h[strings.LastIndexByte(h, '.')+1:], "0123456789") == "" {
 		return ip, "", errors.New("neither an IP address nor a hostname")
 	}
 	return ip, dns.Fqdn(h), nil
-}
-
-// validateKube checks and normalises the fields schema kubernetes reads:
-// cluster IPs are IP addresses (canonical text), an external name is a
-// hostname (lowercased, fully qualified), and a Service is at most one of
-// headless, ExternalName and ClusterIP.
-func (s *Service) validateKube() error {
-	for j, a := range s.ClusterIPs {
-		ip, err := netip.ParseAddr(a)
-		if err != nil || ip.Zone() != "" {
-			return fmt.Errorf("bad cluster IP %q", a)
-		}
-		s.ClusterIPs[j] = ip.Unmap().String()
-	}
-	if s.ExternalName != "" {
-		n := strings.TrimSuffix(s.ExternalName, ".")
-		if !validName(strings.ToLower(n)) {
-			return fmt.Errorf("bad external name %q", s.ExternalName)
-		}
-		s.ExternalName = n + "." // answered as written, as the kubernetes plugin does
-	}
-	kinds := 0
-	for _, b := range []bool{len(s.ClusterIPs) > 0, s.Headless, s.ExternalName != ""} {
-		if b {
-			kinds++
-		}
-	}
-	if kinds > 1 {
-		return errors.New("a service is only one of cluster IPs, headless and external name")
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package endpointsvc
+package orch
 
 import (
 	"encoding/json"
@@ -183,4 +183,17 @@ func mustJSON(t testing.TB, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+func loadState(t testing.TB, path string) *State {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -1,28 +1,37 @@
-package endpointsvc
+package orch
 
 import (
 	"net"
 	"net/netip"
 	"sort"
+
+	"github.com/meshdns/meshdns/plugin/pkg/pmap"
 )
 
-// table is the immutable snapshot ServeDNS reads through an atomic pointer.
-// It is built from one State by buildTable and never changed afterwards.
-// Keys are lowercased: namespace and service names, node names.
-type table struct {
-	services   map[svcKey]*svcEntry
-	nodes      map[string]*nodeEntry
-	serial     uint32 // SOA serial
+// Table is the immutable table ServeDNS reads through an atomic pointer.
+// It is built from one State by BuildTable, or from another table and a
+// Patch by Patched, and never changed afterwards. Its maps are persistent
+// (pmap): a patch copies only the paths to what it changes. Keys are
+// lowercased: namespace and service names, node names.
+type Table struct {
+	services   *pmap.Map[SvcKey, *svcEntry]
+	nodes      *pmap.Map[string, *nodeEntry]
 	nServices  int
 	nEndpts    int
 	nConflicts int // services with more than one CNAME candidate
-
-	spec *specTable // schema kubernetes only; services and nodes are then empty
 }
 
-type svcKey struct{ namespace, name string }
+// SvcKey names a service.
+type SvcKey struct{ Namespace, Name string }
 
 type portKey struct{ name, proto string }
+
+// Services, Endpoints and Conflicts are the table's figures: services,
+// the endpoints the predicate admitted, services (endpoint mode) with
+// more than one CNAME candidate.
+func (t *Table) Services() int  { return t.nServices }
+func (t *Table) Endpoints() int { return t.nEndpts }
+func (t *Table) Conflicts() int { return t.nConflicts }
 
 // addrs are distinct addresses in a fixed order (sorted bytewise), packed
 // end to end (4 bytes per IPv4 address, 16 per IPv6 address) in one
@@ -78,35 +87,34 @@ type nodeEntry struct {
 	addrs
 }
 
-// buildTable turns a validated state into a table for zones. In endpoint
+// BuildTable turns a validated state into a table for zones. In endpoint
 // mode a service's addresses are its endpoints' own: IPs, or, when it has
 // only FQDN endpoints, one CNAME to the lexicographically first FQDN (more
 // than one candidate, or FQDNs beside IPs, counts as a conflict). resolved holds
 // the addresses of hostname advertise addresses (fully qualified,
 // lowercased); a hostname missing from it contributes no address.
-func buildTable(st *State, zones []string, includeUnhealthy, endpointMode bool, resolved map[string][]netip.Addr, serial uint32) *table {
-	t := &table{
-		services: make(map[svcKey]*svcEntry, len(st.Services)),
-		nodes:    make(map[string]*nodeEntry, len(st.Nodes)),
-		serial:   serial,
-	}
+func BuildTable(st *State, zones []string, includeUnhealthy, endpointMode bool, resolved map[string][]netip.Addr) *Table {
+	t := &Table{}
+	nodes := pmap.New[string, *nodeEntry]().Edit()
 	byID := make(map[string]*nodeEntry, len(st.Nodes))
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
 		e := newNodeEntry(n, zones, resolved)
-		t.nodes[n.Name] = e
+		nodes.Set(n.Name, e)
 		byID[n.ID] = e
 	}
+	services := pmap.New[SvcKey, *svcEntry]().Edit()
 	for _, se := range EndpointSet(st, includeUnhealthy) {
 		e := newSvcEntry(se, byID, endpointMode)
-		t.services[svcKey{se.Service.Namespace, se.Service.Name}] = e
+		services.Set(SvcKey{se.Service.Namespace, se.Service.Name}, e)
 		t.add(e, 1)
 	}
+	t.services, t.nodes = services.Map(), nodes.Map()
 	return t
 }
 
 // add counts entry e into the table's figures (sign 1) or out of them (-1).
-func (t *table) add(e *svcEntry, sign int) {
+func (t *Table) add(e *svcEntry, sign int) {
 	t.nServices += sign
 	t.nEndpts += sign * int(e.admitted)
 	if e.conflict {

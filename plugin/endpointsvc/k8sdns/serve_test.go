@@ -1,32 +1,76 @@
-package endpointsvc
+package k8sdns
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 
-	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
+	"github.com/coredns/coredns/request"
 
 	"github.com/miekg/dns"
 )
 
-// newSpecPlugin serves testdata/spec-state.json with schema kubernetes in
-// cluster.local, in-addr.arpa and ip6.arpa, TTL 5, pods insecure.
-func newSpecPlugin(t testing.TB) *Endpointsvc {
+// testServer serves the zones of kubeadm's stanza with TTL 5 and pods
+// insecure, no upstream.
+func testServer() *Server {
+	return &Server{Zones: []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa."}, TTL: 5, PodsInsecure: true}
+}
+
+// loadCluster decodes a snapshot or state document file.
+func loadCluster(t testing.TB, path string) *Cluster {
 	t.Helper()
-	e := &Endpointsvc{Zones: []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa."}, spec: true, podsInsecure: true,
-		ttl: 5, syncer: &syncer{}, Next: test.NextHandler(dns.RcodeRefused, nil)}
-	e.finish(fakeLookup)
-	e.upstream = nil // no server to chase outside names through
-	e.apply(context.Background(), "test", loadState(t, "testdata/spec-state.json"), false)
-	return e
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DecodeSnapshot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// ask answers m from t as the plugin does: the zone of the question, the
+// schema's reply, and the SOA in the authority section of NXDOMAIN and
+// NODATA (serial 0). A name outside the zones is REFUSED.
+func ask(s *Server, t *Table, m *dns.Msg) *dns.Msg {
+	state := request.Request{W: &test.ResponseWriter{}, Req: m}
+	name := state.Name()
+	zi := -1
+	for i, z := range s.Zones {
+		if dns.IsSubDomain(z, name) && (zi < 0 || len(z) > len(s.Zones[zi])) {
+			zi = i
+		}
+	}
+	r := new(dns.Msg)
+	r.SetReply(m)
+	if zi < 0 {
+		r.Rcode = dns.RcodeRefused
+		return r
+	}
+	rp := s.Serve(context.Background(), state, zi, t, 0)
+	r.Authoritative = true
+	switch {
+	case rp.Refused:
+		r.Rcode, r.Authoritative = dns.RcodeRefused, false
+	case rp.NameError:
+		r.Rcode = dns.RcodeNameError
+		r.Ns = []dns.RR{s.SOA(state.QName()[len(name)-len(s.Zones[zi]):], 0)}
+	case len(rp.Answer) == 0:
+		r.Ns = []dns.RR{s.SOA(state.QName()[len(name)-len(s.Zones[zi]):], 0)}
+	default:
+		r.Answer, r.Extra = rp.Answer, rp.Extra
+	}
+	return r
 }
 
 const specSOA = "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 0 7200 1800 86400 5"
 
 // The cases are the kubernetes plugin's answers (CoreDNS v1.15.0) for the
-// same objects; the end-to-end test compares the two on a real API server.
+// same objects; TestAgainstStock (kubesource) compares the two on
+// generated clusters, and the end-to-end tests on a real API server.
 var specCases = []test.Case{
 	// ClusterIP: the cluster IP, not the endpoints; AAAA NODATA
 	{Qname: "web.shop.svc.cluster.local.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("web.shop.svc.cluster.local. 5 IN A 10.96.0.20")}},
@@ -124,84 +168,72 @@ var specCases = []test.Case{
 // rev6 is the reverse name of fd00:96::21.
 const rev6 = "1.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.6.9.0.0.0.0.d.f.ip6.arpa."
 
-func TestServeSpec(t *testing.T) {
+// TestServe answers testdata/spec-state.json (a state document of an
+// older meshdns, as corefile/cluster.Corefile's snapshot is one).
+func TestServe(t *testing.T) {
 	if r, _ := dns.ReverseAddr("fd00:96::21"); r != rev6 {
 		t.Fatalf("rev6 = %s, want %s", rev6, r)
 	}
-	e := newSpecPlugin(t)
+	s, tbl := testServer(), Build(loadCluster(t, "testdata/spec-state.json"))
 	for _, tc := range specCases {
 		t.Run(tc.Qname+"/"+dns.TypeToString[tc.Qtype], func(t *testing.T) {
-			rec := dnstest.NewRecorder(&test.ResponseWriter{})
-			if _, err := e.ServeDNS(context.Background(), rec, tc.Msg()); err != nil {
-				t.Fatal(err)
-			}
-			zeroSerial(rec.Msg)
-			if err := test.SortAndCheck(rec.Msg, tc); err != nil {
+			if err := test.SortAndCheck(ask(s, tbl, tc.Msg()), tc); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 }
 
-// zeroSerial sets every SOA's serial to 0 (it is the time of the build).
-func zeroSerial(m *dns.Msg) {
-	for _, sec := range [][]dns.RR{m.Answer, m.Ns} {
-		for _, rr := range sec {
-			if soa, ok := rr.(*dns.SOA); ok {
-				soa.Serial = 0
-			}
+func TestServeTransfer(t *testing.T) {
+	s, tbl := testServer(), Build(loadCluster(t, "testdata/spec-state.json"))
+	if r := ask(s, tbl, new(dns.Msg).SetQuestion("cluster.local.", dns.TypeAXFR)); r.Rcode != dns.RcodeRefused {
+		t.Errorf("AXFR: rcode %d, want REFUSED", r.Rcode)
+	}
+}
+
+// TestServeLargeHeadless: a headless Service with more endpoints than a
+// linear dedupe handles well: 53/udp and 53/tcp of one endpoint are one
+// SRV record, each endpoint's address is once in the additional section,
+// and A answers each address once.
+func TestServeLargeHeadless(t *testing.T) {
+	sl := &Slice{Namespace: "ns", Name: "big-1", Service: "big", Type: IPv4,
+		Ports: []Port{{Name: "dns", Protocol: "UDP", Port: 53}, {Name: "dns-tcp", Protocol: "TCP", Port: 53}}}
+	for i := range 40 {
+		if err := sl.Add(Endpoint{Ready: True}, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1)); err != nil {
+			t.Fatal(err)
 		}
 	}
-}
-
-func TestServeSpecTransfer(t *testing.T) {
-	e := newSpecPlugin(t)
-	m := new(dns.Msg)
-	m.SetQuestion("cluster.local.", dns.TypeAXFR)
-	rc, _ := e.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), m)
-	if rc != dns.RcodeRefused {
-		t.Errorf("AXFR: rcode %d, want REFUSED", rc)
+	dup := &Slice{Namespace: "ns", Name: "big-2", Service: "big", Type: IPv4} // the same addresses again, no ports
+	for i := range 40 {
+		_ = dup.Add(Endpoint{}, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1))
+	}
+	c := &Cluster{Namespaces: []string{"ns"}, Services: []*Service{{Namespace: "ns", Name: "big", Kind: Headless}}, Slices: []*Slice{sl, dup}}
+	s, tbl := testServer(), Build(c)
+	r := ask(s, tbl, new(dns.Msg).SetQuestion("big.ns.svc.cluster.local.", dns.TypeSRV))
+	if len(r.Answer) != 40 || len(r.Extra) != 40 {
+		t.Fatalf("%d SRV, %d additional; want 40 and 40", len(r.Answer), len(r.Extra))
+	}
+	if w := r.Answer[0].(*dns.SRV).Weight; w != 1 { // 100/120 entries, at least 1
+		t.Errorf("weight %d, want 1", w)
+	}
+	if r := ask(s, tbl, new(dns.Msg).SetQuestion("big.ns.svc.cluster.local.", dns.TypeA)); len(r.Answer) != 40 {
+		t.Errorf("%d A records, want 40", len(r.Answer))
+	}
+	if r := ask(s, tbl, new(dns.Msg).SetQuestion("_dns._udp.big.ns.svc.cluster.local.", dns.TypeA)); len(r.Answer) != 40 {
+		t.Errorf("%d A records for a port name, want 40", len(r.Answer))
 	}
 }
 
-func BenchmarkServeDNSSpec(b *testing.B) {
-	e := newSpecPlugin(b)
+func BenchmarkServe(b *testing.B) {
+	s, tbl := testServer(), Build(loadCluster(b, "testdata/spec-state.json"))
 	qs := []*dns.Msg{
 		new(dns.Msg).SetQuestion("web.shop.svc.cluster.local.", dns.TypeA),
 		new(dns.Msg).SetQuestion("_pg._tcp.db.shop.svc.cluster.local.", dns.TypeSRV),
 		new(dns.Msg).SetQuestion("20.0.96.10.in-addr.arpa.", dns.TypePTR),
 	}
-	w := &test.ResponseWriter{}
+	zones := []int{0, 0, 1}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		e.ServeDNS(context.Background(), w, qs[i%len(qs)])
-	}
-}
-
-// TestServeSpecLargeHeadless: a headless Service with more endpoints than
-// the linear dedupe handles: 53/udp and 53/tcp of one endpoint are one SRV
-// record, each endpoint's address is once in the additional section.
-func TestServeSpecLargeHeadless(t *testing.T) {
-	st := &State{Namespaces: []string{"ns"}, Services: []Service{{ID: "ns/big", Name: "big", Namespace: "ns", Status: "active", Headless: true}}}
-	for i := range 40 {
-		st.Tasks = append(st.Tasks, Task{ID: fmt.Sprint(i), ServiceID: "ns/big", DesiredStatus: StatusRunning, ActualStatus: StatusHealthy,
-			Address: fmt.Sprintf("10.0.%d.%d", i/200, i%200+1),
-			Ports:   []TaskPort{{Name: "dns", Protocol: "udp", ContainerPort: 53}, {Name: "dns-tcp", Protocol: "tcp", ContainerPort: 53}}})
-	}
-	if err := st.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	e := &Endpointsvc{Zones: []string{"cluster.local."}, spec: true, ttl: 5, syncer: &syncer{}, Next: test.NextHandler(dns.RcodeRefused, nil)}
-	e.finish(fakeLookup)
-	e.apply(context.Background(), "test", st, false)
-	rec := dnstest.NewRecorder(&test.ResponseWriter{})
-	if _, err := e.ServeDNS(context.Background(), rec, new(dns.Msg).SetQuestion("big.ns.svc.cluster.local.", dns.TypeSRV)); err != nil {
-		t.Fatal(err)
-	}
-	if len(rec.Msg.Answer) != 40 || len(rec.Msg.Extra) != 40 {
-		t.Fatalf("%d SRV, %d additional; want 40 and 40", len(rec.Msg.Answer), len(rec.Msg.Extra))
-	}
-	if w := rec.Msg.Answer[0].(*dns.SRV).Weight; w != 1 { // 100/80 entries, at least 1
-		t.Errorf("weight %d, want 1", w)
+		s.Serve(context.Background(), request.Request{W: &test.ResponseWriter{}, Req: qs[i%len(qs)]}, zones[i%len(qs)], tbl, 1)
 	}
 }

@@ -1,0 +1,58 @@
+// Package feed is the contract between endpointsvc's sources and the
+// plugin: a Source reads a control plane and hands a Sink whole states of
+// its schema's model (orch.State, k8sdns.Cluster) and, once it knows what
+// changed, patches of them (orch.Patch, k8sdns.Patch). It knows nothing of
+// DNS.
+package feed
+
+import (
+	"context"
+	"io"
+)
+
+// Source feeds states into the plugin.
+type Source interface {
+	// Name labels metrics and logs ("file", "orch", "kubernetes").
+	Name() string
+	// Key identifies what the source reads and how it filters it (its
+	// path, URL or kubeconfig and every option that selects objects): a
+	// table built from it is carried over a reload only to an instance
+	// whose source has the same key.
+	Key() string
+	// Run syncs until ctx is done. It must deliver the first result
+	// (update or failure) promptly and must not keep goroutines after it
+	// returns.
+	Run(ctx context.Context, s Sink)
+}
+
+// Sink receives a source's results. Its methods are safe to call from the
+// source's goroutine.
+type Sink interface {
+	// Update offers a new, whole, valid state.
+	Update(st State)
+	// Patch offers a change to part of the last state; a source sends it
+	// only after an Update.
+	Patch(p Patch)
+	// Unchanged records a successful check that found the same content.
+	Unchanged()
+	// Failed records a failed sync; the last good state keeps serving.
+	Failed(err error)
+}
+
+// State is a whole state of a schema's model.
+type State interface {
+	// Len is its number of services (a state without is empty: the
+	// empty-sync rule of the snapshot).
+	Len() int
+	// Snapshot writes it in its model's snapshot form.
+	Snapshot(w io.Writer) error
+}
+
+// Patch is a change to part of the last state of a schema's model.
+type Patch interface {
+	// Len is the number of services it changes.
+	Len() int
+	// Snapshot writes the source's whole state after the change in its
+	// model's snapshot form.
+	Snapshot(w io.Writer) error
+}

@@ -1,0 +1,48 @@
+// Package jsonw helps the snapshot writers of endpointsvc's models append
+// JSON by hand (a snapshot of a large cluster writes hundreds of thousands
+// of records: reflection per record would dominate) and stream it out in
+// chunks, so that no whole document is held in memory.
+package jsonw
+
+import (
+	"encoding/json"
+	"io"
+)
+
+// chunk is how much a Writer collects before it writes.
+const chunk = 4096
+
+// Writer collects appended JSON in Buf and writes it to its io.Writer
+// in chunks.
+type Writer struct {
+	w   io.Writer
+	Buf []byte
+}
+
+// NewWriter returns a Writer to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w, Buf: make([]byte, 0, 2*chunk)} }
+
+// Flush writes what was collected: once it is a chunk, or always.
+func (w *Writer) Flush(always bool) error {
+	if !always && len(w.Buf) < chunk {
+		return nil
+	}
+	_, err := w.w.Write(w.Buf)
+	w.Buf = w.Buf[:0]
+	return err
+}
+
+// AppendString appends s as a JSON string, as encoding/json writes it:
+// printable ASCII without quotes, backslashes or HTML characters as is
+// (names, addresses, statuses), anything else through encoding/json.
+func AppendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}

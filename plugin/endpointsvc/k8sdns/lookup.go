@@ -1,0 +1,177 @@
+package k8sdns
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+)
+
+// The lookups follow the Kubernetes DNS specification (schema 1.1.0) the
+// way CoreDNS's kubernetes plugin answers it (its Records, findServices,
+// findPods), so that meshdns can replace it: records finds what a name
+// stands for as a list of items (an address with a port, or a CNAME
+// target), and serve.go turns the items into records per query type,
+// with the same NXDOMAIN/NODATA rules.
+
+// item is one thing a name stands for (the kubernetes plugin's
+// msg.Service): an address (ip valid) or a CNAME target (host), with a
+// port (-1: none). svc, slice and ep give its SRV target:
+// <label of endpoint ep>.<svc>.<ns>.svc when slice is set, else
+// <svc>.<ns>.svc; <pod>.<ns>.pod for a pod.
+type item struct {
+	ip    netip.Addr
+	host  string
+	port  int32
+	svc   *Service
+	slice *Slice
+	ep    int32
+	pod   string
+	podNS string
+}
+
+// label is the DNS label of the item's endpoint: its hostname, or its
+// address with dashes.
+func (it *item) label() string {
+	if h := it.slice.Endpoints[it.ep].Hostname; h != "" {
+		return h
+	}
+	if it.host != "" {
+		return endpointLabel(it.host)
+	}
+	return endpointLabel(it.ip.String())
+}
+
+// target is the item's SRV target (and the owner of its additional
+// address record) in zone (the query's spelling of it).
+func (it *item) target(zone string) string {
+	switch {
+	case it.podNS != "":
+		return it.pod + "." + it.podNS + ".pod." + zone
+	case it.slice != nil:
+		return it.label() + "." + it.svc.Name + "." + it.svc.Namespace + ".svc." + zone
+	}
+	return it.svc.Name + "." + it.svc.Namespace + ".svc." + zone
+}
+
+// records returns the items of request r (errName: the name does not
+// exist; no items and no error: it exists without records).
+func (s *Server) records(t *Table, r *nameReq) ([]item, error) {
+	if _, ok := t.namespaces[r.namespace]; !ok {
+		return nil, errName
+	}
+	if r.pod {
+		return s.pods(r)
+	}
+	if r.service == "" {
+		return nil, nil // a namespace: NODATA
+	}
+	e, _ := t.names.Get(Key{r.namespace, r.service})
+	if e == nil || e.svc == nil {
+		return nil, errName
+	}
+	var items []item
+	switch svc := e.svc; {
+	case svc.Kind == ExternalName:
+		if r.endpoint != "" || r.port != "" || r.protocol != "" || net.ParseIP(svc.ExternalName) != nil {
+			return nil, errName // an address is no CNAME target
+		}
+		items = []item{{host: svc.ExternalName, port: -1, svc: svc, ep: -1}}
+	case svc.Kind == Headless || r.endpoint != "":
+		items = e.endpointItems(r)
+	default:
+		found := false
+		for _, p := range portsOrNone(svc.Ports) {
+			if !r.matchPort(&p) {
+				continue
+			}
+			found = true
+			for _, ip := range svc.ClusterIPs {
+				items = append(items, item{ip: ip, port: p.Port, svc: svc, ep: -1})
+			}
+		}
+		if found && items == nil {
+			return nil, nil // a port that matched: the name exists
+		}
+	}
+	if items == nil {
+		return nil, errName
+	}
+	return items, nil
+}
+
+// endpointItems are the items of the ready endpoints of e's slices that
+// r's endpoint label (if any) names, one per address and matching port.
+func (e *entry) endpointItems(r *nameReq) []item {
+	var want netip.Addr // the label read as an address, when it is the dashed form of one
+	if r.endpoint != "" {
+		if a := labelAddr(r.endpoint); a.IsValid() && strings.EqualFold(endpointLabel(a.String()), r.endpoint) {
+			want = a
+		}
+	}
+	var items []item
+	for _, sl := range e.slices {
+		ports := portsOrNone(sl.Ports)
+		for i := range sl.Endpoints {
+			ep := &sl.Endpoints[i]
+			if !ep.IsReady() {
+				continue
+			}
+			for j := range ep.Len() {
+				it := item{svc: e.svc, slice: sl, ep: int32(i)}
+				if sl.Type == FQDN {
+					it.host = sl.FQDNAddr(i, j)
+				} else {
+					it.ip = sl.Addr(i, j)
+				}
+				if r.endpoint != "" && !it.isLabel(r.endpoint, want) {
+					continue
+				}
+				for _, p := range ports {
+					if r.matchPort(&p) {
+						it.port = p.Port
+						items = append(items, it)
+					}
+				}
+			}
+		}
+	}
+	return items
+}
+
+// isLabel reports whether the item's endpoint label is l
+// (case-insensitively); want is l read as an address when l is the dashed
+// form of one, so that addresses are compared without making labels.
+func (it *item) isLabel(l string, want netip.Addr) bool {
+	if h := it.slice.Endpoints[it.ep].Hostname; h != "" {
+		return strings.EqualFold(h, l)
+	}
+	if it.host != "" {
+		return strings.EqualFold(endpointLabel(it.host), l)
+	}
+	return want.IsValid() && it.ip == want
+}
+
+// pods answers <a-b-c-d>.<namespace>.pod names: with pods insecure the
+// address written in the label, whether or not such a pod exists (the
+// kubernetes plugin's "pods insecure"), in any namespace that exists;
+// with pods disabled nothing exists there.
+func (s *Server) pods(r *nameReq) ([]item, error) {
+	if !s.PodsInsecure {
+		return nil, errName
+	}
+	if r.service == "" {
+		return nil, nil
+	}
+	var text string
+	if strings.Count(r.service, "-") == 3 && !strings.Contains(r.service, "--") {
+		text = strings.ReplaceAll(r.service, "-", ".")
+	} else {
+		text = strings.ReplaceAll(r.service, "-", ":")
+	}
+	ip := net.ParseIP(text) // as the kubernetes plugin parses it
+	if ip == nil {
+		return nil, errName
+	}
+	a, _ := netip.AddrFromSlice(ip)
+	return []item{{ip: a.Unmap(), port: 0, ep: -1, pod: r.service, podNS: r.namespace}}, nil
+}

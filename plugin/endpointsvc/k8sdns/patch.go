@@ -1,0 +1,95 @@
+package k8sdns
+
+import (
+	"io"
+	"slices"
+)
+
+// Patch is a change to part of a source's cluster: the names whose
+// Service or slices changed, each with its whole new content. Applying it
+// costs work in proportion to those names, not to the cluster.
+type Patch struct {
+	Changes []Change // each name at most once
+	// Namespaces replaces the namespace list when SetNamespaces.
+	Namespaces    []string
+	SetNamespaces bool
+
+	// Whole returns the source's whole current cluster (for a table that
+	// cannot be patched: none yet).
+	Whole func() *Cluster
+	// WriteSnapshot writes the source's whole current cluster in the
+	// snapshot form (NewSnapshotWriter's); the snapshot writer calls it,
+	// at most once a second, off the sync path.
+	WriteSnapshot func(io.Writer) error
+}
+
+// Change is the new content of one name: its Service (nil: none) and the
+// slices labelled with it. No Service and no slices: the name is gone.
+type Change struct {
+	Key     Key
+	Service *Service
+	Slices  []*Slice
+}
+
+// Len is the number of names the patch changes.
+func (p *Patch) Len() int { return len(p.Changes) }
+
+// Snapshot writes the source's whole state.
+func (p *Patch) Snapshot(w io.Writer) error { return p.WriteSnapshot(w) }
+
+// Patched returns a new table that is t with the patch applied. It copies
+// the paths of the changed names in the persistent maps, and the reverse
+// entries of the addresses they had or have; everything else is shared
+// with t, which stays valid and unchanged for the readers that hold it.
+func (t *Table) Patched(p *Patch) *Table {
+	n := &Table{namespaces: t.namespaces, services: t.services, endpoints: t.endpoints, conflicts: t.conflicts}
+	if p.SetNamespaces {
+		n.namespaces = namespaceSet(p.Namespaces)
+	}
+	names := t.names.Edit()
+	rev := t.rev.Edit()
+	for _, c := range p.Changes {
+		old, had := names.Get(c.Key)
+		touched := map[[16]byte]bool{}
+		if had {
+			n.count(old, -1)
+			old.eachRef(func(a [16]byte, _ ref) { touched[a] = true })
+		}
+		var e *entry
+		if c.Service != nil || len(c.Slices) > 0 {
+			e = newEntry(c.Service, c.Slices)
+			names.Set(c.Key, e)
+			n.count(e, 1)
+		} else {
+			names.Delete(c.Key)
+		}
+		added := map[[16]byte][]ref{}
+		if e != nil {
+			e.eachRef(func(a [16]byte, r ref) {
+				touched[a] = true
+				added[a] = append(added[a], r)
+			})
+		}
+		for a := range touched {
+			rs, _ := rev.Get(a)
+			rs = slices.DeleteFunc(slices.Clone(rs), func(r ref) bool { return r.key() == c.Key })
+			rs = append(rs, added[a]...)
+			if len(rs) == 0 {
+				rev.Delete(a)
+				continue
+			}
+			sortRefs(rs)
+			rev.Set(a, slices.Clip(rs))
+		}
+	}
+	n.names, n.rev = names.Map(), rev.Map()
+	return n
+}
+
+// key is the name whose entry holds r.
+func (r ref) key() Key {
+	if r.svc != nil {
+		return Key{r.svc.Namespace, r.svc.Name}
+	}
+	return Key{r.slice.Namespace, r.slice.Service}
+}

@@ -1,0 +1,120 @@
+package k8sdns_test
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/meshdns/meshdns/internal/clustergen"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/kubesource"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// seeds is the number of generated clusters a property tries: a few in a
+// normal run, more with MESHDNS_GEN_SEEDS.
+func seeds(normal int) []int64 {
+	n := normal
+	if v, err := strconv.Atoi(os.Getenv("MESHDNS_GEN_SEEDS")); err == nil && v > 0 {
+		n = v
+	}
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(i + 1)
+	}
+	return out
+}
+
+func model(c *clustergen.Cluster) *k8sdns.Cluster {
+	return kubesource.DNSCluster(c.Namespaces, c.Services, c.Slices)
+}
+
+// patchOf is the patch a source sends for change ch of c (after it):
+// the names ch touched, each with its whole new content, and the
+// namespaces when one came. labels are the slices' Service labels before
+// the change (a slice may move to another Service).
+func patchOf(c *clustergen.Cluster, ch clustergen.Change, labels map[string]string) *k8sdns.Patch {
+	touched := map[k8sdns.Key]bool{}
+	p := &k8sdns.Patch{}
+	switch o := ch.Obj.(type) {
+	case *corev1.Namespace:
+		p.Namespaces, p.SetNamespaces = model(c).Namespaces, true
+	case *corev1.Service:
+		touched[k8sdns.Key{Namespace: o.Namespace, Name: o.Name}] = true
+	case *discoveryv1.EndpointSlice:
+		touched[k8sdns.Key{Namespace: o.Namespace, Name: o.Labels[discoveryv1.LabelServiceName]}] = true
+		if old, ok := labels[o.Namespace+"/"+o.Name]; ok {
+			touched[k8sdns.Key{Namespace: o.Namespace, Name: old}] = true
+		}
+	}
+	m := model(c)
+	for k := range touched {
+		ch := k8sdns.Change{Key: k}
+		for _, s := range m.Services {
+			if s.Namespace == k.Namespace && s.Name == k.Name {
+				ch.Service = s
+			}
+		}
+		for _, sl := range m.Slices {
+			if sl.Namespace == k.Namespace && sl.Service == k.Name {
+				ch.Slices = append(ch.Slices, sl)
+			}
+		}
+		p.Changes = append(p.Changes, ch)
+	}
+	return p
+}
+
+func sliceLabels(c *clustergen.Cluster) map[string]string {
+	m := map[string]string{}
+	for _, sl := range c.Slices {
+		m[sl.Namespace+"/"+sl.Name] = sl.Labels[discoveryv1.LabelServiceName]
+	}
+	return m
+}
+
+// TestPatchedEqualsBuilt: after every random step of a generated cluster
+// (Services and slices added, changed, moved and deleted, namespaces
+// added), the table patched with that step's names equals the table built
+// whole from the cluster.
+func TestPatchedEqualsBuilt(t *testing.T) {
+	for _, seed := range seeds(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			c := clustergen.Generate(seed, clustergen.Small())
+			r := rand.New(rand.NewSource(seed))
+			tbl := k8sdns.Build(model(c))
+			for step := range 200 {
+				labels := sliceLabels(c)
+				ch := c.Step(r)
+				tbl = tbl.Patched(patchOf(c, ch, labels))
+				if got, want := tbl.Describe(), k8sdns.Build(model(c)).Describe(); got != want {
+					t.Fatalf("step %d (%v %T): patched table differs from the whole build:\n%s\nwant:\n%s", step, ch.Op, ch.Obj, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestSnapshotRoundTrip: the snapshot of any generated cluster decodes to
+// a cluster whose table equals the live one.
+func TestSnapshotRoundTrip(t *testing.T) {
+	for _, seed := range seeds(4) {
+		c := model(clustergen.Generate(seed, clustergen.Small()))
+		var buf bytes.Buffer
+		if err := c.Snapshot(&buf); err != nil {
+			t.Fatal(err)
+		}
+		d, err := k8sdns.DecodeSnapshot(buf.Bytes())
+		if err != nil {
+			t.Fatalf("seed %d: %v\n%s", seed, err, buf.String())
+		}
+		if got, want := k8sdns.Build(d).Describe(), k8sdns.Build(c).Describe(); got != want {
+			t.Fatalf("seed %d: the snapshot's table differs:\n%s\nwant:\n%s", seed, got, want)
+		}
+	}
+}

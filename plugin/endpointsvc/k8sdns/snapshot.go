@@ -1,0 +1,428 @@
+package k8sdns
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"unique"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
+)
+
+// The snapshot form of a Cluster: every namespace, Service and
+// EndpointSlice with every endpoint's addresses, hostname, node, target
+// Pod and conditions, so that a restart answers from it exactly as the
+// live table did. A slice's endpoints are parallel arrays (a hostname,
+// node or pod array is left out when every entry is empty), conditions
+// three characters each - ready, serving, terminating: y, n or - (unset):
+//
+//	{"format":"meshdns-k8sdns/1","namespaces":["shop"],
+//	 "services":[{"namespace":"shop","name":"web","kind":"ClusterIP",
+//	   "cluster_ips":["10.96.0.20"],"ports":[{"name":"http","protocol":"TCP","port":80}]}],
+//	 "slices":[{"namespace":"shop","name":"web-x1","service":"web","type":"IPv4",
+//	   "ports":[…],"addresses":[["10.244.1.5"]],"nodes":["n1"],"pods":["web-1"],"conditions":["yyn"]}]}
+//
+// A snapshot of an older meshdns (a state document, or the compact form
+// meshdns-state-compact/1) loads too (legacy.go).
+const snapshotFormat = "meshdns-k8sdns/1"
+
+type snapDoc struct {
+	Format     string      `json:"format"`
+	Namespaces []string    `json:"namespaces"`
+	Services   []snapSvc   `json:"services"`
+	Slices     []snapSlice `json:"slices"`
+}
+
+type snapSvc struct {
+	Namespace       string     `json:"namespace"`
+	Name            string     `json:"name"`
+	Kind            string     `json:"kind"`
+	ClusterIPs      []string   `json:"cluster_ips,omitempty"`
+	ExternalName    string     `json:"external_name,omitempty"`
+	Ports           []snapPort `json:"ports,omitempty"`
+	PublishNotReady bool       `json:"publish_not_ready,omitempty"`
+}
+
+type snapPort struct {
+	Name     string `json:"name,omitempty"`
+	Protocol string `json:"protocol,omitempty"`
+	Port     int32  `json:"port"`
+}
+
+type snapSlice struct {
+	Namespace  string     `json:"namespace"`
+	Name       string     `json:"name"`
+	Service    string     `json:"service,omitempty"`
+	Type       string     `json:"type"`
+	Ports      []snapPort `json:"ports,omitempty"`
+	Addresses  [][]string `json:"addresses"`
+	Hostnames  []string   `json:"hostnames,omitempty"`
+	Nodes      []string   `json:"nodes,omitempty"`
+	Pods       []string   `json:"pods,omitempty"`
+	Conditions []string   `json:"conditions"`
+}
+
+// DecodeSnapshot reads a snapshot: this package's form, or an older
+// meshdns's (a state document or meshdns-state-compact/1). Any invalid
+// part (an unknown field, kind, type or condition, an address that does
+// not parse or fit its slice) rejects the whole document, with an error
+// naming it. Names are taken as written: whatever the kubernetes source
+// stored, its snapshot loads (FuzzTransforms).
+func DecodeSnapshot(b []byte) (*Cluster, error) {
+	var head struct {
+		Format string `json:"format"`
+	}
+	if bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte(`{"format":`)) {
+		_ = json.Unmarshal(b, &head) // a broken document fails below, with its error
+	}
+	if head.Format != snapshotFormat {
+		return decodeLegacy(b)
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	var doc snapDoc
+	if err := d.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if _, err := d.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("snapshot: trailing data after the JSON document")
+	}
+	return doc.cluster()
+}
+
+// cluster makes the Cluster of a decoded document, checking every part.
+func (doc *snapDoc) cluster() (*Cluster, error) {
+	c := &Cluster{Namespaces: doc.Namespaces, Services: make([]*Service, 0, len(doc.Services)), Slices: make([]*Slice, 0, len(doc.Slices))}
+	for i := range doc.Services {
+		s, err := doc.Services[i].service()
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: services[%d] (%s/%s): %w", i, doc.Services[i].Namespace, doc.Services[i].Name, err)
+		}
+		c.Services = append(c.Services, s)
+	}
+	for i := range doc.Slices {
+		sl, err := doc.Slices[i].slice()
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: slices[%d] (%s/%s): %w", i, doc.Slices[i].Namespace, doc.Slices[i].Name, err)
+		}
+		c.Slices = append(c.Slices, sl)
+	}
+	return c, nil
+}
+
+func (ss *snapSvc) service() (*Service, error) {
+	s := &Service{Namespace: ss.Namespace, Name: ss.Name, ExternalName: ss.ExternalName, PublishNotReady: ss.PublishNotReady, Ports: ports(ss.Ports)}
+	switch ss.Kind {
+	case "ClusterIP":
+		s.Kind = ClusterIP
+	case "Headless":
+		s.Kind = Headless
+	case "ExternalName":
+		s.Kind = ExternalName
+	default:
+		return nil, fmt.Errorf("unknown kind %q", ss.Kind)
+	}
+	for _, a := range ss.ClusterIPs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil || ip.Zone() != "" {
+			return nil, fmt.Errorf("bad cluster IP %q", a)
+		}
+		s.ClusterIPs = append(s.ClusterIPs, ip.Unmap())
+	}
+	return s, nil
+}
+
+func ports(ps []snapPort) []Port {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]Port, len(ps))
+	for i, p := range ps {
+		out[i] = Port{Name: p.Name, Protocol: Protocol(p.Protocol), Port: p.Port}
+	}
+	return out
+}
+
+func (ss *snapSlice) slice() (*Slice, error) {
+	t, ok := ParseAddressType(ss.Type)
+	if !ok {
+		return nil, fmt.Errorf("unknown type %q", ss.Type)
+	}
+	n := len(ss.Addresses)
+	for _, a := range [][]string{ss.Hostnames, ss.Nodes, ss.Pods, ss.Conditions} {
+		if a != nil && len(a) != n {
+			return nil, fmt.Errorf("%d addresses, but %d entries in a parallel array", n, len(a))
+		}
+	}
+	if len(ss.Conditions) != n {
+		return nil, errors.New("conditions missing")
+	}
+	sl := &Slice{Namespace: ss.Namespace, Name: ss.Name, Service: ss.Service, Type: t, Ports: ports(ss.Ports), Endpoints: make([]Endpoint, 0, n)}
+	for i, addrs := range ss.Addresses {
+		e := Endpoint{Hostname: at(ss.Hostnames, i), TargetRef: at(ss.Pods, i)}
+		if node := at(ss.Nodes, i); node != "" {
+			e.NodeName = unique.Make(node)
+		}
+		var err error
+		if e.Ready, e.Serving, e.Terminating, err = parseConditions(ss.Conditions[i]); err != nil {
+			return nil, fmt.Errorf("endpoints[%d]: %w", i, err)
+		}
+		if len(addrs) == 0 {
+			return nil, fmt.Errorf("endpoints[%d]: no address", i)
+		}
+		if err := sl.Add(e, addrs...); err != nil {
+			return nil, fmt.Errorf("endpoints[%d]: %w", i, err)
+		}
+	}
+	sl.Compact()
+	return sl, nil
+}
+
+func at(a []string, i int) string {
+	if a == nil {
+		return ""
+	}
+	return a[i]
+}
+
+// conditionChars are the characters of Unset, False and True.
+const conditionChars = "-ny"
+
+func parseConditions(s string) (ready, serving, terminating Condition, err error) {
+	if len(s) != 3 {
+		return 0, 0, 0, fmt.Errorf("bad conditions %q", s)
+	}
+	var c [3]Condition
+	for i := range c {
+		switch s[i] {
+		case '-':
+			c[i] = Unset
+		case 'n':
+			c[i] = False
+		case 'y':
+			c[i] = True
+		default:
+			return 0, 0, 0, fmt.Errorf("bad conditions %q", s)
+		}
+	}
+	return c[0], c[1], c[2], nil
+}
+
+// Snapshot writes the cluster in the snapshot form.
+func (c *Cluster) Snapshot(w io.Writer) error {
+	sw, err := NewSnapshotWriter(w, c.Namespaces)
+	if err != nil {
+		return err
+	}
+	for _, s := range c.Services {
+		if err := sw.Service(s); err != nil {
+			return err
+		}
+	}
+	for _, sl := range c.Slices {
+		if err := sw.Slice(sl); err != nil {
+			return err
+		}
+	}
+	return sw.Close()
+}
+
+// SnapshotWriter streams the snapshot form: the namespaces, then every
+// Service, then every slice, so that a large cluster's snapshot is never
+// held in memory whole.
+type SnapshotWriter struct {
+	*jsonw.Writer
+	services int // written so far; -1 once the slices began
+	slices   int
+}
+
+// NewSnapshotWriter starts a snapshot of a cluster with namespaces.
+func NewSnapshotWriter(w io.Writer, namespaces []string) (*SnapshotWriter, error) {
+	sw := &SnapshotWriter{Writer: jsonw.NewWriter(w)}
+	sw.Buf = append(sw.Buf, `{"format":"`+snapshotFormat+`","namespaces":[`...)
+	for i, ns := range namespaces {
+		if i > 0 {
+			sw.Buf = append(sw.Buf, ',')
+		}
+		sw.Buf = jsonw.AppendString(sw.Buf, ns)
+	}
+	sw.Buf = append(sw.Buf, "],\n\"services\":["...)
+	return sw, nil
+}
+
+// Service writes a Service; every Service comes before the first slice.
+func (sw *SnapshotWriter) Service(s *Service) error {
+	if sw.services < 0 {
+		return errors.New("snapshot: a Service after the slices")
+	}
+	if sw.services > 0 {
+		sw.Buf = append(sw.Buf, ",\n"...)
+	}
+	sw.services++
+	b := append(sw.Buf, `{"namespace":`...)
+	b = jsonw.AppendString(b, s.Namespace)
+	b = append(b, `,"name":`...)
+	b = jsonw.AppendString(b, s.Name)
+	b = append(b, `,"kind":"`...)
+	b = append(b, s.Kind.String()...)
+	b = append(b, '"')
+	if len(s.ClusterIPs) > 0 {
+		b = append(b, `,"cluster_ips":[`...)
+		for i, a := range s.ClusterIPs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = a.AppendTo(b)
+			b = append(b, '"')
+		}
+		b = append(b, ']')
+	}
+	if s.ExternalName != "" {
+		b = append(b, `,"external_name":`...)
+		b = jsonw.AppendString(b, s.ExternalName)
+	}
+	b = appendPorts(b, s.Ports)
+	if s.PublishNotReady {
+		b = append(b, `,"publish_not_ready":true`...)
+	}
+	sw.Buf = append(b, '}')
+	return sw.Flush(false)
+}
+
+// Slice writes a slice.
+func (sw *SnapshotWriter) Slice(sl *Slice) error {
+	if sw.services >= 0 {
+		sw.Buf = append(sw.Buf, "],\n\"slices\":["...)
+		sw.services = -1
+	}
+	if sw.slices > 0 {
+		sw.Buf = append(sw.Buf, ",\n"...)
+	}
+	sw.slices++
+	b := append(sw.Buf, `{"namespace":`...)
+	b = jsonw.AppendString(b, sl.Namespace)
+	b = append(b, `,"name":`...)
+	b = jsonw.AppendString(b, sl.Name)
+	if sl.Service != "" {
+		b = append(b, `,"service":`...)
+		b = jsonw.AppendString(b, sl.Service)
+	}
+	b = append(b, `,"type":"`...)
+	b = append(b, sl.Type.String()...)
+	b = append(b, '"')
+	b = appendPorts(b, sl.Ports)
+	b = append(b, `,"addresses":[`...)
+	for i := range sl.Endpoints {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '[')
+		for j := range sl.Endpoints[i].Len() {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			if sl.Type == FQDN {
+				b = jsonw.AppendString(b, sl.FQDNAddr(i, j))
+			} else {
+				b = append(b, '"')
+				b = sl.Addr(i, j).AppendTo(b)
+				b = append(b, '"')
+			}
+		}
+		b = append(b, ']')
+	}
+	b = append(b, ']')
+	b = appendColumn(b, `,"hostnames":[`, sl, func(e *Endpoint) string { return e.Hostname })
+	b = appendColumn(b, `,"nodes":[`, sl, (*Endpoint).Node)
+	b = appendColumn(b, `,"pods":[`, sl, func(e *Endpoint) string { return e.TargetRef })
+	b = append(b, `,"conditions":[`...)
+	for i := range sl.Endpoints {
+		e := &sl.Endpoints[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"', conditionChars[e.Ready], conditionChars[e.Serving], conditionChars[e.Terminating], '"')
+	}
+	sw.Buf = append(b, "]}"...)
+	return sw.Flush(false)
+}
+
+// appendColumn appends key and one string per endpoint, or nothing when
+// every one is empty.
+func appendColumn(b []byte, key string, sl *Slice, f func(*Endpoint) string) []byte {
+	empty := true
+	for i := range sl.Endpoints {
+		if f(&sl.Endpoints[i]) != "" {
+			empty = false
+			break
+		}
+	}
+	if empty {
+		return b
+	}
+	b = append(b, key...)
+	for i := range sl.Endpoints {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonw.AppendString(b, f(&sl.Endpoints[i]))
+	}
+	return append(b, ']')
+}
+
+func appendPorts(b []byte, ps []Port) []byte {
+	if len(ps) == 0 {
+		return b
+	}
+	b = append(b, `,"ports":[`...)
+	for i, p := range ps {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		if p.Name != "" {
+			b = append(b, `"name":`...)
+			b = jsonw.AppendString(b, p.Name)
+			b = append(b, ',')
+		}
+		if p.Protocol != "" {
+			b = append(b, `"protocol":`...)
+			b = jsonw.AppendString(b, p.Protocol)
+			b = append(b, ',')
+		}
+		b = append(b, `"port":`...)
+		b = strconv.AppendInt(b, int64(p.Port), 10)
+		b = append(b, '}')
+	}
+	return append(b, ']')
+}
+
+// Close ends the document.
+func (sw *SnapshotWriter) Close() error {
+	if sw.services >= 0 {
+		sw.Buf = append(sw.Buf, "],\n\"slices\":["...)
+	}
+	sw.Buf = append(sw.Buf, "]}\n"...)
+	return sw.Flush(true)
+}
+
+
+
+// Protocol returns the canonical copy of a port protocol, so that the
+// ports of thousands of objects share the three usual words.
+func Protocol(p string) string {
+	switch p {
+	case "TCP":
+		return "TCP"
+	case "UDP":
+		return "UDP"
+	case "SCTP":
+		return "SCTP"
+	}
+	return p
+}

@@ -1,0 +1,215 @@
+package k8sdns
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	"github.com/meshdns/meshdns/plugin/pkg/pmap"
+)
+
+// Table is the immutable table ServeDNS reads. It is built from a Cluster
+// by Build, or from another table and a Patch by Patched, which copies only
+// what the patch touches (its maps are persistent: pmap), and it is never
+// changed afterwards.
+type Table struct {
+	namespaces map[string]struct{}        // the namespaces that exist; replaced whole when they change
+	names      *pmap.Map[Key, *entry]     // a Service, or the slices labelled with a name no Service has
+	rev        *pmap.Map[[16]byte, []ref] // address (IPv4 v4-mapped) → what it is: PTR
+
+	services  int // entries with a Service
+	endpoints int // ready endpoints of those entries' slices
+	conflicts int // headless Services with more than one CNAME candidate
+}
+
+// Key names a Service, and the slices labelled with its name.
+type Key struct{ Namespace, Name string }
+
+// entry is what one name holds: the Service (nil when only slices carry
+// the name: their addresses still have PTR records, as the kubernetes
+// plugin's endpoint index has them) and its slices, by slice name.
+type entry struct {
+	svc    *Service
+	slices []*Slice
+
+	// A headless Service's own name, precomputed: its ready IP addresses,
+	// distinct and sorted, packed by family (4 and 16 bytes each), so that
+	// A and AAAA cost no work per endpoint; fqdn is the first of its ready
+	// FQDN addresses, the one CNAME it answers when it has no IP.
+	v4, v6 []byte
+	fqdn   string
+
+	ready    int  // ready endpoints of its slices
+	conflict bool // more than one CNAME candidate: several FQDNs, or FQDNs beside IPs
+}
+
+// ref is what an address is: a cluster IP of svc, or an address of
+// endpoint ep of slice.
+type ref struct {
+	svc   *Service
+	slice *Slice
+	ep    int32
+}
+
+// Build makes the table of a cluster.
+func Build(c *Cluster) *Table {
+	t := &Table{namespaces: namespaceSet(c.Namespaces)}
+	bySvc := make(map[Key][]*Slice)
+	for _, sl := range c.Slices {
+		if sl.Service != "" {
+			k := Key{sl.Namespace, sl.Service}
+			bySvc[k] = append(bySvc[k], sl)
+		}
+	}
+	names := pmap.New[Key, *entry]().Edit()
+	revs := map[[16]byte][]ref{}
+	add := func(k Key, e *entry) {
+		names.Set(k, e)
+		t.count(e, 1)
+		e.eachRef(func(a [16]byte, r ref) { revs[a] = append(revs[a], r) })
+	}
+	for _, s := range c.Services {
+		k := Key{s.Namespace, s.Name}
+		if _, dup := names.Get(k); dup {
+			continue // the first of a name wins (a valid cluster has one)
+		}
+		add(k, newEntry(s, bySvc[k]))
+		delete(bySvc, k)
+	}
+	for k, sls := range bySvc {
+		add(k, newEntry(nil, sls))
+	}
+	t.names = names.Map()
+	rev := pmap.New[[16]byte, []ref]().Edit()
+	for a, rs := range revs {
+		sortRefs(rs)
+		rev.Set(a, slices.Clip(rs))
+	}
+	t.rev = rev.Map()
+	return t
+}
+
+func namespaceSet(nss []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(nss))
+	for _, ns := range nss {
+		m[ns] = struct{}{}
+	}
+	return m
+}
+
+// count adds entry e's figures (sign 1) or takes them away (-1).
+func (t *Table) count(e *entry, sign int) {
+	if e.svc == nil {
+		return
+	}
+	t.services += sign
+	t.endpoints += sign * e.ready
+	if e.conflict {
+		t.conflicts += sign
+	}
+}
+
+// Services, Endpoints and Conflicts are the table's figures: Services,
+// their ready endpoints, headless Services with more than one CNAME
+// candidate (they answer one: the first FQDN, and none beside IPs).
+func (t *Table) Services() int  { return t.services }
+func (t *Table) Endpoints() int { return t.endpoints }
+func (t *Table) Conflicts() int { return t.conflicts }
+
+// newEntry makes the entry of Service svc (nil: none) and its slices.
+func newEntry(svc *Service, sls []*Slice) *entry {
+	e := &entry{svc: svc, slices: slices.Clone(sls)}
+	slices.SortFunc(e.slices, func(a, b *Slice) int { return cmp.Compare(a.Name, b.Name) })
+	var ips []netip.Addr
+	var fqdns []string
+	for _, sl := range e.slices {
+		for i := range sl.Endpoints {
+			ep := &sl.Endpoints[i]
+			if !ep.IsReady() {
+				continue
+			}
+			e.ready++
+			for j := range ep.Len() {
+				switch {
+				case sl.Type == FQDN:
+					fqdns = append(fqdns, sl.FQDNAddr(i, j))
+				case svc != nil && svc.Kind == Headless:
+					ips = append(ips, sl.Addr(i, j))
+				}
+			}
+		}
+	}
+	if len(fqdns) > 0 {
+		slices.Sort(fqdns)
+		fqdns = slices.Compact(fqdns)
+		e.fqdn = fqdns[0]
+	}
+	e.conflict = svc != nil && svc.Kind == Headless && (len(fqdns) > 1 || (len(fqdns) > 0 && len(ips) > 0))
+	e.v4, e.v6 = pack(ips)
+	return e
+}
+
+// pack sorts and deduplicates ips and packs them by family.
+func pack(ips []netip.Addr) (v4, v6 []byte) {
+	if len(ips) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	ips = slices.Compact(ips)
+	n4 := 0
+	for n4 < len(ips) && ips[n4].Is4() { // IPv4 sorts first
+		n4++
+	}
+	buf := make([]byte, 0, 4*n4+16*(len(ips)-n4))
+	for _, ip := range ips {
+		buf = append(buf, ip.AsSlice()...)
+	}
+	return buf[: 4*n4 : 4*n4], buf[4*n4:]
+}
+
+// hasReady reports whether the entry's slices have a ready address.
+func (e *entry) hasReady() bool { return len(e.v4) > 0 || len(e.v6) > 0 || e.fqdn != "" }
+
+// eachRef calls f with every address the entry puts in the reverse
+// index: the Service's cluster IPs, and every address of every ready
+// endpoint of its IP slices.
+func (e *entry) eachRef(f func([16]byte, ref)) {
+	if e.svc != nil && e.svc.Kind == ClusterIP {
+		for _, a := range e.svc.ClusterIPs {
+			f(a.As16(), ref{svc: e.svc})
+		}
+	}
+	for _, sl := range e.slices {
+		if sl.Type == FQDN {
+			continue
+		}
+		for i := range sl.Endpoints {
+			ep := &sl.Endpoints[i]
+			if !ep.IsReady() {
+				continue
+			}
+			for j := range ep.Len() {
+				f(sl.ips[int(ep.first)+j], ref{slice: sl, ep: int32(i)})
+			}
+		}
+	}
+}
+
+// sortRefs orders an address's refs: cluster IPs first, by Service; then
+// endpoints by namespace, Service label, slice and endpoint. A table built
+// whole and one patched order them alike.
+func sortRefs(rs []ref) {
+	slices.SortFunc(rs, func(a, b ref) int {
+		if (a.svc == nil) != (b.svc == nil) {
+			if a.svc != nil {
+				return -1
+			}
+			return 1
+		}
+		if a.svc != nil {
+			return cmp.Or(cmp.Compare(a.svc.Namespace, b.svc.Namespace), cmp.Compare(a.svc.Name, b.svc.Name))
+		}
+		return cmp.Or(cmp.Compare(a.slice.Namespace, b.slice.Namespace), cmp.Compare(a.slice.Service, b.slice.Service),
+			cmp.Compare(a.slice.Name, b.slice.Name), cmp.Compare(a.ep, b.ep))
+	})
+}

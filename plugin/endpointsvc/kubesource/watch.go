@@ -1,0 +1,169 @@
+package kubesource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	corev1informers "k8s.io/client-go/informers/core/v1"
+	discoveryv1informers "k8s.io/client-go/informers/discovery/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// watcher is the source's informers and what their handlers collect.
+type watcher struct {
+	factory informers.SharedInformerFactory
+	stores  stores
+	regs    []cache.ResourceEventHandlerRegistration // nil: a registration failed, never synced
+	changed *dirty
+	kick    chan struct{} // an event came (1 buffered)
+	errs    chan error    // a list or watch failed (1 buffered)
+	denied  *deniedLog
+}
+
+// watch makes the informers of the schema's objects (not started), with
+// the transforms to slim objects and the handlers that collect changes.
+func (k *Source) watch(client kubernetes.Interface) *watcher {
+	ns := k.namespace()
+	opts := []informers.SharedInformerOption{}
+	if ns != "" {
+		opts = append(opts, informers.WithNamespace(ns))
+	}
+	w := &watcher{factory: informers.NewSharedInformerFactoryWithOptions(client, 0, opts...), changed: &dirty{},
+		kick: make(chan struct{}, 1), errs: make(chan error, 1), denied: &deniedLog{}}
+	in := k.inNamespaces()
+	svcInf := w.factory.InformerFor(&corev1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return corev1informers.NewFilteredServiceInformer(c, ns, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
+			o.LabelSelector = k.cfg.Labels
+		})
+	})
+	// No namespace index (the stock informers' costs a set entry per
+	// object); slices are indexed by their Service, which a patch reads.
+	// Schema kubernetes selects slices with the labels too, as the
+	// kubernetes plugin does.
+	sliceLabels := ""
+	if !k.model.watchNodes() {
+		sliceLabels = k.cfg.Labels
+	}
+	sliceInf := w.factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return discoveryv1informers.NewFilteredEndpointSliceInformer(c, ns, resync, cache.Indexers{byService: sliceService}, func(o *metav1.ListOptions) {
+			o.LabelSelector = sliceLabels
+		})
+	})
+	w.stores = stores{svcs: svcInf.GetStore(), slices: sliceInf.GetIndexer()}
+	infs := []slimInformer{{svcInf, transformService(in)}, {sliceInf, transformSlice(in)}}
+	if k.model.watchNodes() {
+		nodeInf := w.factory.InformerFor(&corev1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return corev1informers.NewNodeInformer(c, resync, cache.Indexers{})
+		})
+		w.stores.nodes = nodeInf.GetStore()
+		infs = append(infs, slimInformer{nodeInf, transformNode})
+	} else {
+		nsInf := w.factory.InformerFor(&corev1.Namespace{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return corev1informers.NewNamespaceInformer(c, resync, cache.Indexers{})
+		})
+		w.stores.nss = nsInf.GetStore()
+		infs = append(infs, slimInformer{nsInf, transformNamespace})
+	}
+	// The handlers' registrations are synced once the stores are and every
+	// initial add has been delivered, so the first build sees them all and
+	// no late add triggers a second one.
+	handler := w.handler(&k.Stats)
+	for _, x := range infs {
+		// Setting these fails only on a started informer; ours are new.
+		_ = x.inf.SetTransform(x.fn)
+		_ = x.inf.SetWatchErrorHandlerWithContext(w.onError)
+		if reg, err := x.inf.AddEventHandler(handler); err == nil {
+			w.regs = append(w.regs, reg)
+		}
+	}
+	if len(w.regs) != len(infs) {
+		w.regs = nil // a registration failed (only on a stopped informer): never synced
+	}
+	return w
+}
+
+// slimInformer is an informer and the transform to its slim objects.
+type slimInformer struct {
+	inf cache.SharedIndexInformer
+	fn  cache.TransformFunc
+}
+
+// handler collects what the events change and kicks the loop.
+func (w *watcher) handler(stats *Stats) cache.ResourceEventHandlerFuncs {
+	kick := func() {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { w.changed.mark(obj); kick() },
+		UpdateFunc: func(old, cur any) {
+			// A relist after a watch restart replays every object, and most
+			// updates (heartbeats, labels, annotations) change nothing the
+			// mapping reads: skip both with a comparison of slim objects.
+			if o, ok := old.(metav1.Object); ok {
+				if c, ok := cur.(metav1.Object); ok && o.GetResourceVersion() == c.GetResourceVersion() {
+					return
+				}
+			}
+			if sameSlim(old, cur) {
+				stats.Skipped.Add(1)
+				return
+			}
+			w.changed.mark(old) // a slice may have moved to another Service
+			w.changed.mark(cur)
+			kick()
+		},
+		DeleteFunc: func(obj any) { w.changed.mark(obj); kick() },
+	}
+}
+
+// onError reports a failed list or watch to the loop; a watch restart is
+// none, and a permission error is logged, not reported (deniedLog).
+func (w *watcher) onError(_ context.Context, r *cache.Reflector, err error) {
+	if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return // a watch restart, not a failure: the reflector relists
+	}
+	if apierrors.IsForbidden(err) {
+		w.denied.report(r.TypeDescription(), err)
+		return
+	}
+	select {
+	case w.errs <- fmt.Errorf("%s: %w", r.TypeDescription(), err):
+	default:
+	}
+}
+
+// deniedLog logs each distinct permission error once. A refusal is a
+// configuration matter (the RBAC rules), not an outage: it neither ends
+// the start-up wait nor enters the failing/recovered reports, which would
+// otherwise repeat at every retry of the refused informer.
+type deniedLog struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (d *deniedLog) report(what string, err error) {
+	msg := what + ": " + err.Error()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.seen[msg] {
+		return
+	}
+	if d.seen == nil {
+		d.seen = map[string]bool{}
+	}
+	d.seen[msg] = true
+	log.Errorf("Kubernetes API refuses %s (check the RBAC rules): %v", what, err)
+}

@@ -1,0 +1,67 @@
+package endpointsvc
+
+import (
+	"context"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
+	"github.com/meshdns/meshdns/plugin/pkg/gauges"
+)
+
+// sink is a source's view of the plugin: it counts and logs results and
+// hands states and patches to the syncer.
+type sink struct {
+	e       *Endpointsvc
+	ctx     context.Context // the source's: done once stop is called
+	source  string
+	lastErr string // last failure logged, "" while healthy
+}
+
+var _ feed.Sink = (*sink)(nil)
+
+func (k *sink) Update(st feed.State) {
+	k.count("updated")
+	k.recovered()
+	k.e.apply(k.ctx, k.source, st, true)
+	k.e.firstResult()
+}
+
+// Patch applies a change. It does not end a failure: a source that patches
+// reports its health with Unchanged and Failed (one object's events say
+// little about the rest).
+func (k *sink) Patch(p feed.Patch) {
+	k.count("patched")
+	k.e.applyPatch(k.ctx, p)
+	k.e.firstResult()
+}
+
+func (k *sink) Unchanged() {
+	k.count("unchanged")
+	k.recovered()
+	k.e.firstResult()
+}
+
+func (k *sink) Failed(err error) {
+	syncCount.WithLabelValues(k.e.Zones[0], k.source, "error").Inc()
+	if msg := err.Error(); msg != k.lastErr {
+		k.lastErr = msg
+		if k.e.ready.Load() {
+			log.Warningf("Source %s failing, keeping the last good state: %v", k.source, err)
+		} else {
+			log.Errorf("Source %s failing, no state to serve yet: %v", k.source, err)
+		}
+	}
+	k.e.firstResult()
+}
+
+// count records a successful sync with result.
+func (k *sink) count(result string) {
+	syncCount.WithLabelValues(k.e.Zones[0], k.source, result).Inc()
+	gauges.Of(lastSync, k.e.servers, k.e.Zones[0], k.source).SetToCurrentTime()
+}
+
+func (k *sink) recovered() {
+	if k.lastErr != "" {
+		log.Infof("Source %s recovered", k.source)
+		k.lastErr = ""
+	}
+}

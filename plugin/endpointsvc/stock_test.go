@@ -1,0 +1,354 @@
+package endpointsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin/kubernetes"
+	"github.com/coredns/coredns/plugin/kubernetes/object"
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/coredns/coredns/request"
+
+	"github.com/meshdns/meshdns/internal/clustergen"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/kubesource"
+
+	"github.com/miekg/dns"
+	api "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	meta "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The stock kubernetes plugin of the same binary, fed the same objects
+// through a fake of its API connection (its informers' indexes), is the
+// reference schema kubernetes is compared with: these tests ask both every
+// question clustergen makes about a generated cluster and compare the
+// replies whole (rcode, AA flag, every section, TTLs; the SOA serial left
+// out). The end-to-end test (test/clusterdns_gen_test.go) does the same
+// with both processes on a real kube-apiserver.
+
+// stockCorefile is kubeadm's kubernetes stanza, as the shipped Corefile
+// replaces it (deploy/kubernetes/configmap.yaml).
+const (
+	stockCorefile = "kubernetes cluster.local in-addr.arpa ip6.arpa {\n pods insecure\n fallthrough in-addr.arpa ip6.arpa\n ttl 30\n}"
+	ourCorefile   = "endpointsvc cluster.local in-addr.arpa ip6.arpa {\n source kubernetes\n schema kubernetes\n pods insecure\n fallthrough in-addr.arpa ip6.arpa\n ttl 30\n}"
+)
+
+// stockAPI is the stock plugin's view of the cluster: its slim objects,
+// looked up as its informers' indexes do.
+type stockAPI struct {
+	svcs []*object.Service
+	eps  []*object.Endpoints
+	nss  map[string]*object.Namespace
+}
+
+func newStockAPI(c *clustergen.Cluster) *stockAPI {
+	a := &stockAPI{nss: map[string]*object.Namespace{}}
+	for _, n := range c.Namespaces {
+		o, _ := object.ToNamespace(n.DeepCopy())
+		a.nss[n.Name] = o.(*object.Namespace)
+	}
+	for _, s := range c.Services {
+		o, _ := object.ToService(s.DeepCopy())
+		a.svcs = append(a.svcs, o.(*object.Service))
+	}
+	for _, sl := range c.Slices {
+		o, _ := object.EndpointSliceToEndpoints(sl.DeepCopy())
+		a.eps = append(a.eps, o.(*object.Endpoints))
+	}
+	return a
+}
+
+func (a *stockAPI) ServiceList() []*object.Service             { return a.svcs }
+func (a *stockAPI) EndpointsList() []*object.Endpoints         { return a.eps }
+func (a *stockAPI) ServiceImportList() []*object.ServiceImport { return nil }
+func (a *stockAPI) SvcImportIndex(string) []*object.ServiceImport {
+	return nil
+}
+func (a *stockAPI) PodIndex(string) []*object.Pod                    { return nil }
+func (a *stockAPI) McEpIndex(string) []*object.MultiClusterEndpoints { return nil }
+func (a *stockAPI) Run()                                             {}
+func (a *stockAPI) HasSynced() bool                                  { return true }
+func (a *stockAPI) Stop() error                                      { return nil }
+func (a *stockAPI) Modified(kubernetes.ModifiedMode) int64           { return 0 }
+
+func (a *stockAPI) GetNodeByName(context.Context, string) (*api.Node, error) {
+	return nil, errors.New("no nodes")
+}
+
+func (a *stockAPI) GetNamespaceByName(name string) (*object.Namespace, error) {
+	if n, ok := a.nss[name]; ok {
+		return n, nil
+	}
+	return nil, errors.New("namespace not found")
+}
+
+func (a *stockAPI) SvcIndex(k string) (out []*object.Service) {
+	for _, s := range a.svcs {
+		if s.Index == k {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (a *stockAPI) SvcIndexReverse(ip string) (out []*object.Service) {
+	for _, s := range a.svcs {
+		for _, c := range s.ClusterIPs {
+			if c == ip {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (a *stockAPI) SvcExtIndexReverse(ip string) (out []*object.Service) {
+	for _, s := range a.svcs {
+		for _, c := range s.ExternalIPs {
+			if c == ip {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (a *stockAPI) EpIndex(k string) (out []*object.Endpoints) {
+	for _, e := range a.eps {
+		if e.Index == k {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (a *stockAPI) EpIndexReverse(ip string) (out []*object.Endpoints) {
+	for _, e := range a.eps {
+		for _, x := range e.IndexIP {
+			if x == ip {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// outside is the world beyond the cluster as the server's other plugins
+// answer it: ext.example.test has an A record (no AAAA), and every other
+// outside name fails (SERVFAIL, as forward to an unreachable resolver).
+type outside struct{}
+
+func (outside) Lookup(_ context.Context, state request.Request, name string, typ uint16) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(name, typ)
+	m.Response = true
+	switch {
+	case strings.EqualFold(name, "ext.example.test."):
+		if typ == dns.TypeA {
+			m.Answer = []dns.RR{test.A("ext.example.test. 300 IN A 192.0.2.99")}
+		}
+	default:
+		m.Rcode = dns.RcodeServerFailure
+	}
+	return m, nil
+}
+
+// stockPlugin is the stock plugin with kubeadm's options over the cluster.
+func stockPlugin(t testing.TB, cl *clustergen.Cluster) *kubernetes.Kubernetes {
+	t.Helper()
+	c := caddy.NewTestController("dns", stockCorefile)
+	c.Next()
+	k, err := kubernetes.ParseStanza(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.APIConn = newStockAPI(cl)
+	k.Upstream = outside{}
+	k.Next = test.NextHandler(dns.RcodeRefused, nil)
+	return k
+}
+
+// ourPlugin is the shipped endpointsvc stanza serving the model of the
+// cluster's objects.
+func ourPlugin(t testing.TB, mc *k8sdns.Cluster) *Endpointsvc {
+	t.Helper()
+	e, err := parse(caddy.NewTestController("dns", ourCorefile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.schema.(*dnsSchema).srv.Upstream = outside{}
+	e.Next = test.NextHandler(dns.RcodeRefused, nil)
+	e.apply(context.Background(), "test", mc, false)
+	return e
+}
+
+func clusterModel(c *clustergen.Cluster) *k8sdns.Cluster {
+	return kubesource.DNSCluster(c.Namespaces, c.Services, c.Slices)
+}
+
+// serve asks h and writes the reply canonically: the plugin's rcode when
+// it wrote nothing, else the rcode, the AA flag and each section sorted,
+// with the SOA serial left out.
+func serve(h interface {
+	ServeDNS(context.Context, dns.ResponseWriter, *dns.Msg) (int, error)
+}, q clustergen.Question) (string, *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetQuestion(q.Name, q.Type)
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	code, _ := h.ServeDNS(context.Background(), rec, m)
+	if rec.Msg == nil {
+		return "not written: " + dns.RcodeToString[code], nil
+	}
+	return canonical(rec.Msg), rec.Msg
+}
+
+func canonical(m *dns.Msg) string {
+	rrs := func(sec []dns.RR) string {
+		var out []string
+		for _, rr := range sec {
+			c := dns.Copy(rr)
+			if soa, ok := c.(*dns.SOA); ok {
+				soa.Serial = 0
+			}
+			out = append(out, strings.ReplaceAll(c.String(), "\t", " "))
+		}
+		sort.Strings(out)
+		return strings.Join(out, "; ")
+	}
+	return fmt.Sprintf("%s aa=%v | answer: %s | authority: %s | additional: %s",
+		dns.RcodeToString[m.Rcode], m.Authoritative, rrs(m.Answer), rrs(m.Ns), rrs(m.Extra))
+}
+
+// deliberate reports whether question q, which the stock plugin answered
+// with reply, is one of the cases docs/cluster-dns.md lists as answered
+// differently on purpose: the name server's own names (NS at the apex,
+// ns.dns.<zone> addresses), and the names of a Service whose ready
+// endpoints give more than one CNAME candidate (several FQDN addresses or
+// ports, or FQDNs beside IPs), which the stock plugin answers with several
+// CNAMEs, or CNAMEs beside addresses - asked for, or reached through a
+// CNAME chain.
+func deliberate(conflicted []string, zone string, q clustergen.Question, reply *dns.Msg) bool {
+	name := strings.ToLower(q.Name)
+	if (q.Type == dns.TypeNS && name == zone) || ((q.Type == dns.TypeA || q.Type == dns.TypeAAAA) && name == "ns.dns."+zone) {
+		return true
+	}
+	if q.Type != dns.TypeA && q.Type != dns.TypeAAAA && q.Type != dns.TypeCNAME {
+		return false
+	}
+	owners := []string{name}
+	if reply != nil {
+		for _, rr := range reply.Answer {
+			if rr.Header().Rrtype == dns.TypeCNAME {
+				owners = append(owners, strings.ToLower(rr.Header().Name))
+			}
+		}
+	}
+	for _, k := range conflicted {
+		for _, o := range owners {
+			if dns.IsSubDomain(k+".svc."+zone, o) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// conflictedNames are "name.namespace" of the headless Services whose ready
+// endpoints are FQDN items (address × port) beside any other item.
+func conflictedNames(c *clustergen.Cluster) []string {
+	var out []string
+	for _, s := range c.Services {
+		fqdn, other := 0, 0
+		for _, sl := range c.Slices {
+			if sl.Namespace != s.Namespace || sl.Labels[discoveryv1.LabelServiceName] != s.Name {
+				continue
+			}
+			ports := max(len(sl.Ports), 1)
+			for _, ep := range sl.Endpoints {
+				if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+					continue
+				}
+				if sl.AddressType == discoveryv1.AddressTypeFQDN {
+					fqdn += len(ep.Addresses) * ports
+				} else {
+					other += len(ep.Addresses) * ports
+				}
+			}
+		}
+		if fqdn > 0 && fqdn+other > 1 {
+			out = append(out, s.Name+"."+s.Namespace)
+		}
+	}
+	return out
+}
+
+// compareWithStock asks both servers every question about c and reports
+// the differences (at most max).
+func compareWithStock(t *testing.T, c *clustergen.Cluster, qs []clustergen.Question, ours *Endpointsvc, max int) (asked int) {
+	t.Helper()
+	stock := stockPlugin(t, c)
+	conflicted := conflictedNames(c)
+	bad := 0
+	for _, q := range qs {
+		want, reply := serve(stock, q)
+		if deliberate(conflicted, "cluster.local.", q, reply) {
+			continue
+		}
+		asked++
+		if got, _ := serve(ours, q); got != want {
+			if bad++; bad <= max {
+				t.Errorf("%s:\n  stock: %s\n  ours:  %s", q, want, got)
+			}
+		}
+	}
+	if bad > max {
+		t.Errorf("... and %d more differences", bad-max)
+	}
+	return asked
+}
+
+var _ = meta.Now
+
+// genSeeds is the number of generated clusters a property test tries: a
+// few in a normal run, more with MESHDNS_GEN_SEEDS.
+func genSeeds(t *testing.T, normal int) []int64 {
+	n := normal
+	if s := os.Getenv("MESHDNS_GEN_SEEDS"); s != "" {
+		if v, err := strconv.Atoi(s); err == nil && v > 0 {
+			n = v
+		}
+	}
+	seeds := make([]int64, n)
+	for i := range seeds {
+		seeds[i] = int64(i + 1)
+	}
+	return seeds
+}
+
+// TestAgainstStock: on generated clusters, schema kubernetes answers every
+// question as the stock kubernetes plugin does (but for the deliberate
+// differences).
+func TestAgainstStock(t *testing.T) {
+	for _, seed := range genSeeds(t, 3) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			cfg := clustergen.Small()
+			c := clustergen.Generate(seed, cfg)
+			qs := clustergen.Questions(c, cfg, rand.New(rand.NewSource(seed)))
+			n := compareWithStock(t, c, qs, ourPlugin(t, clusterModel(c)), 20)
+			t.Logf("%d questions compared", n)
+		})
+	}
+}
