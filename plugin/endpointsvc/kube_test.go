@@ -508,3 +508,55 @@ func TestKubeSourcePermissionKeepsWaiting(t *testing.T) {
 	}
 	expect(t, e, "web.shop.svc.cluster.test.", dns.TypeA, "web.shop.svc.cluster.test.\t5\tIN\tA\t10.96.0.5")
 }
+
+// TestKubeSnapshotRestartSchemaWords: namespaces named like words of the
+// orch schema (node) or of the specification (pod, svc) are ordinary
+// namespaces: the snapshot the source writes loads at the next start, so a
+// restart while the API server is unreachable answers as before (such a
+// snapshot used to be rejected - "Ignoring snapshot" - and the restart
+// answered SERVFAIL for the whole cluster).
+func TestKubeSnapshotRestartSchemaWords(t *testing.T) {
+	client := fake.NewClientset()
+	var names []string
+	for i, ns := range []string{"node", "pod", "svc"} {
+		kubefix.Create(t, client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, ResourceVersion: "1"}})
+		web := kubefix.Service(ns, "web", corev1.ServiceTypeClusterIP)
+		web.Spec.ClusterIP = fmt.Sprintf("10.96.0.%d", i+1)
+		kubefix.Create(t, client, web)
+		db := kubefix.Service(ns, "db", corev1.ServiceTypeClusterIP)
+		db.Spec.ClusterIP = corev1.ClusterIPNone
+		kubefix.Create(t, client, db)
+		kubefix.Create(t, client, kubefix.Slice(ns, "db-1", "db", discoveryv1.AddressTypeIPv4, kubefix.EP(fmt.Sprintf("10.244.%d.1", i), "n1")))
+		names = append(names, "web."+ns+".svc.cluster.test.", "db."+ns+".svc.cluster.test.", ns+".svc.cluster.test.",
+			fmt.Sprintf("1.%d.244.10.in-addr.arpa.", i))
+	}
+	snap := filepath.Join(t.TempDir(), "snap.json")
+	live := newSpecKubePlugin(t, client, kubesource.NewDNS(kubesource.Config{}), snap)
+	want := map[string]string{}
+	for _, n := range names {
+		for _, qt := range []uint16{dns.TypeA, dns.TypePTR} {
+			want[n+dns.TypeToString[qt]] = fmt.Sprint(ask(t, live, n, qt))
+		}
+	}
+	live.stop() // writes the final snapshot
+
+	down := kubesource.NewDNS(kubesource.Config{})
+	down.NewClient = func() (kubernetes.Interface, error) { return nil, errors.New("API server unreachable") }
+	e := dnsPlugin(5, &syncer{snapshotPath: snap}, "cluster.test.", "in-addr.arpa.")
+	e.source = down
+	e.start(e.source)
+	defer e.stop()
+	if !e.Ready() {
+		t.Fatal("not ready from the snapshot")
+	}
+	for _, n := range names {
+		for _, qt := range []uint16{dns.TypeA, dns.TypePTR} {
+			if got := fmt.Sprint(ask(t, e, n, qt)); got != want[n+dns.TypeToString[qt]] {
+				t.Errorf("%s %s after the restart: %s, want %s", n, dns.TypeToString[qt], got, want[n+dns.TypeToString[qt]])
+			}
+		}
+	}
+	if got := ask(t, e, "web.node.svc.cluster.test.", dns.TypeA); fmt.Sprint(got) != "[web.node.svc.cluster.test.\t5\tIN\tA\t10.96.0.1]" {
+		t.Errorf("web.node: %v", got)
+	}
+}

@@ -27,7 +27,7 @@ func (d *dnsSchema) decodeSnapshot(b []byte) (feed.State, error) { return k8sdns
 
 func (d *dnsSchema) build(st feed.State) modelTable {
 	c, ok := st.(*k8sdns.Cluster)
-	if !ok {
+	if !ok || c == nil {
 		log.Errorf("%v", errSchemaState(d, st))
 		c = &k8sdns.Cluster{}
 	}

@@ -191,7 +191,9 @@ func ourPlugin(t testing.TB, mc *k8sdns.Cluster) *Endpointsvc {
 	}
 	e.schema.(*dnsSchema).srv.Upstream = outside{}
 	e.Next = test.NextHandler(dns.RcodeRefused, nil)
-	e.apply(context.Background(), "test", mc, false)
+	if mc != nil {
+		e.apply(context.Background(), "test", mc, false)
+	}
 	return e
 }
 

@@ -237,3 +237,96 @@ func BenchmarkServe(b *testing.B) {
 		s.Serve(context.Background(), request.Request{W: &test.ResponseWriter{}, Req: qs[i%len(qs)]}, zones[i%len(qs)], tbl, 1)
 	}
 }
+
+// TestServeMultiAddressEndpoint: every address of an endpoint is served,
+// as the kubernetes plugin serves them (it used to keep only the first):
+// A and AAAA, the endpoint's name, SRV (one record per target and port,
+// weight over every address, every address as glue) and PTR of each.
+func TestServeMultiAddressEndpoint(t *testing.T) {
+	sl := &Slice{Namespace: "ns", Name: "db-1", Service: "db", Type: IPv4, Ports: []Port{{Name: "pg", Protocol: "TCP", Port: 5432}}}
+	if err := sl.Add(Endpoint{Hostname: "db-0"}, "10.0.0.1", "10.0.0.2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sl.Add(Endpoint{}, "10.0.0.3", "10.0.0.4"); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{Namespaces: []string{"ns"}, Services: []*Service{{Namespace: "ns", Name: "db", Kind: Headless}}, Slices: []*Slice{sl}}
+	s, tbl := testServer(), Build(c)
+	const soa = "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 0 7200 1800 86400 5"
+	for _, tc := range []test.Case{
+		{Qname: "db.ns.svc.cluster.local.", Qtype: dns.TypeA, Answer: []dns.RR{
+			test.A("db.ns.svc.cluster.local. 5 IN A 10.0.0.1"), test.A("db.ns.svc.cluster.local. 5 IN A 10.0.0.2"),
+			test.A("db.ns.svc.cluster.local. 5 IN A 10.0.0.3"), test.A("db.ns.svc.cluster.local. 5 IN A 10.0.0.4")}},
+		{Qname: "db-0.db.ns.svc.cluster.local.", Qtype: dns.TypeA, Answer: []dns.RR{
+			test.A("db-0.db.ns.svc.cluster.local. 5 IN A 10.0.0.1"), test.A("db-0.db.ns.svc.cluster.local. 5 IN A 10.0.0.2")}},
+		{Qname: "10-0-0-4.db.ns.svc.cluster.local.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("10-0-0-4.db.ns.svc.cluster.local. 5 IN A 10.0.0.4")}},
+		{Qname: "10-0-0-2.db.ns.svc.cluster.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(soa)}}, // its label is its hostname
+		{Qname: "_pg._tcp.db.ns.svc.cluster.local.", Qtype: dns.TypeSRV,
+			Answer: []dns.RR{
+				test.SRV("_pg._tcp.db.ns.svc.cluster.local. 5 IN SRV 0 25 5432 10-0-0-3.db.ns.svc.cluster.local."),
+				test.SRV("_pg._tcp.db.ns.svc.cluster.local. 5 IN SRV 0 25 5432 10-0-0-4.db.ns.svc.cluster.local."),
+				test.SRV("_pg._tcp.db.ns.svc.cluster.local. 5 IN SRV 0 25 5432 db-0.db.ns.svc.cluster.local.")},
+			Extra: []dns.RR{
+				test.A("10-0-0-3.db.ns.svc.cluster.local. 5 IN A 10.0.0.3"), test.A("10-0-0-4.db.ns.svc.cluster.local. 5 IN A 10.0.0.4"),
+				test.A("db-0.db.ns.svc.cluster.local. 5 IN A 10.0.0.1"), test.A("db-0.db.ns.svc.cluster.local. 5 IN A 10.0.0.2")}},
+		{Qname: "2.0.0.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{test.PTR("2.0.0.10.in-addr.arpa. 5 IN PTR db-0.db.ns.svc.cluster.local.")}},
+		{Qname: "4.0.0.10.in-addr.arpa.", Qtype: dns.TypePTR, Answer: []dns.RR{test.PTR("4.0.0.10.in-addr.arpa. 5 IN PTR 10-0-0-4.db.ns.svc.cluster.local.")}},
+	} {
+		if err := test.SortAndCheck(ask(s, tbl, tc.Msg()), tc); err != nil {
+			t.Errorf("%s %s: %v", tc.Qname, dns.TypeToString[tc.Qtype], err)
+		}
+	}
+}
+
+// TestServePTROfSlicesWithoutService: the addresses of a slice whose
+// Service does not exist (deleted, or not created yet) have PTR records,
+// as in the kubernetes plugin's endpoint index; the name itself does not
+// exist.
+func TestServePTROfSlicesWithoutService(t *testing.T) {
+	sl := &Slice{Namespace: "ns", Name: "ghost-1", Service: "ghost", Type: IPv6}
+	if err := sl.Add(Endpoint{}, "fd00::7"); err != nil {
+		t.Fatal(err)
+	}
+	s, tbl := testServer(), Build(&Cluster{Namespaces: []string{"ns"}, Slices: []*Slice{sl}})
+	rev, _ := dns.ReverseAddr("fd00::7")
+	if err := test.SortAndCheck(ask(s, tbl, new(dns.Msg).SetQuestion(rev, dns.TypePTR)), test.Case{Qname: rev, Qtype: dns.TypePTR,
+		Answer: []dns.RR{test.PTR(rev + " 5 IN PTR fd00--7.ghost.ns.svc.cluster.local.")}}); err != nil {
+		t.Error(err)
+	}
+	if r := ask(s, tbl, new(dns.Msg).SetQuestion("ghost.ns.svc.cluster.local.", dns.TypeA)); r.Rcode != dns.RcodeNameError {
+		t.Errorf("the name of a Service that does not exist: rcode %d", r.Rcode)
+	}
+}
+
+// failingUpstream answers SERVFAIL to every lookup, as the server does when
+// its forward plugin reaches no resolver.
+type failingUpstream struct{}
+
+func (failingUpstream) Lookup(_ context.Context, _ request.Request, name string, typ uint16) (*dns.Msg, error) {
+	m := new(dns.Msg).SetQuestion(name, typ)
+	m.Rcode = dns.RcodeServerFailure
+	return m, nil
+}
+
+// TestServeExternalNameUpstreamFails: an ExternalName Service whose target
+// lies outside the cluster, when the lookup through the server fails,
+// answers the CNAME alone for A, AAAA and CNAME and NODATA for TXT, as the
+// kubernetes plugin does - never SERVFAIL.
+func TestServeExternalNameUpstreamFails(t *testing.T) {
+	s := testServer()
+	s.Upstream = failingUpstream{}
+	tbl := Build(&Cluster{Namespaces: []string{"ns"}, Services: []*Service{{Namespace: "ns", Name: "far", Kind: ExternalName, ExternalName: "Nowhere.Example.test"}}})
+	const soa = "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 0 7200 1800 86400 5"
+	cname := []dns.RR{test.CNAME("far.ns.svc.cluster.local. 5 IN CNAME Nowhere.Example.test.")}
+	for _, tc := range []test.Case{
+		{Qname: "far.ns.svc.cluster.local.", Qtype: dns.TypeA, Answer: cname},
+		{Qname: "far.ns.svc.cluster.local.", Qtype: dns.TypeAAAA, Answer: cname},
+		{Qname: "far.ns.svc.cluster.local.", Qtype: dns.TypeCNAME, Answer: cname},
+		{Qname: "far.ns.svc.cluster.local.", Qtype: dns.TypeTXT, Ns: []dns.RR{test.SOA(soa)}},
+		{Qname: "far.ns.svc.cluster.local.", Qtype: dns.TypeSRV, Ns: []dns.RR{test.SOA(soa)}},
+	} {
+		if err := test.SortAndCheck(ask(s, tbl, tc.Msg()), tc); err != nil {
+			t.Errorf("%s %s: %v", tc.Qname, dns.TypeToString[tc.Qtype], err)
+		}
+	}
+}

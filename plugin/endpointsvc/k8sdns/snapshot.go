@@ -411,8 +411,6 @@ func (sw *SnapshotWriter) Close() error {
 	return sw.Flush(true)
 }
 
-
-
 // Protocol returns the canonical copy of a port protocol, so that the
 // ports of thousands of objects share the three usual words.
 func Protocol(p string) string {

@@ -331,8 +331,6 @@ func (cw *CompactWriter) End() error {
 	return cw.Flush(true)
 }
 
-
-
 // samePorts reports whether two tasks share their ports: the same slice
 // (the tasks of one EndpointSlice), or equal ones.
 func samePorts(a, b []TaskPort) bool {
