@@ -35,29 +35,13 @@ type name struct {
 //
 // Anything else is kindInvalid.
 func parseName(qname, zone, defaultNS string) name {
-	if len(qname) < len(zone) || !strings.HasSuffix(qname, zone) {
+	rel, ok := relative(qname, zone)
+	switch {
+	case !ok:
 		return name{}
-	}
-	rel := qname[:len(qname)-len(zone)]
-	if rel == "" {
-		if zone == "." || qname == zone {
-			return name{kind: kindApex}
-		}
-		return name{}
-	}
-	if zone != "." {
-		// rel ends with the dot that separates it from the zone.
-		if rel[len(rel)-1] != '.' {
-			return name{} // "xsvc.orch." is not in "svc.orch."
-		}
-		rel = rel[:len(rel)-1]
-	} else if rel[len(rel)-1] == '.' {
-		rel = rel[:len(rel)-1]
-	}
-	if rel == "" {
-		return name{}
-	}
-	if strings.HasSuffix(rel, "."+NodeNamespace) {
+	case rel == "":
+		return name{kind: kindApex}
+	case strings.HasSuffix(rel, "."+NodeNamespace):
 		n := rel[:len(rel)-len(NodeNamespace)-1]
 		if n == "" || n[0] == '.' || n[len(n)-1] == '.' || strings.Contains(n, "..") {
 			return name{}
@@ -65,25 +49,9 @@ func parseName(qname, zone, defaultNS string) name {
 		return name{kind: kindNode, node: n}
 	}
 	var labels [4]string
-	count := 0
-	for rest := rel; ; {
-		if count == len(labels) {
-			return name{}
-		}
-		i := strings.IndexByte(rest, '.')
-		if i < 0 {
-			labels[count] = rest
-			count++
-			break
-		}
-		labels[count] = rest[:i]
-		count++
-		rest = rest[i+1:]
-	}
-	for i := 0; i < count; i++ {
-		if labels[i] == "" {
-			return name{}
-		}
+	count, ok := split(rel, labels[:])
+	if !ok {
+		return name{}
 	}
 	srv := count >= 3 && labels[0][0] == '_' && labels[1][0] == '_'
 	first := 0
@@ -91,13 +59,8 @@ func parseName(qname, zone, defaultNS string) name {
 		first = 2
 	}
 	rest := labels[first:count]
-	if len(rest) < 1 || len(rest) > 2 {
+	if len(rest) < 1 || len(rest) > 2 || rest[0][0] == '_' || rest[len(rest)-1][0] == '_' {
 		return name{}
-	}
-	for _, l := range rest {
-		if l[0] == '_' {
-			return name{}
-		}
 	}
 	n := name{kind: kindService, service: rest[0], namespace: defaultNS}
 	if len(rest) == 2 {
@@ -110,4 +73,52 @@ func parseName(qname, zone, defaultNS string) name {
 		}
 	}
 	return n
+}
+
+// relative returns qname without zone and the dot between them ("" for
+// the apex), and false when qname is not in zone.
+func relative(qname, zone string) (string, bool) {
+	if len(qname) < len(zone) || !strings.HasSuffix(qname, zone) {
+		return "", false
+	}
+	rel := qname[:len(qname)-len(zone)]
+	if rel == "" {
+		return "", zone == "." || qname == zone
+	}
+	if zone != "." {
+		// rel ends with the dot that separates it from the zone.
+		if rel[len(rel)-1] != '.' {
+			return "", false // "xsvc.orch." is not in "svc.orch."
+		}
+		rel = rel[:len(rel)-1]
+	} else if rel[len(rel)-1] == '.' {
+		rel = rel[:len(rel)-1]
+	}
+	return rel, rel != ""
+}
+
+// split cuts rel into labels (substrings of it), and reports false when
+// it has more than len(labels) of them or an empty one.
+func split(rel string, labels []string) (int, bool) {
+	count := 0
+	for rest := rel; ; {
+		if count == len(labels) {
+			return 0, false
+		}
+		i := strings.IndexByte(rest, '.')
+		if i < 0 {
+			labels[count] = rest
+			count++
+			break
+		}
+		labels[count] = rest[:i]
+		count++
+		rest = rest[i+1:]
+	}
+	for _, l := range labels[:count] {
+		if l == "" {
+			return 0, false
+		}
+	}
+	return count, true
 }
