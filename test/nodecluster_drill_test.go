@@ -87,6 +87,11 @@ func report(t *testing.T, c *nodeCluster, drill string, windows ...drillStats) {
 			t.Errorf("%s, %s: no lookups in the window", drill, w.window)
 		}
 	}
+	if n, err := egressRejected(); err == nil {
+		line := fmt.Sprintf("%s %-22s the egress rule has rejected %d pod packets bound outside the pod network since the cluster started", time.Now().Format("15:04:05"), drill, n)
+		t.Log(line)
+		fmt.Fprintln(f, line)
+	}
 }
 
 // note appends a free-form figure to the drill log.

@@ -5,9 +5,10 @@ package test
 // list of files and imports it with `ctr -n k8s.io images import`; pods use
 // them with imagePullPolicy Never.
 //   pause    static busybox running sleep (the sandbox image)
-//   meshdns  images/Dockerfile's prebuilt layout: the binary under test,
-//            images/Corefile, images/data owned by 65532, user 65532:65532,
-//            workdir /var/lib/meshdns
+//   meshdns  images/Dockerfile's prebuilt stage, read from the Dockerfile:
+//            the binary under test for bin/meshdns, images/Corefile,
+//            images/data owned by 65532, user 65532:65532, workdir
+//            /var/lib/meshdns
 //   client   static busybox, the host's glibc getent with the libraries ldd
 //            names and an nsswitch.conf, and the test's Go client
 //            (test/nodeclient)
@@ -24,6 +25,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -161,32 +163,123 @@ func pauseImageSpec() imageSpec {
 		files: []imageFile{{path: "bin/busybox", src: "/bin/busybox", mode: 0o755}}}
 }
 
-// meshdnsImageSpec is images/Dockerfile's prebuilt stage.
+// meshdnsImageSpec is images/Dockerfile's prebuilt stage, read from the
+// Dockerfile itself (dockerfileStage), with bin/meshdns standing for the
+// binary under test.
 func meshdnsImageSpec(bin string) (imageSpec, error) {
-	s := imageSpec{ref: meshdnsImage, entrypoint: []string{"/meshdns"}, cmd: []string{"-conf", "/etc/meshdns/Corefile"},
-		user: "65532:65532", workdir: "/var/lib/meshdns",
-		ports: []string{"53/udp", "53/tcp", "6785/tcp", "8080/tcp", "8181/tcp", "9153/tcp"},
-		files: []imageFile{
-			{path: "meshdns", src: bin, mode: 0o755},
-			{path: "etc/meshdns/Corefile", src: filepath.Join(repoRoot, "images", "Corefile"), mode: 0o644},
-			{path: "var/lib/meshdns", dir: true, mode: 0o755, uid: 65532, gid: 65532},
-		}}
-	data := filepath.Join(repoRoot, "images", "data")
-	err := filepath.Walk(data, func(p string, info os.FileInfo, err error) error {
-		if err != nil || p == data {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "images", "Dockerfile"))
+	if err != nil {
+		return imageSpec{}, err
+	}
+	s, err := dockerfileStage(string(b), "prebuilt", map[string]string{"bin/meshdns": bin})
+	s.ref = meshdnsImage
+	return s, err
+}
+
+// dockerfileStage builds an image spec from one FROM-scratch stage of a
+// Dockerfile: COPY [--chown=U:G] SRC DST (SRC relative to the checkout, or
+// as replaced by srcs), WORKDIR, USER, EXPOSE, ENTRYPOINT and CMD in JSON
+// form. Any other instruction is an error, so a Dockerfile that grows one
+// fails the harness instead of shipping an image the test never built.
+func dockerfileStage(dockerfile, stage string, srcs map[string]string) (imageSpec, error) {
+	var s imageSpec
+	in := false
+	for _, l := range dockerfileLines(dockerfile) {
+		f := strings.Fields(l)
+		op := strings.ToUpper(f[0])
+		if op == "FROM" {
+			in = len(f) == 4 && f[1] == "scratch" && strings.EqualFold(f[2], "AS") && f[3] == stage
+			continue
+		}
+		if !in {
+			continue
+		}
+		var err error
+		switch op {
+		case "COPY":
+			err = s.dockerCopy(f[1:], srcs)
+		case "WORKDIR":
+			s.workdir = f[1]
+		case "USER":
+			s.user = f[1]
+		case "EXPOSE":
+			s.ports = append(s.ports, f[1:]...)
+		case "ENTRYPOINT":
+			err = json.Unmarshal([]byte(strings.TrimSpace(l[len(f[0]):])), &s.entrypoint)
+		case "CMD":
+			err = json.Unmarshal([]byte(strings.TrimSpace(l[len(f[0]):])), &s.cmd)
+		default:
+			err = fmt.Errorf("instruction %s is not supported by the harness", op)
+		}
+		if err != nil {
+			return s, fmt.Errorf("images/Dockerfile stage %s: %q: %w", stage, l, err)
+		}
+	}
+	if len(s.files) == 0 {
+		return s, fmt.Errorf("images/Dockerfile has no stage %q copying files", stage)
+	}
+	return s, nil
+}
+
+// dockerfileLines returns the Dockerfile's instructions, continuation lines
+// joined, comments and blank lines dropped.
+func dockerfileLines(dockerfile string) []string {
+	var out []string
+	cur := ""
+	for _, l := range strings.Split(dockerfile, "\n") {
+		t := strings.TrimSpace(l)
+		if cur == "" && (t == "" || strings.HasPrefix(t, "#")) {
+			continue
+		}
+		if strings.HasSuffix(t, "\\") {
+			cur += strings.TrimSuffix(t, "\\") + " "
+			continue
+		}
+		out = append(out, cur+t)
+		cur = ""
+	}
+	return out
+}
+
+// dockerCopy adds COPY's files: a file to a file path, or a directory's
+// contents into a directory (created with the --chown owner).
+func (s *imageSpec) dockerCopy(args []string, srcs map[string]string) error {
+	uid, gid := 0, 0
+	if len(args) > 0 && strings.HasPrefix(args[0], "--chown=") {
+		if _, err := fmt.Sscanf(strings.TrimPrefix(args[0], "--chown="), "%d:%d", &uid, &gid); err != nil {
+			return fmt.Errorf("numeric --chown only: %w", err)
+		}
+		args = args[1:]
+	}
+	if len(args) != 2 || strings.HasPrefix(args[0], "--") {
+		return fmt.Errorf("want COPY [--chown=U:G] SRC DST")
+	}
+	src, dst := args[0], strings.Trim(args[1], "/")
+	path := filepath.Join(repoRoot, src)
+	if p, ok := srcs[src]; ok {
+		path = p
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !info.IsDir() {
+		s.files = append(s.files, imageFile{path: dst, src: path, mode: int64(info.Mode().Perm()), uid: uid, gid: gid})
+		return nil
+	}
+	s.files = append(s.files, imageFile{path: dst, dir: true, mode: 0o755, uid: uid, gid: gid})
+	return filepath.Walk(path, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || p == path {
 			return err
 		}
-		rel, _ := filepath.Rel(data, p)
-		f := imageFile{path: "var/lib/meshdns/" + rel, uid: 65532, gid: 65532, mode: int64(info.Mode().Perm())}
-		if info.IsDir() {
-			f.dir = true
-		} else {
+		rel, _ := filepath.Rel(path, p)
+		f := imageFile{path: dst + "/" + rel, uid: uid, gid: gid, mode: int64(fi.Mode().Perm()), dir: fi.IsDir()}
+		if !fi.IsDir() {
 			f.src = p
 		}
 		s.files = append(s.files, f)
 		return nil
 	})
-	return s, err
 }
 
 // clientImageSpec is busybox, getent with its libraries, and nodeclient.
@@ -248,4 +341,39 @@ func buildNodeClient(out string) error {
 		return fmt.Errorf("building test/nodeclient: %w\n%s", err, b)
 	}
 	return nil
+}
+
+// TestNodeImageLayout checks the meshdns image the harness writes against
+// images/Dockerfile's prebuilt stage: the files, their owners, the user,
+// working directory and command (no cluster needed).
+func TestNodeImageLayout(t *testing.T) {
+	s, err := meshdnsImageSpec(meshdnsBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.user != "65532:65532" || s.workdir != "/var/lib/meshdns" || strings.Join(s.entrypoint, " ") != "/meshdns" ||
+		strings.Join(s.cmd, " ") != "-conf /etc/meshdns/Corefile" {
+		t.Errorf("user %q, workdir %q, entrypoint %q, cmd %q", s.user, s.workdir, s.entrypoint, s.cmd)
+	}
+	layer, err := s.layerTar()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	tr := tar.NewReader(bytes.NewReader(layer))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		got[h.Name] = fmt.Sprintf("%d:%d %o", h.Uid, h.Gid, h.Mode)
+	}
+	for name, want := range map[string]string{
+		"meshdns": "0:0 755", "etc/meshdns/Corefile": "0:0 644", "var/lib/meshdns/": "65532:65532 755",
+		"var/lib/meshdns/README": "65532:65532 644",
+	} {
+		if got[name] != want {
+			t.Errorf("%s: %q, want %q (layer: %v)", name, got[name], want, got)
+		}
+	}
 }

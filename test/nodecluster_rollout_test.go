@@ -77,7 +77,7 @@ func TestNodeDrillDeletePod(t *testing.T) {
 	})
 }
 
-// TestNodeDrillConfigMapReload: a comment added to the Corefile in the
+// TestNodeDrillConfigMapReload: a server block added to the Corefile in the
 // ConfigMap; the drill waits until every replica's reload plugin reloaded,
 // then puts the ConfigMap back and waits for the second reload.
 func TestNodeDrillConfigMapReload(t *testing.T) {
@@ -88,7 +88,10 @@ func TestNodeDrillConfigMapReload(t *testing.T) {
 			return err
 		}
 		orig := cm.Data["Corefile"]
-		for i, corefile := range []string{orig + "# drill " + time.Now().Format(time.RFC3339Nano) + "\n", orig} {
+		// reload compares the parsed Corefile (a comment changes nothing):
+		// the change adds a server block for a zone nobody asks
+		extra := fmt.Sprintf("\ndrill%d.invalid.:53 {\n    errors\n}\n", time.Now().Unix())
+		for i, corefile := range []string{orig + extra, orig} {
 			before := reloads(c)
 			cm.Data["Corefile"] = corefile
 			if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
@@ -107,7 +110,7 @@ func TestNodeDrillConfigMapReload(t *testing.T) {
 				}
 				return nil
 			}); err != nil {
-				return err
+				return fmt.Errorf("%w\n%s", err, reloadDiagnosis(c))
 			}
 			note(t, c, "configmap-reload", "change %d reloaded in every replica %v after the update", i+1, time.Since(start).Round(time.Millisecond))
 		}
@@ -128,6 +131,23 @@ func reloads(c *nodeCluster) map[string]int {
 		out[f] = strings.Count(string(b), "Reloading complete")
 	}
 	return out
+}
+
+// reloadDiagnosis shows, per meshdns pod, the Corefile the kubelet
+// mounted (its last lines) and the container log's tail.
+func reloadDiagnosis(c *nodeCluster) string {
+	var b strings.Builder
+	mounted, _ := filepath.Glob(filepath.Join(c.paths.kubeletRoot, "pods", "*", "volumes", "kubernetes.io~configmap", "config", "Corefile"))
+	for _, m := range mounted {
+		data, _ := os.ReadFile(m)
+		fmt.Fprintf(&b, "mounted %s:\n%s\n", m, tail(string(data), 4))
+	}
+	logs, _ := filepath.Glob(filepath.Join(c.paths.state, "pod-logs", "kube-system_meshdns-*", "meshdns", "*.log"))
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		fmt.Fprintf(&b, "log %s:\n%s\n", l, tail(string(data), 10))
+	}
+	return b.String()
 }
 
 // askAt asks addr for name's A records with a short timeout and returns
@@ -174,7 +194,7 @@ func newServiceAnswers(t *testing.T, c *nodeCluster, drill, name string) {
 			continue
 		}
 		addr := net.JoinHostPort(p.Status.PodIP, "53")
-		err := waitFor(10*time.Second, nil, fqdn+" at "+addr, func() error {
+		err := waitFor(time.Minute, nil, fqdn+" at "+addr, func() error {
 			got, err := askAt(addr, fqdn)
 			if err != nil || strings.Join(got, " ") != created.Spec.ClusterIP {
 				return fmt.Errorf("%v %v", got, err)
@@ -185,6 +205,7 @@ func newServiceAnswers(t *testing.T, c *nodeCluster, drill, name string) {
 		if err != nil {
 			t.Errorf("%s: %v", drill, err)
 		}
+		note(t, c, drill, "new Service answered by %s %v after its creation", p.Name, took.Round(time.Millisecond))
 		if took > worst {
 			worst = took
 		}
