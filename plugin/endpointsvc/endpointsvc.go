@@ -40,6 +40,8 @@ type Endpointsvc struct {
 	counters sync.Map
 
 	*syncer // the served table, the snapshot, the carry-over
+
+	publishing *publishing // publish: nil without it
 }
 
 // ServeDNS implements plugin.Handler: it matches the zone, loads the

@@ -47,19 +47,34 @@ func setup(c *caddy.Controller) error {
 	c.OnRestart(func() error {
 		pending.Begin()
 		e.handOver()
+		if e.publishing != nil {
+			e.publishing.reloading.Store(true)
+		}
 		return nil
 	})
 	c.OnRestartFailed(func() error {
 		pending.Failed() // the new instances this reload started
 		carryStore.Drop(e.carryKey)
+		if e.publishing != nil {
+			e.publishing.reloading.Store(false)
+		}
 		return nil
 	})
 	c.OnStartup(func() error {
 		e.start(e.source)
+		if p := e.publishing; p != nil {
+			p.start(e.Zones[0], e.ready.Load)
+			pending.Started(func() { p.stop(false) })
+		}
 		pending.Started(e.stop)
 		return nil
 	})
 	c.OnShutdown(func() error {
+		// at SIGTERM this runs before health's lameduck wait: the endpoint
+		// is marked terminating while the replica still answers
+		if p := e.publishing; p != nil {
+			p.stop(!p.reloading.Load())
+		}
 		e.stop()
 		carryStore.Drop(e.carryKey)
 		return nil

@@ -24,6 +24,8 @@ type options struct {
 	orch *orchSource
 	kube *kubesource.Config
 
+	publish *publishing // publish: this replica's own endpoint
+
 	// the schema's options
 	kubernetes       bool // schema kubernetes
 	namespace        string
@@ -64,6 +66,9 @@ func (o *options) option(c *caddy.Controller, e *Endpointsvc) error {
 		return o.schemaOption(c, v)
 	case "ttl", "snapshot", "empty_grace", "fallthrough":
 		return o.servingOption(c, e, v)
+	case "publish":
+		o.kubeOnly = append(o.kubeOnly, v)
+		return o.publishOption(c)
 	default:
 		return c.Errf("unknown property %q", v)
 	}
@@ -288,6 +293,9 @@ func (o *options) source(c *caddy.Controller, e *Endpointsvc) error {
 	switch {
 	case o.kube != nil:
 		o.kube.NodeAddress, o.kube.Labels, o.kube.Namespaces = o.nodeAddress, o.selector, o.namespaces
+		if o.publish != nil {
+			o.publish.kube, e.publishing = *o.kube, o.publish
+		}
 		if o.kubernetes {
 			e.source = kubesource.NewDNS(*o.kube)
 		} else {
