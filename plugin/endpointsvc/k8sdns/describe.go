@@ -45,11 +45,11 @@ func (t *Table) Describe() string {
 	var revs []rv
 	for a, rs := range t.rev.All() {
 		x := rv{a: netip.AddrFrom16(a).Unmap()}
-		for _, r := range rs {
-			if r.svc != nil {
-				x.refs = append(x.refs, "svc "+r.svc.Namespace+"/"+r.svc.Name)
+		for _, r := range rs.list() {
+			if r.slice == clusterIP {
+				x.refs = append(x.refs, "svc "+r.svc().Namespace+"/"+r.svc().Name)
 			} else {
-				x.refs = append(x.refs, fmt.Sprintf("ep %s/%s/%s#%d", r.slice.Namespace, r.slice.Service, r.slice.Name, r.ep))
+				x.refs = append(x.refs, fmt.Sprintf("ep %s/%s/%s#%d", r.sl().Namespace, r.sl().Service, r.sl().Name, r.ep))
 			}
 		}
 		revs = append(revs, x)
@@ -64,7 +64,7 @@ func (t *Table) Describe() string {
 func sliceEndpoints(sl *Slice) []string {
 	var out []string
 	for i, e := range sl.Endpoints {
-		out = append(out, fmt.Sprintf("%v host=%q node=%q pod=%q %d%d%d", sl.Addresses(i), e.Hostname, e.Node(), e.TargetRef, e.Ready, e.Serving, e.Terminating))
+		out = append(out, fmt.Sprintf("%v host=%q node=%q pod=%q %d%d%d", sl.Addresses(i), sl.Hostname(i), e.Node(), sl.TargetRef(i), e.Ready, e.Serving, e.Terminating))
 	}
 	return out
 }

@@ -174,11 +174,11 @@ func legacySlices(s *Service, tasks []orch.Task, active bool, down map[string]bo
 			out = append(out, sl)
 		}
 		ready := active && t.DesiredStatus == "running" && (t.ActualStatus == "running" || t.ActualStatus == "healthy") && !down[t.NodeID]
-		e := Endpoint{Hostname: strings.ToLower(t.Hostname), Ready: False}
+		e := EndpointSpec{Addresses: []string{addr}, Hostname: strings.ToLower(t.Hostname), Ready: False}
 		if ready {
 			e.Ready = True
 		}
-		if err := sl.Add(e, addr); err != nil {
+		if err := sl.Add(e); err != nil {
 			return nil, fmt.Errorf("task %q: %w", t.ID, err)
 		}
 	}

@@ -32,7 +32,7 @@ type item struct {
 // label is the DNS label of the item's endpoint: its hostname, or its
 // address with dashes.
 func (it *item) label() string {
-	if h := it.slice.Endpoints[it.ep].Hostname; h != "" {
+	if h := it.slice.Hostname(int(it.ep)); h != "" {
 		return h
 	}
 	if it.host != "" {
@@ -142,7 +142,7 @@ func (e *entry) endpointItems(r *nameReq) []item {
 // (case-insensitively); want is l read as an address when l is the dashed
 // form of one, so that addresses are compared without making labels.
 func (it *item) isLabel(l string, want netip.Addr) bool {
-	if h := it.slice.Endpoints[it.ep].Hostname; h != "" {
+	if h := it.slice.Hostname(int(it.ep)); h != "" {
 		return strings.EqualFold(h, l)
 	}
 	if it.host != "" {

@@ -90,8 +90,9 @@ func ParseAddressType(s string) (AddressType, bool) {
 }
 
 // Slice is a discovery/v1 EndpointSlice as DNS reads it. Its endpoints'
-// addresses are packed in the slice (one allocation for all of them): add
-// endpoints with Add.
+// addresses, hostnames and target Pod names are packed in the slice (a few
+// allocations for all of them, an endpoint itself is 16 bytes): add
+// endpoints with Add, then Compact.
 type Slice struct {
 	Namespace, Name string
 	// Service is the kubernetes.io/service-name label as written: the
@@ -103,20 +104,32 @@ type Slice struct {
 
 	ips   [][16]byte // IPv4 and IPv6 slices: the addresses (IPv4 v4-mapped), endpoint by endpoint
 	fqdns []string   // FQDN slices: the addresses
+	text  string     // the hostnames and target names, end to end (Compact makes it of build)
+	build []byte     // text while endpoints are added
+	ends  []uint32   // per endpoint, where its hostname and its target name end in text; nil: none has either
 }
 
-// Endpoint is an EndpointSlice endpoint: its addresses are in its Slice.
+// Endpoint is an EndpointSlice endpoint: its addresses, hostname and
+// target name are in its Slice (Addr, Hostname, TargetRef).
 type Endpoint struct {
-	Hostname  string                // as written; "" none
-	TargetRef string                // targetRef.name (a Pod's); "" none
-	NodeName  unique.Handle[string] // zero: none
-	Ready     Condition
-	Serving   Condition
-	// Terminating is the terminating condition.
+	NodeName    unique.Handle[string] // zero: none
+	Ready       Condition
+	Serving     Condition
 	Terminating Condition
 
-	first int32 // its first address in the slice's addresses
 	n     uint8 // its number of addresses
+	first int32 // its first address in the slice's addresses
+}
+
+// EndpointSpec is an endpoint as the API writes it, for Add.
+type EndpointSpec struct {
+	Addresses   []string
+	Hostname    string // "" none
+	TargetRef   string // targetRef.name (a Pod's); "" none
+	NodeName    string // "" none
+	Ready       Condition
+	Serving     Condition
+	Terminating Condition
 }
 
 // Condition is an endpoint condition: unset, false or true.
@@ -158,52 +171,107 @@ func (e *Endpoint) Len() int { return int(e.n) }
 // maxAddresses bounds an endpoint's addresses (the API allows 100).
 const maxAddresses = 255
 
-// Add appends endpoint e with addresses (as written). An address that does
-// not fit the slice's type (not an IP of its family, not a name in an FQDN
-// slice) is an error and nothing is added.
-func (s *Slice) Add(e Endpoint, addresses ...string) error {
-	if len(addresses) == 0 || len(addresses) > maxAddresses {
-		return fmt.Errorf("endpoint with %d addresses: want 1 to %d", len(addresses), maxAddresses)
+// Add appends endpoint e. An address that does not fit the slice's type
+// (not an IP of its family, not a name in an FQDN slice), or no address,
+// is an error and nothing is added.
+func (s *Slice) Add(e EndpointSpec) error {
+	if len(e.Addresses) == 0 || len(e.Addresses) > maxAddresses {
+		return fmt.Errorf("endpoint with %d addresses: want 1 to %d", len(e.Addresses), maxAddresses)
 	}
-	start := len(s.ips)
+	for _, a := range e.Addresses {
+		if err := s.Type.check(a); err != nil {
+			return err
+		}
+	}
+	if s.text != "" && s.build == nil { // adding after Compact
+		s.build, s.text = []byte(s.text), ""
+	}
+	ep := Endpoint{Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating, n: uint8(len(e.Addresses))}
+	if e.NodeName != "" {
+		ep.NodeName = unique.Make(e.NodeName)
+	}
 	if s.Type == FQDN {
-		start = len(s.fqdns)
-	}
-	for _, a := range addresses {
-		if s.Type == FQDN {
-			if a == "" || strings.ContainsAny(a, " /:") {
-				return fmt.Errorf("bad FQDN address %q", a)
-			}
-			continue
-		}
-		ip, err := netip.ParseAddr(a)
-		if err != nil || ip.Zone() != "" || ip.Unmap().Is4() != (s.Type == IPv4) {
-			return fmt.Errorf("bad %s address %q", s.Type, a)
-		}
-	}
-	for _, a := range addresses {
-		if s.Type == FQDN {
-			s.fqdns = append(s.fqdns, a)
-		} else {
+		ep.first = int32(len(s.fqdns))
+		s.fqdns = append(s.fqdns, e.Addresses...)
+	} else {
+		ep.first = int32(len(s.ips))
+		for _, a := range e.Addresses {
 			s.ips = append(s.ips, netip.MustParseAddr(a).As16())
 		}
 	}
-	e.first, e.n = int32(start), uint8(len(addresses))
-	s.Endpoints = append(s.Endpoints, e)
+	if (e.Hostname != "" || e.TargetRef != "") && s.ends == nil {
+		s.ends = make([]uint32, 2*len(s.Endpoints), 2*cap(s.Endpoints)+2)
+	}
+	if s.ends != nil {
+		s.build = append(s.build, e.Hostname...)
+		s.ends = append(s.ends, uint32(len(s.build)))
+		s.build = append(s.build, e.TargetRef...)
+		s.ends = append(s.ends, uint32(len(s.build)))
+	}
+	s.Endpoints = append(s.Endpoints, ep)
 	return nil
 }
 
-// Compact drops the room appends left in the slice's arrays.
+// check reports whether address a fits the address type.
+func (a AddressType) check(address string) error {
+	if a == FQDN {
+		if address == "" || strings.ContainsAny(address, " /:") {
+			return fmt.Errorf("bad FQDN address %q", address)
+		}
+		return nil
+	}
+	ip, err := netip.ParseAddr(address)
+	if err != nil || ip.Zone() != "" || ip.Unmap().Is4() != (a == IPv4) {
+		return fmt.Errorf("bad %s address %q", a, address)
+	}
+	return nil
+}
+
+// Compact ends the adding: it drops the room appends left in the slice's
+// arrays and makes its text one string.
 func (s *Slice) Compact() {
-	if len(s.Endpoints) < cap(s.Endpoints) {
-		s.Endpoints = append([]Endpoint(nil), s.Endpoints...)
+	s.Endpoints = slices.Clip(clone(s.Endpoints))
+	s.ips = slices.Clip(clone(s.ips))
+	s.fqdns = slices.Clip(clone(s.fqdns))
+	s.ends = slices.Clip(clone(s.ends))
+	if s.build != nil {
+		s.text, s.build = string(s.build), nil
 	}
-	if len(s.ips) < cap(s.ips) {
-		s.ips = append([][16]byte(nil), s.ips...)
+}
+
+// clone copies a slice with room left over into one that has none.
+func clone[T any](a []T) []T {
+	if len(a) == cap(a) {
+		return a
 	}
-	if len(s.fqdns) < cap(s.fqdns) {
-		s.fqdns = append([]string(nil), s.fqdns...)
+	return append([]T(nil), a...)
+}
+
+// Hostname is endpoint i's hostname as written, or "".
+func (s *Slice) Hostname(i int) string {
+	if s.ends == nil {
+		return ""
 	}
+	start := uint32(0)
+	if i > 0 {
+		start = s.ends[2*i-1]
+	}
+	return s.textOf(start, s.ends[2*i])
+}
+
+// TargetRef is endpoint i's target name (a Pod's), or "".
+func (s *Slice) TargetRef(i int) string {
+	if s.ends == nil {
+		return ""
+	}
+	return s.textOf(s.ends[2*i], s.ends[2*i+1])
+}
+
+func (s *Slice) textOf(start, end uint32) string {
+	if s.build != nil {
+		return string(s.build[start:end])
+	}
+	return s.text[start:end]
 }
 
 // Addr is address j of endpoint i of an IPv4 or IPv6 slice.
@@ -258,8 +326,8 @@ func (s *Slice) Equal(o *Slice) bool {
 	}
 	for i := range s.Endpoints {
 		a, b := &s.Endpoints[i], &o.Endpoints[i]
-		if a.Hostname != b.Hostname || a.TargetRef != b.TargetRef || a.NodeName != b.NodeName ||
-			a.Ready != b.Ready || a.Serving != b.Serving || a.Terminating != b.Terminating || a.n != b.n {
+		if a.NodeName != b.NodeName || a.Ready != b.Ready || a.Serving != b.Serving || a.Terminating != b.Terminating ||
+			a.n != b.n || s.Hostname(i) != o.Hostname(i) || s.TargetRef(i) != o.TargetRef(i) {
 			return false
 		}
 		for j := range a.Len() {

@@ -71,25 +71,19 @@ func (t *Table) Patched(p *Patch) *Table {
 			})
 		}
 		for a := range touched {
-			rs, _ := rev.Get(a)
-			rs = slices.DeleteFunc(slices.Clone(rs), func(r ref) bool { return r.key() == c.Key })
+			var rs []ref
+			if cur, ok := rev.Get(a); ok {
+				rs = slices.DeleteFunc(cur.list(), func(r ref) bool { return r.key() == c.Key })
+			}
 			rs = append(rs, added[a]...)
 			if len(rs) == 0 {
 				rev.Delete(a)
 				continue
 			}
 			sortRefs(rs)
-			rev.Set(a, slices.Clip(rs))
+			rev.Set(a, packRefs(rs))
 		}
 	}
 	n.names, n.rev = names.Map(), rev.Map()
 	return n
-}
-
-// key is the name whose entry holds r.
-func (r ref) key() Key {
-	if r.svc != nil {
-		return Key{r.svc.Namespace, r.svc.Name}
-	}
-	return Key{r.slice.Namespace, r.slice.Service}
 }

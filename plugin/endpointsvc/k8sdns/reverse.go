@@ -23,18 +23,23 @@ func (q *query) ptr(name, owner string) ([]dns.RR, error) {
 	if err != nil {
 		return nil, errName
 	}
-	refs, _ := q.t.rev.Get(ip.Unmap().As16())
+	rs, ok := q.t.rev.Get(ip.Unmap().As16())
+	if !ok {
+		return nil, errName
+	}
 	primary := q.s.Zones[q.s.Primary]
+	if r := rs.first; r.slice == clusterIP {
+		s := r.svc()
+		return []dns.RR{&dns.PTR{Hdr: q.hdr(owner, dns.TypePTR), Ptr: s.Name + "." + s.Namespace + ".svc." + primary}}, nil
+	}
 	var out []dns.RR
-	for _, r := range refs {
-		if r.svc != nil {
-			return []dns.RR{&dns.PTR{Hdr: q.hdr(owner, dns.TypePTR), Ptr: r.svc.Name + "." + r.svc.Namespace + ".svc." + primary}}, nil
-		}
-		label := r.slice.Endpoints[r.ep].Hostname
+	for _, r := range rs.list() {
+		sl := r.sl()
+		label := sl.Hostname(int(r.ep))
 		if label == "" {
 			label = endpointLabel(ip.Unmap().String())
 		}
-		target := label + "." + r.slice.Service + "." + r.slice.Namespace + ".svc." + primary
+		target := label + "." + sl.Service + "." + sl.Namespace + ".svc." + primary
 		if !hasPTR(out, target) {
 			out = append(out, &dns.PTR{Hdr: q.hdr(owner, dns.TypePTR), Ptr: target})
 		}

@@ -199,13 +199,13 @@ func TestServeLargeHeadless(t *testing.T) {
 	sl := &Slice{Namespace: "ns", Name: "big-1", Service: "big", Type: IPv4,
 		Ports: []Port{{Name: "dns", Protocol: "UDP", Port: 53}, {Name: "dns-tcp", Protocol: "TCP", Port: 53}}}
 	for i := range 40 {
-		if err := sl.Add(Endpoint{Ready: True}, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1)); err != nil {
+		if err := sl.Add(EndpointSpec{Ready: True, Addresses: []string{fmt.Sprintf("10.0.%d.%d", i/200, i%200+1)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	dup := &Slice{Namespace: "ns", Name: "big-2", Service: "big", Type: IPv4} // the same addresses again, no ports
 	for i := range 40 {
-		_ = dup.Add(Endpoint{}, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1))
+		_ = dup.Add(EndpointSpec{Addresses: []string{fmt.Sprintf("10.0.%d.%d", i/200, i%200+1)}})
 	}
 	c := &Cluster{Namespaces: []string{"ns"}, Services: []*Service{{Namespace: "ns", Name: "big", Kind: Headless}}, Slices: []*Slice{sl, dup}}
 	s, tbl := testServer(), Build(c)
@@ -244,10 +244,10 @@ func BenchmarkServe(b *testing.B) {
 // weight over every address, every address as glue) and PTR of each.
 func TestServeMultiAddressEndpoint(t *testing.T) {
 	sl := &Slice{Namespace: "ns", Name: "db-1", Service: "db", Type: IPv4, Ports: []Port{{Name: "pg", Protocol: "TCP", Port: 5432}}}
-	if err := sl.Add(Endpoint{Hostname: "db-0"}, "10.0.0.1", "10.0.0.2"); err != nil {
+	if err := sl.Add(EndpointSpec{Hostname: "db-0", Addresses: []string{"10.0.0.1", "10.0.0.2"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := sl.Add(Endpoint{}, "10.0.0.3", "10.0.0.4"); err != nil {
+	if err := sl.Add(EndpointSpec{Addresses: []string{"10.0.0.3", "10.0.0.4"}}); err != nil {
 		t.Fatal(err)
 	}
 	c := &Cluster{Namespaces: []string{"ns"}, Services: []*Service{{Namespace: "ns", Name: "db", Kind: Headless}}, Slices: []*Slice{sl}}
@@ -284,7 +284,7 @@ func TestServeMultiAddressEndpoint(t *testing.T) {
 // exist.
 func TestServePTROfSlicesWithoutService(t *testing.T) {
 	sl := &Slice{Namespace: "ns", Name: "ghost-1", Service: "ghost", Type: IPv6}
-	if err := sl.Add(Endpoint{}, "fd00::7"); err != nil {
+	if err := sl.Add(EndpointSpec{Addresses: []string{"fd00::7"}}); err != nil {
 		t.Fatal(err)
 	}
 	s, tbl := testServer(), Build(&Cluster{Namespaces: []string{"ns"}, Slices: []*Slice{sl}})

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/netip"
 	"strconv"
-	"unique"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
 )
@@ -163,18 +162,12 @@ func (ss *snapSlice) slice() (*Slice, error) {
 	}
 	sl := &Slice{Namespace: ss.Namespace, Name: ss.Name, Service: ss.Service, Type: t, Ports: ports(ss.Ports), Endpoints: make([]Endpoint, 0, n)}
 	for i, addrs := range ss.Addresses {
-		e := Endpoint{Hostname: at(ss.Hostnames, i), TargetRef: at(ss.Pods, i)}
-		if node := at(ss.Nodes, i); node != "" {
-			e.NodeName = unique.Make(node)
-		}
+		e := EndpointSpec{Addresses: addrs, Hostname: at(ss.Hostnames, i), TargetRef: at(ss.Pods, i), NodeName: at(ss.Nodes, i)}
 		var err error
 		if e.Ready, e.Serving, e.Terminating, err = parseConditions(ss.Conditions[i]); err != nil {
 			return nil, fmt.Errorf("endpoints[%d]: %w", i, err)
 		}
-		if len(addrs) == 0 {
-			return nil, fmt.Errorf("endpoints[%d]: no address", i)
-		}
-		if err := sl.Add(e, addrs...); err != nil {
+		if err := sl.Add(e); err != nil {
 			return nil, fmt.Errorf("endpoints[%d]: %w", i, err)
 		}
 	}
@@ -337,9 +330,9 @@ func (sw *SnapshotWriter) Slice(sl *Slice) error {
 		b = append(b, ']')
 	}
 	b = append(b, ']')
-	b = appendColumn(b, `,"hostnames":[`, sl, func(e *Endpoint) string { return e.Hostname })
-	b = appendColumn(b, `,"nodes":[`, sl, (*Endpoint).Node)
-	b = appendColumn(b, `,"pods":[`, sl, func(e *Endpoint) string { return e.TargetRef })
+	b = appendColumn(b, `,"hostnames":[`, sl, sl.Hostname)
+	b = appendColumn(b, `,"nodes":[`, sl, func(i int) string { return sl.Endpoints[i].Node() })
+	b = appendColumn(b, `,"pods":[`, sl, sl.TargetRef)
 	b = append(b, `,"conditions":[`...)
 	for i := range sl.Endpoints {
 		e := &sl.Endpoints[i]
@@ -354,10 +347,10 @@ func (sw *SnapshotWriter) Slice(sl *Slice) error {
 
 // appendColumn appends key and one string per endpoint, or nothing when
 // every one is empty.
-func appendColumn(b []byte, key string, sl *Slice, f func(*Endpoint) string) []byte {
+func appendColumn(b []byte, key string, sl *Slice, f func(int) string) []byte {
 	empty := true
 	for i := range sl.Endpoints {
-		if f(&sl.Endpoints[i]) != "" {
+		if f(i) != "" {
 			empty = false
 			break
 		}
@@ -370,7 +363,7 @@ func appendColumn(b []byte, key string, sl *Slice, f func(*Endpoint) string) []b
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = jsonw.AppendString(b, f(&sl.Endpoints[i]))
+		b = jsonw.AppendString(b, f(i))
 	}
 	return append(b, ']')
 }

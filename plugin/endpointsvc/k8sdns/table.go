@@ -1,6 +1,7 @@
 package k8sdns
 
 import (
+	"bytes"
 	"cmp"
 	"net/netip"
 	"slices"
@@ -13,9 +14,9 @@ import (
 // what the patch touches (its maps are persistent: pmap), and it is never
 // changed afterwards.
 type Table struct {
-	namespaces map[string]struct{}        // the namespaces that exist; replaced whole when they change
-	names      *pmap.Map[Key, *entry]     // a Service, or the slices labelled with a name no Service has
-	rev        *pmap.Map[[16]byte, []ref] // address (IPv4 v4-mapped) → what it is: PTR
+	namespaces map[string]struct{}       // the namespaces that exist; replaced whole when they change
+	names      *pmap.Map[Key, *entry]    // a Service, or the slices labelled with a name no Service has
+	rev        *pmap.Map[[16]byte, refs] // address (IPv4 v4-mapped) → what it is: PTR
 
 	services  int // entries with a Service
 	endpoints int // ready endpoints of those entries' slices
@@ -24,6 +25,14 @@ type Table struct {
 
 // Key names a Service, and the slices labelled with its name.
 type Key struct{ Namespace, Name string }
+
+// compare orders keys by namespace, then name.
+func (k Key) compare(o Key) int {
+	return cmp.Or(cmp.Compare(k.Namespace, o.Namespace), cmp.Compare(k.Name, o.Name))
+}
+
+// compareAddr orders addresses (16 bytes) bytewise.
+func compareAddr(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) }
 
 // entry is what one name holds: the Service (nil when only slices carry
 // the name: their addresses still have PTR records, as the kubernetes
@@ -43,12 +52,46 @@ type entry struct {
 	conflict bool // more than one CNAME candidate: several FQDNs, or FQDNs beside IPs
 }
 
-// ref is what an address is: a cluster IP of svc, or an address of
-// endpoint ep of slice.
+// ref is what an address is: a cluster IP of entry e's Service (slice
+// clusterIP), or an address of endpoint ep of e's slice number slice.
+// 16 bytes: the reverse index holds one per address.
 type ref struct {
-	svc   *Service
-	slice *Slice
-	ep    int32
+	e         *entry
+	slice, ep uint32
+}
+
+const clusterIP = ^uint32(0)
+
+func (r ref) svc() *Service { return r.e.svc }
+
+// sl is the slice of an endpoint's ref.
+func (r ref) sl() *Slice { return r.e.slices[r.slice] }
+
+// key is the name whose entry holds r.
+func (r ref) key() Key { return r.e.key() }
+
+// refs are the refs of one address, in sortRefs's order: the first
+// inline (most addresses have one), any others in more.
+type refs struct {
+	first ref
+	more  *[]ref
+}
+
+func packRefs(rs []ref) refs {
+	p := refs{first: rs[0]}
+	if len(rs) > 1 {
+		more := slices.Clone(rs[1:])
+		p.more = &more
+	}
+	return p
+}
+
+// list returns the refs as a slice (a new one when there are several).
+func (p refs) list() []ref {
+	if p.more == nil {
+		return []ref{p.first}
+	}
+	return append([]ref{p.first}, *p.more...)
 }
 
 // Build makes the table of a cluster.
@@ -61,7 +104,7 @@ func Build(c *Cluster) *Table {
 			bySvc[k] = append(bySvc[k], sl)
 		}
 	}
-	names := pmap.New[Key, *entry]().Edit()
+	names := pmap.New[Key, *entry](Key.compare).Edit()
 	revs := map[[16]byte][]ref{}
 	add := func(k Key, e *entry) {
 		names.Set(k, e)
@@ -80,10 +123,10 @@ func Build(c *Cluster) *Table {
 		add(k, newEntry(nil, sls))
 	}
 	t.names = names.Map()
-	rev := pmap.New[[16]byte, []ref]().Edit()
+	rev := pmap.New[[16]byte, refs](compareAddr).Edit()
 	for a, rs := range revs {
 		sortRefs(rs)
-		rev.Set(a, slices.Clip(rs))
+		rev.Set(a, packRefs(rs))
 	}
 	t.rev = rev.Map()
 	return t
@@ -176,10 +219,10 @@ func (e *entry) hasReady() bool { return len(e.v4) > 0 || len(e.v6) > 0 || e.fqd
 func (e *entry) eachRef(f func([16]byte, ref)) {
 	if e.svc != nil && e.svc.Kind == ClusterIP {
 		for _, a := range e.svc.ClusterIPs {
-			f(a.As16(), ref{svc: e.svc})
+			f(a.As16(), ref{e: e, slice: clusterIP})
 		}
 	}
-	for _, sl := range e.slices {
+	for si, sl := range e.slices {
 		if sl.Type == FQDN {
 			continue
 		}
@@ -189,7 +232,7 @@ func (e *entry) eachRef(f func([16]byte, ref)) {
 				continue
 			}
 			for j := range ep.Len() {
-				f(sl.ips[int(ep.first)+j], ref{slice: sl, ep: int32(i)})
+				f(sl.ips[int(ep.first)+j], ref{e: e, slice: uint32(si), ep: uint32(i)})
 			}
 		}
 	}
@@ -200,16 +243,25 @@ func (e *entry) eachRef(f func([16]byte, ref)) {
 // whole and one patched order them alike.
 func sortRefs(rs []ref) {
 	slices.SortFunc(rs, func(a, b ref) int {
-		if (a.svc == nil) != (b.svc == nil) {
-			if a.svc != nil {
+		if (a.slice == clusterIP) != (b.slice == clusterIP) {
+			if a.slice == clusterIP {
 				return -1
 			}
 			return 1
 		}
-		if a.svc != nil {
-			return cmp.Or(cmp.Compare(a.svc.Namespace, b.svc.Namespace), cmp.Compare(a.svc.Name, b.svc.Name))
+		ka, kb := a.key(), b.key()
+		c := cmp.Or(cmp.Compare(ka.Namespace, kb.Namespace), cmp.Compare(ka.Name, kb.Name))
+		if c != 0 || a.slice == clusterIP {
+			return c
 		}
-		return cmp.Or(cmp.Compare(a.slice.Namespace, b.slice.Namespace), cmp.Compare(a.slice.Service, b.slice.Service),
-			cmp.Compare(a.slice.Name, b.slice.Name), cmp.Compare(a.ep, b.ep))
+		return cmp.Or(cmp.Compare(a.sl().Name, b.sl().Name), cmp.Compare(a.ep, b.ep))
 	})
+}
+
+// key is the name of the entry: its Service's, or its slices' label.
+func (e *entry) key() Key {
+	if e.svc != nil {
+		return Key{e.svc.Namespace, e.svc.Name}
+	}
+	return Key{e.slices[0].Namespace, e.slices[0].Service}
 }

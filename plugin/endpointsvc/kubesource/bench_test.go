@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
-	"unique"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/orch"
@@ -40,13 +39,14 @@ func benchStores(services, perSvc int) stores {
 			Ports: []k8sdns.Port{{Name: "http", Protocol: "TCP", Port: 8080}, {Name: "metrics", Protocol: "TCP", Port: 9090}}}
 		for j := range perSvc {
 			ep++
-			e := k8sdns.Endpoint{Ready: k8sdns.True, Serving: k8sdns.True, NodeName: unique.Make(fmt.Sprintf("node-%d", ep%500)),
-				TargetRef: fmt.Sprintf("%s-%d", s.Name, j)}
+			e := k8sdns.EndpointSpec{Ready: k8sdns.True, Serving: k8sdns.True, NodeName: fmt.Sprintf("node-%d", ep%500),
+				TargetRef: fmt.Sprintf("%s-%d", s.Name, j), Addresses: []string{netip.AddrFrom4([4]byte{10, 100 + byte(ep>>16), byte(ep >> 8), byte(ep)}).String()}}
 			if headless {
 				e.Hostname = fmt.Sprintf("%s-%d", s.Name, j)
 			}
-			_ = sl.sl.Add(e, netip.AddrFrom4([4]byte{10, 100 + byte(ep>>16), byte(ep >> 8), byte(ep)}).String())
+			_ = sl.sl.Add(e)
 		}
+		sl.sl.Compact()
 		_ = st.slices.Add(sl)
 	}
 	return st

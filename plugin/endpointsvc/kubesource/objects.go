@@ -3,6 +3,7 @@ package kubesource
 import (
 	"cmp"
 	"net/netip"
+	"slices"
 	"strings"
 	"unique"
 
@@ -157,25 +158,17 @@ func modelSlice(s *discoveryv1.EndpointSlice) k8sdns.Slice {
 	}
 	m.Endpoints = make([]k8sdns.Endpoint, 0, len(s.Endpoints))
 	for _, ep := range s.Endpoints {
-		e := k8sdns.Endpoint{Hostname: deref(ep.Hostname), Ready: k8sdns.Cond(ep.Conditions.Ready),
-			Serving: k8sdns.Cond(ep.Conditions.Serving), Terminating: k8sdns.Cond(ep.Conditions.Terminating)}
-		if ep.NodeName != nil && *ep.NodeName != "" {
-			e.NodeName = unique.Make(*ep.NodeName)
-		}
+		e := k8sdns.EndpointSpec{Addresses: ep.Addresses, Hostname: deref(ep.Hostname), NodeName: deref(ep.NodeName),
+			Ready: k8sdns.Cond(ep.Conditions.Ready), Serving: k8sdns.Cond(ep.Conditions.Serving), Terminating: k8sdns.Cond(ep.Conditions.Terminating)}
 		if ep.TargetRef != nil {
-			e.TargetRef = strings.Clone(ep.TargetRef.Name)
+			e.TargetRef = ep.TargetRef.Name
 		}
-		if err := m.Add(e, ep.Addresses...); err != nil {
+		if m.Add(e) != nil {
 			// keep the addresses that fit (one that does not cannot pass the API's validation)
-			var good []string
-			for _, a := range ep.Addresses {
-				if (&k8sdns.Slice{Type: t}).Add(k8sdns.Endpoint{}, a) == nil {
-					good = append(good, a)
-				}
-			}
-			if len(good) > 0 {
-				_ = m.Add(e, good...)
-			}
+			e.Addresses = slices.DeleteFunc(slices.Clone(ep.Addresses), func(a string) bool {
+				return (&k8sdns.Slice{Type: t}).Add(k8sdns.EndpointSpec{Addresses: []string{a}}) != nil
+			})
+			_ = m.Add(e) // an endpoint with none left is left out
 		}
 	}
 	m.Compact()
@@ -186,7 +179,7 @@ func deref(s *string) string {
 	if s == nil {
 		return ""
 	}
-	return strings.Clone(*s)
+	return *s
 }
 
 // transformNode converts a *v1.Node into a *kNode.

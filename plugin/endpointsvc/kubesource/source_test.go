@@ -198,7 +198,7 @@ func TestTransformsAreSlim(t *testing.T) {
 	ks := y.(*kSlice)
 	e := &ks.sl.Endpoints[0]
 	if ks.sl.Service != "Web" || len(ks.sl.Endpoints) != 1 || fmt.Sprint(ks.sl.Addresses(0)) != "[10.0.0.1 10.0.0.2]" ||
-		e.Node() != "N1" || e.Hostname != "web-0" || e.TargetRef != "web-0" || e.Ready != k8sdns.False || e.Serving != k8sdns.Unset ||
+		e.Node() != "N1" || ks.sl.Hostname(0) != "web-0" || ks.sl.TargetRef(0) != "web-0" || e.Ready != k8sdns.False || e.Serving != k8sdns.Unset ||
 		e.Terminating != k8sdns.True || ks.GetLabels() != nil {
 		t.Errorf("slim slice: %+v %+v", ks, e)
 	}
@@ -478,5 +478,27 @@ func TestDocumentedRBAC(t *testing.T) {
 				t.Errorf("%d states, %d patches; want 1, 3", len(sink.states), len(sink.patches))
 			}
 		})
+	}
+}
+
+// TestTransformReusesStoredObject: a relist replays every object; an
+// object whose slim form equals the stored one is not a new copy (the
+// table shares the stored objects: a copy would double them until each
+// name changed), while a changed one is.
+func TestTransformReusesStoredObject(t *testing.T) {
+	st := newStores()
+	sl := kubefix.Slice("default", "web-1", "web", discoveryv1.AddressTypeIPv4, kubefix.EP("10.0.0.1", "n1"))
+	load(t, st, sl)
+	stored, _, _ := st.slices.GetByKey("default/web-1")
+	fn := reuse(st.slices, transformSlice(nil))
+	again := sl.DeepCopy()
+	again.ResourceVersion, again.Labels["unrelated"] = "9", "x"
+	if got, _ := fn(again); got != stored {
+		t.Error("a replayed slice with the same fields is a new copy")
+	}
+	changed := sl.DeepCopy()
+	changed.Endpoints[0].Addresses = []string{"10.0.0.2"}
+	if got, _ := fn(changed); got == stored {
+		t.Error("a changed slice was replaced by the stored one")
 	}
 }

@@ -80,7 +80,7 @@ func (k *Source) watch(client kubernetes.Interface) *watcher {
 	handler := w.handler(&k.Stats)
 	for _, x := range infs {
 		// Setting these fails only on a started informer; ours are new.
-		_ = x.inf.SetTransform(x.fn)
+		_ = x.inf.SetTransform(reuse(x.inf.GetStore(), x.fn))
 		_ = x.inf.SetWatchErrorHandlerWithContext(w.onError)
 		if reg, err := x.inf.AddEventHandler(handler); err == nil {
 			w.regs = append(w.regs, reg)
@@ -90,6 +90,31 @@ func (k *Source) watch(client kubernetes.Interface) *watcher {
 		w.regs = nil // a registration failed (only on a stopped informer): never synced
 	}
 	return w
+}
+
+// reuse wraps a transform: when the store already holds a slim object
+// with the same fields under the new one's key, it returns that object
+// instead. A relist (after a watch restart, or the API server's return)
+// replays every object; without this the store would hold the new copies
+// while the table still shares the old ones - twice the objects until
+// each name changed. An update that changes nothing the mapping reads
+// keeps the stored object too (its resourceVersion is then the older one:
+// the informers track versions apart from the objects).
+func reuse(store cache.Store, fn cache.TransformFunc) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		x, err := fn(obj)
+		if err != nil {
+			return x, err
+		}
+		key, err := cache.MetaNamespaceKeyFunc(x)
+		if err != nil {
+			return x, nil
+		}
+		if old, ok, _ := store.GetByKey(key); ok && old != x && sameSlim(old, x) {
+			return old, nil
+		}
+		return x, nil
+	}
 }
 
 // slimInformer is an informer and the transform to its slim objects.
@@ -111,15 +136,17 @@ func (w *watcher) handler(stats *Stats) cache.ResourceEventHandlerFuncs {
 		UpdateFunc: func(old, cur any) {
 			// A relist after a watch restart replays every object, and most
 			// updates (heartbeats, labels, annotations) change nothing the
-			// mapping reads: skip both with a comparison of slim objects.
+			// mapping reads: skip both. The transform kept the stored
+			// object for those (reuse); another version with the same
+			// resourceVersion is the same object.
+			if old == cur || sameSlim(old, cur) {
+				stats.Skipped.Add(1)
+				return
+			}
 			if o, ok := old.(metav1.Object); ok {
 				if c, ok := cur.(metav1.Object); ok && o.GetResourceVersion() == c.GetResourceVersion() {
 					return
 				}
-			}
-			if sameSlim(old, cur) {
-				stats.Skipped.Add(1)
-				return
 			}
 			w.changed.mark(old) // a slice may have moved to another Service
 			w.changed.mark(cur)

@@ -1,9 +1,11 @@
 package orch
 
 import (
+	"cmp"
 	"net"
 	"net/netip"
 	"sort"
+	"strings"
 
 	"github.com/meshdns/meshdns/plugin/pkg/pmap"
 )
@@ -23,6 +25,11 @@ type Table struct {
 
 // SvcKey names a service.
 type SvcKey struct{ Namespace, Name string }
+
+// compare orders keys by namespace, then name.
+func (k SvcKey) compare(o SvcKey) int {
+	return cmp.Or(cmp.Compare(k.Namespace, o.Namespace), cmp.Compare(k.Name, o.Name))
+}
 
 type portKey struct{ name, proto string }
 
@@ -95,7 +102,7 @@ type nodeEntry struct {
 // lowercased); a hostname missing from it contributes no address.
 func BuildTable(st *State, zones []string, includeUnhealthy, endpointMode bool, resolved map[string][]netip.Addr) *Table {
 	t := &Table{}
-	nodes := pmap.New[string, *nodeEntry]().Edit()
+	nodes := pmap.New[string, *nodeEntry](strings.Compare).Edit()
 	byID := make(map[string]*nodeEntry, len(st.Nodes))
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
@@ -103,7 +110,7 @@ func BuildTable(st *State, zones []string, includeUnhealthy, endpointMode bool, 
 		nodes.Set(n.Name, e)
 		byID[n.ID] = e
 	}
-	services := pmap.New[SvcKey, *svcEntry]().Edit()
+	services := pmap.New[SvcKey, *svcEntry](SvcKey.compare).Edit()
 	for _, se := range EndpointSet(st, includeUnhealthy) {
 		e := newSvcEntry(se, byID, endpointMode)
 		services.Set(SvcKey{se.Service.Namespace, se.Service.Name}, e)

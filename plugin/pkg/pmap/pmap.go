@@ -1,10 +1,14 @@
-// Package pmap is a persistent (immutable) hash map: a hash array mapped
-// trie whose updates copy only the nodes on the path to the changed entry,
-// so that a new version of a map of any size costs a few small
-// allocations and every older version stays valid and unchanged for the
-// readers that hold it. The tables of endpointsvc keep their services and
-// their reverse index in it: a patch that changes one Service costs work
-// in proportion to that Service, not to the cluster.
+// Package pmap is a persistent (immutable) ordered map: a B+ tree whose
+// updates copy only the nodes on the path to the changed entry, so that a
+// new version of a map of any size costs a few small allocations and
+// every older version stays valid and unchanged for the readers that hold
+// it. The tables of endpointsvc keep their names and their reverse index
+// in it: a patch that changes one Service costs work in proportion to that
+// Service, not to the cluster.
+//
+// Nodes hold up to 32 entries (leaves) or children (inner nodes) in arrays
+// sized to what they hold, so that a map costs little more than its
+// entries: ~45 bytes an entry of a 16-byte key and a 24-byte value.
 //
 // A Map is safe for concurrent readers. An Editor batches changes: the
 // nodes it copied are its own until Map ends the batch, so that a batch of
@@ -12,107 +16,82 @@
 package pmap
 
 import (
-	"hash/maphash"
 	"iter"
-	"math/bits"
+	"slices"
 )
 
 const (
-	bitsPerLevel = 5
-	fanout       = 1 << bitsPerLevel
-	// maxShift is the shift of the last level that branches on the hash;
-	// below it, keys whose 64-bit hashes are equal share a collision node.
-	maxShift = 60
+	maxEntries = 32 // a node's entries or children, at most
+	minEntries = 8  // a node with fewer is merged with a sibling when they fit in one
 )
 
-// Map is an immutable hash map. The zero value is not usable: make one
+// Map is an immutable ordered map. The zero value is not usable: make one
 // with New. Its methods never change it.
-type Map[K comparable, V any] struct {
+type Map[K any, V any] struct {
 	root *node[K, V]
 	n    int
-	seed maphash.Seed
-	test func(K) uint64 // tests only: a hash that collides
+	cmp  func(a, b K) int
 }
 
-// node is a trie node: bitmap has a bit per occupied one of fanout
-// positions, and slots holds them in order (popcount compression). A node
-// at a shift past maxShift is a collision node: no bitmap, slots are
-// leaves with equal hashes, searched by key.
-type node[K comparable, V any] struct {
-	bitmap uint32
-	edit   *token // the Editor that may change this node in place; nil: shared
-	slots  []slot[K, V]
-}
-
-// slot is a sub-trie (child not nil) or an entry.
-type slot[K comparable, V any] struct {
-	child *node[K, V]
-	key   K
-	val   V
+// node is a leaf (kids nil: keys and vals hold its entries) or an inner
+// node (keys[i] is the smallest key below kids[i]). Every node but the root
+// has at least one entry or child.
+type node[K any, V any] struct {
+	edit *token // the Editor that may change this node in place; nil: shared
+	keys []K
+	vals []V
+	kids []*node[K, V]
 }
 
 // token identifies one batch of an Editor.
 type token struct{ _ byte }
 
-// New returns an empty map.
-func New[K comparable, V any]() *Map[K, V] {
-	return &Map[K, V]{root: &node[K, V]{}, seed: maphash.MakeSeed()}
+// New returns an empty map ordered by cmp (negative: a sorts before b).
+func New[K any, V any](cmp func(a, b K) int) *Map[K, V] {
+	return &Map[K, V]{root: &node[K, V]{}, cmp: cmp}
 }
 
 // Len is the number of entries.
 func (m *Map[K, V]) Len() int { return m.n }
 
-func (m *Map[K, V]) hash(k K) uint64 {
-	if m.test != nil {
-		return m.test(k)
+// child returns the index of the child of inner node n that holds k.
+func (m *Map[K, V]) child(n *node[K, V], k K) int {
+	i, _ := slices.BinarySearchFunc(n.keys, k, m.cmp)
+	if i < len(n.keys) && m.cmp(n.keys[i], k) == 0 {
+		return i
 	}
-	return maphash.Comparable(m.seed, k)
+	return max(i-1, 0)
 }
 
 // Get returns the value of k and whether k is present.
 func (m *Map[K, V]) Get(k K) (V, bool) {
-	h := m.hash(k)
 	n := m.root
-	for shift := uint(0); ; shift += bitsPerLevel {
-		if shift > maxShift {
-			for i := range n.slots {
-				if n.slots[i].key == k {
-					return n.slots[i].val, true
-				}
-			}
-			var zero V
-			return zero, false
-		}
-		bit := uint32(1) << ((h >> shift) & (fanout - 1))
-		if n.bitmap&bit == 0 {
-			var zero V
-			return zero, false
-		}
-		s := &n.slots[bits.OnesCount32(n.bitmap&(bit-1))]
-		if s.child == nil {
-			if s.key == k {
-				return s.val, true
-			}
-			var zero V
-			return zero, false
-		}
-		n = s.child
+	for n.kids != nil {
+		n = n.kids[m.child(n, k)]
 	}
+	if i, ok := slices.BinarySearchFunc(n.keys, k, m.cmp); ok {
+		return n.vals[i], true
+	}
+	var zero V
+	return zero, false
 }
 
-// All yields every entry once, in an order fixed by the map's hashes.
+// All yields every entry once, in key order.
 func (m *Map[K, V]) All() iter.Seq2[K, V] {
 	return func(yield func(K, V) bool) { m.root.each(yield) }
 }
 
 func (n *node[K, V]) each(yield func(K, V) bool) bool {
-	for i := range n.slots {
-		s := &n.slots[i]
-		if s.child != nil {
-			if !s.child.each(yield) {
+	if n.kids == nil {
+		for i := range n.keys {
+			if !yield(n.keys[i], n.vals[i]) {
 				return false
 			}
-		} else if !yield(s.key, s.val) {
+		}
+		return true
+	}
+	for _, c := range n.kids {
+		if !c.each(yield) {
 			return false
 		}
 	}
@@ -134,7 +113,7 @@ func (m *Map[K, V]) Delete(k K) *Map[K, V] {
 }
 
 // Editor makes a new version of a map from a batch of changes.
-type Editor[K comparable, V any] struct {
+type Editor[K any, V any] struct {
 	m   Map[K, V]
 	tok *token
 }
@@ -158,147 +137,148 @@ func (e *Editor[K, V]) Len() int { return e.m.n }
 // Get reads the map being edited.
 func (e *Editor[K, V]) Get(k K) (V, bool) { return e.m.Get(k) }
 
-// own returns n if this batch may change it, else a copy that it may.
+// own returns n if this batch may change it and it has room for extra
+// more entries or children, else a copy that it may, with that room. A
+// node's arrays have no room beyond what it holds (append's slack would
+// cost a third of the map): growing one copies it.
 func (e *Editor[K, V]) own(n *node[K, V], extra int) *node[K, V] {
-	if n.edit == e.tok {
+	if n.edit == e.tok && len(n.keys)+extra <= cap(n.keys) {
 		return n
 	}
-	c := &node[K, V]{bitmap: n.bitmap, edit: e.tok, slots: make([]slot[K, V], len(n.slots), len(n.slots)+extra)}
-	copy(c.slots, n.slots)
+	c := &node[K, V]{edit: e.tok, keys: make([]K, len(n.keys), len(n.keys)+extra)}
+	copy(c.keys, n.keys)
+	if n.kids != nil {
+		c.kids = make([]*node[K, V], len(n.kids), len(n.kids)+extra)
+		copy(c.kids, n.kids)
+	} else {
+		c.vals = make([]V, len(n.vals), len(n.vals)+extra)
+		copy(c.vals, n.vals)
+	}
 	return c
 }
 
 // Set sets k to v.
 func (e *Editor[K, V]) Set(k K, v V) {
-	h := e.m.hash(k)
-	e.m.root = e.set(e.m.root, 0, h, k, v)
+	n, right, added := e.set(e.m.root, k, v)
+	if right != nil { // the root split: a new root above the two halves
+		n = &node[K, V]{edit: e.tok, keys: []K{n.keys[0], right.keys[0]}, kids: []*node[K, V]{n, right}}
+	}
+	e.m.root = n
+	if added {
+		e.m.n++
+	}
 }
 
-func (e *Editor[K, V]) set(n *node[K, V], shift uint, h uint64, k K, v V) *node[K, V] {
-	if shift > maxShift {
-		for i := range n.slots {
-			if n.slots[i].key == k {
-				n = e.own(n, 0)
-				n.slots[i].val = v
-				return n
-			}
-		}
-		n = e.own(n, 1)
-		n.slots = append(n.slots, slot[K, V]{key: k, val: v})
-		e.m.n++
-		return n
-	}
-	bit := uint32(1) << ((h >> shift) & (fanout - 1))
-	i := bits.OnesCount32(n.bitmap & (bit - 1))
-	if n.bitmap&bit == 0 {
-		n = e.own(n, 1)
-		n.slots = append(n.slots, slot[K, V]{})
-		copy(n.slots[i+1:], n.slots[i:])
-		n.slots[i] = slot[K, V]{key: k, val: v}
-		n.bitmap |= bit
-		e.m.n++
-		return n
-	}
-	s := n.slots[i]
-	switch {
-	case s.child != nil:
-		child := e.set(s.child, shift+bitsPerLevel, h, k, v)
-		if child != s.child {
+// set sets k to v below n; it returns n's new version and, when that
+// overflowed, the right half it split off.
+func (e *Editor[K, V]) set(n *node[K, V], k K, v V) (*node[K, V], *node[K, V], bool) {
+	if n.kids == nil {
+		i, found := slices.BinarySearchFunc(n.keys, k, e.m.cmp)
+		if found {
 			n = e.own(n, 0)
-			n.slots[i].child = child
+			n.vals[i] = v
+			return n, nil, false
 		}
-	case s.key == k:
-		n = e.own(n, 0)
-		n.slots[i].val = v
-	default: // another key here: push both one level down
-		child := e.split(shift+bitsPerLevel, s.key, s.val, e.m.hash(s.key), k, v, h)
-		n = e.own(n, 0)
-		n.slots[i] = slot[K, V]{child: child}
-		e.m.n++
+		n = e.own(n, 1)
+		n.keys, n.vals = slices.Insert(n.keys, i, k), slices.Insert(n.vals, i, v)
+		left, right := e.split(n)
+		return left, right, true
 	}
-	return n
+	i := e.m.child(n, k)
+	c, right, added := e.set(n.kids[i], k, v)
+	extra := 0
+	if right != nil {
+		extra = 1
+	}
+	n = e.own(n, extra)
+	n.kids[i], n.keys[i] = c, c.keys[0]
+	if right != nil {
+		n.keys, n.kids = slices.Insert(n.keys, i+1, right.keys[0]), slices.Insert(n.kids, i+1, right)
+	}
+	left, r := e.split(n)
+	return left, r, added
 }
 
-// split makes the node at shift that holds the two entries.
-func (e *Editor[K, V]) split(shift uint, k1 K, v1 V, h1 uint64, k2 K, v2 V, h2 uint64) *node[K, V] {
-	n := &node[K, V]{edit: e.tok}
-	if shift > maxShift {
-		n.slots = []slot[K, V]{{key: k1, val: v1}, {key: k2, val: v2}}
-		return n
+// split halves a node this batch owns when it holds more than maxEntries,
+// returning both halves (the right one nil when it does not).
+func (e *Editor[K, V]) split(n *node[K, V]) (*node[K, V], *node[K, V]) {
+	if len(n.keys) <= maxEntries {
+		return n, nil
 	}
-	b1, b2 := uint32(1)<<((h1>>shift)&(fanout-1)), uint32(1)<<((h2>>shift)&(fanout-1))
-	switch {
-	case b1 == b2:
-		n.slots = []slot[K, V]{{child: e.split(shift+bitsPerLevel, k1, v1, h1, k2, v2, h2)}}
-	case b1 < b2:
-		n.slots = []slot[K, V]{{key: k1, val: v1}, {key: k2, val: v2}}
-	default:
-		n.slots = []slot[K, V]{{key: k2, val: v2}, {key: k1, val: v1}}
+	h := len(n.keys) / 2
+	left := &node[K, V]{edit: e.tok, keys: slices.Clone(n.keys[:h])}
+	right := &node[K, V]{edit: e.tok, keys: slices.Clone(n.keys[h:])}
+	if n.kids != nil {
+		left.kids, right.kids = slices.Clone(n.kids[:h]), slices.Clone(n.kids[h:])
+	} else {
+		left.vals, right.vals = slices.Clone(n.vals[:h]), slices.Clone(n.vals[h:])
 	}
-	n.bitmap = b1 | b2
-	return n
+	return left, right
 }
 
 // Delete removes k and reports whether it was there.
 func (e *Editor[K, V]) Delete(k K) bool {
-	h := e.m.hash(k)
-	root, ok := e.del(e.m.root, 0, h, k)
-	if ok {
-		e.m.root = root
-		e.m.n--
+	n, ok := e.del(e.m.root, k)
+	if !ok {
+		return false
 	}
-	return ok
+	for n.kids != nil && len(n.kids) == 1 { // a root with one child: the child is the root
+		n = n.kids[0]
+	}
+	if n.kids != nil && len(n.kids) == 0 {
+		n = &node[K, V]{}
+	}
+	e.m.root = n
+	e.m.n--
+	return true
 }
 
-// del removes k below n; the node returned may be left with no slot, or
-// with a single entry, which the caller folds into its own slot.
-func (e *Editor[K, V]) del(n *node[K, V], shift uint, h uint64, k K) (*node[K, V], bool) {
-	if shift > maxShift {
-		for i := range n.slots {
-			if n.slots[i].key == k {
-				n = e.own(n, 0)
-				n.remove(i, 0)
-				return n, true
-			}
-		}
-		return n, false
-	}
-	bit := uint32(1) << ((h >> shift) & (fanout - 1))
-	if n.bitmap&bit == 0 {
-		return n, false
-	}
-	i := bits.OnesCount32(n.bitmap & (bit - 1))
-	s := n.slots[i]
-	if s.child == nil {
-		if s.key != k {
+// del removes k below n and returns n's new version, which may be left
+// with no entry (its parent drops it) or few (its parent merges it).
+func (e *Editor[K, V]) del(n *node[K, V], k K) (*node[K, V], bool) {
+	if n.kids == nil {
+		i, found := slices.BinarySearchFunc(n.keys, k, e.m.cmp)
+		if !found {
 			return n, false
 		}
 		n = e.own(n, 0)
-		n.remove(i, bit)
+		n.keys, n.vals = slices.Delete(n.keys, i, i+1), slices.Delete(n.vals, i, i+1)
 		return n, true
 	}
-	child, ok := e.del(s.child, shift+bitsPerLevel, h, k)
+	i := e.m.child(n, k)
+	c, ok := e.del(n.kids[i], k)
 	if !ok {
 		return n, false
 	}
 	n = e.own(n, 0)
-	switch {
-	case len(child.slots) == 0:
-		n.remove(i, bit)
-	case len(child.slots) == 1 && child.slots[0].child == nil:
-		n.slots[i] = child.slots[0] // a lone entry moves up
-	default:
-		n.slots[i].child = child
+	if len(c.keys) == 0 {
+		n.keys, n.kids = slices.Delete(n.keys, i, i+1), slices.Delete(n.kids, i, i+1)
+		return n, true
+	}
+	n.kids[i], n.keys[i] = c, c.keys[0]
+	if len(c.keys) < minEntries {
+		e.merge(n, i)
 	}
 	return n, true
 }
 
-// remove drops slot i (bit in the bitmap; 0 in a collision node) of a
-// node this batch owns.
-func (n *node[K, V]) remove(i int, bit uint32) {
-	last := len(n.slots) - 1
-	copy(n.slots[i:], n.slots[i+1:])
-	n.slots[last] = slot[K, V]{}
-	n.slots = n.slots[:last]
-	n.bitmap &^= bit
+// merge joins child i of n (owned by this batch) with a neighbour when
+// both fit in one node.
+func (e *Editor[K, V]) merge(n *node[K, V], i int) {
+	j := i + 1 // the right neighbour, else the left one
+	if j == len(n.kids) {
+		i, j = i-1, i
+	}
+	if i < 0 || len(n.kids[i].keys)+len(n.kids[j].keys) > maxEntries {
+		return
+	}
+	a, b := n.kids[i], n.kids[j]
+	m := &node[K, V]{edit: e.tok, keys: slices.Concat(a.keys, b.keys)}
+	if a.kids != nil {
+		m.kids = slices.Concat(a.kids, b.kids)
+	} else {
+		m.vals = slices.Concat(a.vals, b.vals)
+	}
+	n.kids[i] = m
+	n.keys, n.kids = slices.Delete(n.keys, j, j+1), slices.Delete(n.kids, j, j+1)
 }

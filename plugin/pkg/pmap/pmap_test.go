@@ -1,15 +1,19 @@
 package pmap
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 )
 
-// check compares m with want and checks the trie's invariants: every
-// entry reachable, no empty node below the root, no node below the root
-// holding a lone entry, counts right.
-func check[K comparable, V comparable](t *testing.T, m *Map[K, V], want map[K]V) {
+// check compares m with want and checks the tree's invariants: every
+// entry reachable, in order; separators the smallest key below each child;
+// no node but the root empty or over maxEntries; leaves all at one depth;
+// arrays without slack beyond what deletes left.
+func check(t *testing.T, m *Map[int, int], want map[int]int) {
 	t.Helper()
 	if m.Len() != len(want) {
 		t.Fatalf("Len %d, want %d", m.Len(), len(want))
@@ -19,28 +23,40 @@ func check[K comparable, V comparable](t *testing.T, m *Map[K, V], want map[K]V)
 			t.Fatalf("Get(%v) = %v, %v; want %v", k, got, ok, v)
 		}
 	}
-	n := 0
+	var keys []int
 	for k, v := range m.All() {
-		n++
+		keys = append(keys, k)
 		if w, ok := want[k]; !ok || w != v {
 			t.Fatalf("All yields %v=%v, want %v (present %v)", k, v, w, ok)
 		}
 	}
-	if n != len(want) {
-		t.Fatalf("All yields %d entries, want %d", n, len(want))
+	if len(keys) != len(want) || !slices.IsSorted(keys) {
+		t.Fatalf("All yields %d keys, sorted %v; want %d", len(keys), slices.IsSorted(keys), len(want))
 	}
-	var walk func(nd *node[K, V], root bool)
-	walk = func(nd *node[K, V], root bool) {
-		if !root && (len(nd.slots) == 0 || (len(nd.slots) == 1 && nd.slots[0].child == nil)) {
-			t.Fatalf("a node below the root with %d slots (lone entry or empty)", len(nd.slots))
+	leafDepth := -1
+	var walk func(n *node[int, int], depth int, root bool)
+	walk = func(n *node[int, int], depth int, root bool) {
+		if (!root && len(n.keys) == 0) || len(n.keys) > maxEntries {
+			t.Fatalf("a node with %d entries", len(n.keys))
 		}
-		for _, s := range nd.slots {
-			if s.child != nil {
-				walk(s.child, false)
+		if n.kids == nil {
+			if leafDepth >= 0 && depth != leafDepth {
+				t.Fatalf("leaves at depths %d and %d", leafDepth, depth)
 			}
+			leafDepth = depth
+			return
+		}
+		if len(n.kids) != len(n.keys) {
+			t.Fatalf("%d children, %d separators", len(n.kids), len(n.keys))
+		}
+		for i, c := range n.kids {
+			if c.keys[0] != n.keys[i] {
+				t.Fatalf("separator %d is %v, the child's first key %v", i, n.keys[i], c.keys[0])
+			}
+			walk(c, depth+1, false)
 		}
 	}
-	walk(m.root, true)
+	walk(m.root, 0, true)
 }
 
 // TestRandomOps: random sets and deletes, single and in batches, agree
@@ -49,17 +65,18 @@ func check[K comparable, V comparable](t *testing.T, m *Map[K, V], want map[K]V)
 func TestRandomOps(t *testing.T) {
 	for seed := range uint64(5) {
 		r := rand.New(rand.NewPCG(seed, 1))
-		m := New[int, int]()
+		m := New[int, int](cmp.Compare[int])
 		want := map[int]int{}
 		type version struct {
 			m    *Map[int, int]
 			want map[int]int
 		}
 		var versions []version
+		keys := 300 + int(seed)*400 // some runs deep enough for inner nodes of inner nodes
 		for step := range 400 {
 			e := m.Edit()
-			for range 1 + r.IntN(20) {
-				k := r.IntN(300)
+			for range 1 + r.IntN(40) {
+				k := r.IntN(keys)
 				if r.IntN(3) == 0 {
 					_, had := want[k]
 					if e.Delete(k) != had {
@@ -88,48 +105,37 @@ func TestRandomOps(t *testing.T) {
 	}
 }
 
-// TestCollisions: keys whose 64-bit hashes are equal (forced here: two
-// hash values for 50 keys) split down to collision nodes; set, get and
-// delete work on them, and deletes fold lone entries back up.
-func TestCollisions(t *testing.T) {
-	m := New[int, int]()
-	m.test = func(k int) uint64 { return uint64(k%2) << 63 }
-	want := map[int]int{}
+// TestEmptyAgain: a map emptied by deletes, whatever its depth, is empty
+// and takes new entries.
+func TestEmptyAgain(t *testing.T) {
+	m := New[int, int](cmp.Compare[int])
+	for i := range 5000 {
+		m = m.Set(i, i)
+	}
 	e := m.Edit()
-	for i := range 50 {
-		e.Set(i, i)
-		want[i] = i
+	for i := range 5000 {
+		e.Delete(i)
 	}
 	m = e.Map()
-	check(t, m, want)
-	m = m.Set(7, 70)
-	want[7] = 70
-	check(t, m, want)
-	for i := 0; i < 50; i++ {
-		if i%3 == 0 && i != 48 {
-			continue
-		}
-		m = m.Delete(i)
-		delete(want, i)
-		check(t, m, want)
+	check(t, m, map[int]int{})
+	m = m.Set(7, 7)
+	check(t, m, map[int]int{7: 7})
+}
+
+func benchMap(n int) (*Map[string, int], []string) {
+	e := New[string, int](strings.Compare).Edit()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("ns-%d/svc-%d", i%50, i)
+		e.Set(keys[i], i)
 	}
-	for i := range 50 {
-		m = m.Delete(i)
-		delete(want, i)
-		check(t, m, want)
-	}
+	return e.Map(), keys
 }
 
 func BenchmarkGet(b *testing.B) {
 	for _, n := range []int{5000, 50000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			e := New[string, int]().Edit()
-			keys := make([]string, n)
-			for i := range keys {
-				keys[i] = fmt.Sprintf("ns-%d/svc-%d", i%50, i)
-				e.Set(keys[i], i)
-			}
-			m := e.Map()
+			m, keys := benchMap(n)
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				m.Get(keys[i%n])
@@ -143,13 +149,7 @@ func BenchmarkGet(b *testing.B) {
 func BenchmarkSetOne(b *testing.B) {
 	for _, n := range []int{5000, 50000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			e := New[string, int]().Edit()
-			keys := make([]string, n)
-			for i := range keys {
-				keys[i] = fmt.Sprintf("ns-%d/svc-%d", i%50, i)
-				e.Set(keys[i], i)
-			}
-			m := e.Map()
+			m, keys := benchMap(n)
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				m = m.Set(keys[i%n], i)
