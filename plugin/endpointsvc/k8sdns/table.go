@@ -104,32 +104,56 @@ func Build(c *Cluster) *Table {
 			bySvc[k] = append(bySvc[k], sl)
 		}
 	}
-	names := pmap.New[Key, *entry](Key.compare).Edit()
-	revs := map[[16]byte][]ref{}
+	var keys []Key
+	var entries []*entry
+	var addrs []addrRef
 	add := func(k Key, e *entry) {
-		names.Set(k, e)
+		keys, entries = append(keys, k), append(entries, e)
 		t.count(e, 1)
-		e.eachRef(func(a [16]byte, r ref) { revs[a] = append(revs[a], r) })
+		e.eachRef(func(a [16]byte, r ref) { addrs = append(addrs, addrRef{a, r}) })
 	}
+	seen := make(map[Key]bool, len(c.Services))
 	for _, s := range c.Services {
 		k := Key{s.Namespace, s.Name}
-		if _, dup := names.Get(k); dup {
+		if seen[k] {
 			continue // the first of a name wins (a valid cluster has one)
 		}
+		seen[k] = true
 		add(k, newEntry(s, bySvc[k]))
 		delete(bySvc, k)
 	}
 	for k, sls := range bySvc {
 		add(k, newEntry(nil, sls))
 	}
-	t.names = names.Map()
-	rev := pmap.New[[16]byte, refs](compareAddr).Edit()
-	for a, rs := range revs {
-		sortRefs(rs)
-		rev.Set(a, packRefs(rs))
-	}
-	t.rev = rev.Map()
+	t.names = pmap.Of(Key.compare, keys, entries)
+	t.rev = reverseIndex(addrs)
 	return t
+}
+
+// addrRef is an address and one of its refs.
+type addrRef struct {
+	a [16]byte
+	r ref
+}
+
+// reverseIndex makes the reverse index of every address's refs.
+func reverseIndex(addrs []addrRef) *pmap.Map[[16]byte, refs] {
+	slices.SortFunc(addrs, func(x, y addrRef) int { return cmp.Or(compareAddr(x.a, y.a), compareRef(x.r, y.r)) })
+	var keys [][16]byte
+	var vals []refs
+	for i := 0; i < len(addrs); {
+		j := i + 1
+		for j < len(addrs) && addrs[j].a == addrs[i].a {
+			j++
+		}
+		rs := make([]ref, j-i)
+		for k := range rs {
+			rs[k] = addrs[i+k].r
+		}
+		keys, vals = append(keys, addrs[i].a), append(vals, packRefs(rs))
+		i = j
+	}
+	return pmap.FromSorted(compareAddr, keys, vals)
 }
 
 func namespaceSet(nss []string) map[string]struct{} {
@@ -241,21 +265,22 @@ func (e *entry) eachRef(f func([16]byte, ref)) {
 // sortRefs orders an address's refs: cluster IPs first, by Service; then
 // endpoints by namespace, Service label, slice and endpoint. A table built
 // whole and one patched order them alike.
-func sortRefs(rs []ref) {
-	slices.SortFunc(rs, func(a, b ref) int {
-		if (a.slice == clusterIP) != (b.slice == clusterIP) {
-			if a.slice == clusterIP {
-				return -1
-			}
-			return 1
+func sortRefs(rs []ref) { slices.SortFunc(rs, compareRef) }
+
+// compareRef is the order of sortRefs.
+func compareRef(a, b ref) int {
+	if (a.slice == clusterIP) != (b.slice == clusterIP) {
+		if a.slice == clusterIP {
+			return -1
 		}
-		ka, kb := a.key(), b.key()
-		c := cmp.Or(cmp.Compare(ka.Namespace, kb.Namespace), cmp.Compare(ka.Name, kb.Name))
-		if c != 0 || a.slice == clusterIP {
-			return c
-		}
-		return cmp.Or(cmp.Compare(a.sl().Name, b.sl().Name), cmp.Compare(a.ep, b.ep))
-	})
+		return 1
+	}
+	ka, kb := a.key(), b.key()
+	c := cmp.Or(cmp.Compare(ka.Namespace, kb.Namespace), cmp.Compare(ka.Name, kb.Name))
+	if c != 0 || a.slice == clusterIP {
+		return c
+	}
+	return cmp.Or(cmp.Compare(a.sl().Name, b.sl().Name), cmp.Compare(a.ep, b.ep))
 }
 
 // key is the name of the entry: its Service's, or its slices' label.

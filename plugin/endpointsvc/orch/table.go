@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -102,21 +103,27 @@ type nodeEntry struct {
 // lowercased); a hostname missing from it contributes no address.
 func BuildTable(st *State, zones []string, includeUnhealthy, endpointMode bool, resolved map[string][]netip.Addr) *Table {
 	t := &Table{}
-	nodes := pmap.New[string, *nodeEntry](strings.Compare).Edit()
 	byID := make(map[string]*nodeEntry, len(st.Nodes))
+	names := make([]string, 0, len(st.Nodes))
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
-		e := newNodeEntry(n, zones, resolved)
-		nodes.Set(n.Name, e)
-		byID[n.ID] = e
+		byID[n.ID] = newNodeEntry(n, zones, resolved)
+		names = append(names, n.Name)
 	}
-	services := pmap.New[SvcKey, *svcEntry](SvcKey.compare).Edit()
+	slices.SortFunc(names, strings.Compare)
+	nodes := make([]*nodeEntry, len(names))
+	for _, e := range byID {
+		i, _ := slices.BinarySearch(names, e.name)
+		nodes[i] = e
+	}
+	var keys []SvcKey
+	var entries []*svcEntry
 	for _, se := range EndpointSet(st, includeUnhealthy) {
 		e := newSvcEntry(se, byID, endpointMode)
-		services.Set(SvcKey{se.Service.Namespace, se.Service.Name}, e)
+		keys, entries = append(keys, SvcKey{se.Service.Namespace, se.Service.Name}), append(entries, e)
 		t.add(e, 1)
 	}
-	t.services, t.nodes = services.Map(), nodes.Map()
+	t.services, t.nodes = pmap.Of(SvcKey.compare, keys, entries), pmap.FromSorted(strings.Compare, names, nodes)
 	return t
 }
 

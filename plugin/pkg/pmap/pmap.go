@@ -114,8 +114,9 @@ func (m *Map[K, V]) Delete(k K) *Map[K, V] {
 
 // Editor makes a new version of a map from a batch of changes.
 type Editor[K any, V any] struct {
-	m   Map[K, V]
-	tok *token
+	m     Map[K, V]
+	tok   *token
+	owned []*node[K, V] // the nodes this batch made: they may grow with room, trimmed by Map
 }
 
 // Edit starts a batch of changes to m; m itself is not changed.
@@ -124,11 +125,30 @@ func (m *Map[K, V]) Edit() *Editor[K, V] {
 }
 
 // Map returns the map with the changes so far. The editor may go on: its
-// later changes copy again whatever this map shares.
+// later changes copy again whatever this map shares. The nodes of the
+// batch lose the room they grew with: a map's arrays hold what they hold
+// (append's slack would cost a third of the map).
 func (e *Editor[K, V]) Map() *Map[K, V] {
+	for _, n := range e.owned {
+		n.keys = slices.Clip(trim(n.keys))
+		if n.kids != nil {
+			n.kids = slices.Clip(trim(n.kids))
+		} else {
+			n.vals = slices.Clip(trim(n.vals))
+		}
+	}
+	e.owned = e.owned[:0]
 	m := e.m
 	e.tok = new(token)
 	return &m
+}
+
+// trim copies a with no room left over, when it has some.
+func trim[T any](a []T) []T {
+	if len(a) == cap(a) {
+		return a
+	}
+	return append(make([]T, 0, len(a)), a...)
 }
 
 // Len is the number of entries of the map being edited.
@@ -137,15 +157,23 @@ func (e *Editor[K, V]) Len() int { return e.m.n }
 // Get reads the map being edited.
 func (e *Editor[K, V]) Get(k K) (V, bool) { return e.m.Get(k) }
 
-// own returns n if this batch may change it and it has room for extra
-// more entries or children, else a copy that it may, with that room. A
-// node's arrays have no room beyond what it holds (append's slack would
-// cost a third of the map): growing one copies it.
+// own returns n, with room for extra more entries or children, if this
+// batch may change it (growing its arrays as append does), else a copy
+// that it may.
 func (e *Editor[K, V]) own(n *node[K, V], extra int) *node[K, V] {
-	if n.edit == e.tok && len(n.keys)+extra <= cap(n.keys) {
+	if n.edit == e.tok {
+		if want := len(n.keys) + extra; want > cap(n.keys) {
+			size := max(2*cap(n.keys), want)
+			n.keys = slices.Grow(n.keys, size-len(n.keys))
+			if n.kids != nil {
+				n.kids = slices.Grow(n.kids, size-len(n.kids))
+			} else {
+				n.vals = slices.Grow(n.vals, size-len(n.vals))
+			}
+		}
 		return n
 	}
-	c := &node[K, V]{edit: e.tok, keys: make([]K, len(n.keys), len(n.keys)+extra)}
+	c := e.made(&node[K, V]{keys: make([]K, len(n.keys), len(n.keys)+extra)})
 	copy(c.keys, n.keys)
 	if n.kids != nil {
 		c.kids = make([]*node[K, V], len(n.kids), len(n.kids)+extra)
@@ -157,11 +185,18 @@ func (e *Editor[K, V]) own(n *node[K, V], extra int) *node[K, V] {
 	return c
 }
 
+// made marks n as this batch's.
+func (e *Editor[K, V]) made(n *node[K, V]) *node[K, V] {
+	n.edit = e.tok
+	e.owned = append(e.owned, n)
+	return n
+}
+
 // Set sets k to v.
 func (e *Editor[K, V]) Set(k K, v V) {
 	n, right, added := e.set(e.m.root, k, v)
 	if right != nil { // the root split: a new root above the two halves
-		n = &node[K, V]{edit: e.tok, keys: []K{n.keys[0], right.keys[0]}, kids: []*node[K, V]{n, right}}
+		n = e.made(&node[K, V]{keys: []K{n.keys[0], right.keys[0]}, kids: []*node[K, V]{n, right}})
 	}
 	e.m.root = n
 	if added {
@@ -206,8 +241,8 @@ func (e *Editor[K, V]) split(n *node[K, V]) (*node[K, V], *node[K, V]) {
 		return n, nil
 	}
 	h := len(n.keys) / 2
-	left := &node[K, V]{edit: e.tok, keys: slices.Clone(n.keys[:h])}
-	right := &node[K, V]{edit: e.tok, keys: slices.Clone(n.keys[h:])}
+	left := e.made(&node[K, V]{keys: slices.Clone(n.keys[:h])})
+	right := e.made(&node[K, V]{keys: slices.Clone(n.keys[h:])})
 	if n.kids != nil {
 		left.kids, right.kids = slices.Clone(n.kids[:h]), slices.Clone(n.kids[h:])
 	} else {
@@ -273,7 +308,7 @@ func (e *Editor[K, V]) merge(n *node[K, V], i int) {
 		return
 	}
 	a, b := n.kids[i], n.kids[j]
-	m := &node[K, V]{edit: e.tok, keys: slices.Concat(a.keys, b.keys)}
+	m := e.made(&node[K, V]{keys: slices.Concat(a.keys, b.keys)})
 	if a.kids != nil {
 		m.kids = slices.Concat(a.kids, b.kids)
 	} else {
@@ -281,4 +316,60 @@ func (e *Editor[K, V]) merge(n *node[K, V], i int) {
 	}
 	n.kids[i] = m
 	n.keys, n.kids = slices.Delete(n.keys, j, j+1), slices.Delete(n.kids, j, j+1)
+}
+
+// FromSorted returns the map of keys and vals (parallel; keys in cmp's
+// order, each once), built bottom up: full nodes, no copy but the nodes'
+// own arrays - what a table built whole needs, rather than one insert per
+// entry.
+func FromSorted[K any, V any](cmp func(a, b K) int, keys []K, vals []V) *Map[K, V] {
+	m := &Map[K, V]{root: &node[K, V]{}, n: len(keys), cmp: cmp}
+	if len(keys) == 0 {
+		return m
+	}
+	var level []*node[K, V]
+	for _, r := range chunks(len(keys)) {
+		level = append(level, &node[K, V]{keys: slices.Clone(keys[r[0]:r[1]]), vals: slices.Clone(vals[r[0]:r[1]])})
+	}
+	for len(level) > 1 {
+		var up []*node[K, V]
+		for _, r := range chunks(len(level)) {
+			n := &node[K, V]{keys: make([]K, 0, r[1]-r[0]), kids: slices.Clone(level[r[0]:r[1]])}
+			for _, c := range n.kids {
+				n.keys = append(n.keys, c.keys[0])
+			}
+			up = append(up, n)
+		}
+		level = up
+	}
+	m.root = level[0]
+	return m
+}
+
+// chunks cuts n items into runs of at most maxEntries, as even as can be
+// (so that none falls below minEntries when there is more than one).
+func chunks(n int) [][2]int {
+	count := (n + maxEntries - 1) / maxEntries
+	out := make([][2]int, 0, count)
+	for i, start := 0, 0; i < count; i++ {
+		end := start + (n-start)/(count-i)
+		out = append(out, [2]int{start, end})
+		start = end
+	}
+	return out
+}
+
+// Of returns the map of keys and vals (parallel, in any order, each key
+// once), built as FromSorted builds it; it sorts them in place.
+func Of[K any, V any](cmp func(a, b K) int, keys []K, vals []V) *Map[K, V] {
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp(keys[a], keys[b]) })
+	k, v := slices.Clone(keys), slices.Clone(vals)
+	for i, o := range order {
+		keys[i], vals[i] = k[o], v[o]
+	}
+	return FromSorted(cmp, keys, vals)
 }

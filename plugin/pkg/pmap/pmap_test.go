@@ -157,3 +157,26 @@ func BenchmarkSetOne(b *testing.B) {
 		})
 	}
 }
+
+// TestFromSorted: a map built bottom up from sorted entries, of any size,
+// holds them, keeps the invariants, and takes changes like any other.
+func TestFromSorted(t *testing.T) {
+	for _, n := range []int{0, 1, 31, 32, 33, 64, 65, 1000, 1025, 40000} {
+		keys, vals := make([]int, n), make([]int, n)
+		want := map[int]int{}
+		for i := range keys {
+			keys[i], vals[i] = 2*i, i
+			want[2*i] = i
+		}
+		m := FromSorted(cmp.Compare[int], keys, vals)
+		check(t, m, want)
+		e := m.Edit()
+		for i := range min(n, 100) {
+			e.Set(2*i+1, -i)
+			want[2*i+1] = -i
+			e.Delete(2 * i)
+			delete(want, 2*i)
+		}
+		check(t, e.Map(), want)
+	}
+}
