@@ -3,6 +3,7 @@ package kubesource
 import (
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
@@ -107,3 +108,45 @@ func BenchmarkPatchOne(b *testing.B) {
 type byteCounter struct{ n *int64 }
 
 func (c byteCounter) Write(b []byte) (int, error) { *c.n += int64(len(b)); return len(b), nil }
+
+// TestPatchCostFlat: the bytes a one-Service patch allocates (mapping it
+// from the stores and patching the table, for each schema) do not grow
+// with the cluster: at ten times the Services, less than twice as many
+// (the trees are one level deeper). A patch used to copy the map of every
+// Service, ten times the bytes at ten times the Services.
+func TestPatchCostFlat(t *testing.T) {
+	perPatch := func(services int, dns bool) float64 {
+		st := benchStores(services, 2)
+		const patches = 200
+		var m0, m1 runtime.MemStats
+		if dns {
+			m := &dnsModel{}
+			tbl := k8sdns.Build(m.whole(st).(*k8sdns.Cluster))
+			runtime.ReadMemStats(&m0)
+			for i := range patches {
+				k := i * 7 % services
+				c := changes{names: map[string]bool{fmt.Sprintf("ns-%d/svc-%d", k%50, k): true}}
+				tbl = tbl.Patched(m.patch(st, c, nil).(*k8sdns.Patch))
+			}
+		} else {
+			m := &orchModel{}
+			zones := []string{"cluster.local."}
+			tbl := orch.BuildTable(m.whole(st).(*orch.State), zones, false, false, nil)
+			runtime.ReadMemStats(&m0)
+			for i := range patches {
+				k := i * 7 % services
+				c := changes{names: map[string]bool{fmt.Sprintf("ns-%d/svc-%d", k%50, k): true}}
+				tbl = tbl.Patched(m.patch(st, c, nil).(*orch.Patch), zones, false, false, nil)
+			}
+		}
+		runtime.ReadMemStats(&m1)
+		return float64(m1.TotalAlloc-m0.TotalAlloc) / patches
+	}
+	for _, dns := range []bool{true, false} {
+		small, large := perPatch(2000, dns), perPatch(20000, dns)
+		t.Logf("dns=%v: %.0f bytes per patch at 2,000 Services, %.0f at 20,000", dns, small, large)
+		if large > 2*small {
+			t.Errorf("dns=%v: a patch allocates %.0f bytes at 20,000 Services, %.1f times as many as at 2,000", dns, large, large/small)
+		}
+	}
+}
