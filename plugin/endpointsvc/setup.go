@@ -2,6 +2,8 @@ package endpointsvc
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -61,6 +63,9 @@ func setup(c *caddy.Controller) error {
 		return nil
 	})
 	c.OnStartup(func() error {
+		if d, ok := e.schema.(*dnsSchema); ok {
+			d.srv.SetLocalIPs(boundIPs(c))
+		}
 		e.start(e.source)
 		if p := e.publishing; p != nil {
 			p.start(e.Zones[0], e.ready.Load)
@@ -194,4 +199,33 @@ func carryKey(c *caddy.Controller, e *Endpointsvc, o *options) string {
 // or ip6.arpa.
 func isReverseZone(zone string) bool {
 	return inZone(zone, "in-addr.arpa.") || inZone(zone, "ip6.arpa.")
+}
+
+// boundIPs are the server's own addresses, as the kubernetes plugin finds
+// them for its name server's records: the addresses it is bound to, or,
+// bound to none, the machine's interface addresses; loopback ones left
+// out. A bind address written as a plain IP is not read as one (the
+// kubernetes plugin parses them as CIDRs), so that the records are the
+// same as the stock plugin's under the same Corefile.
+func boundIPs(c *caddy.Controller) []netip.Addr {
+	hosts := dnsserver.GetConfig(c).ListenHosts
+	if len(hosts) == 0 || hosts[0] == "" {
+		hosts = nil
+		addrs, err := net.InterfaceAddrs()
+		if err != nil {
+			return nil
+		}
+		for _, a := range addrs {
+			hosts = append(hosts, a.String())
+		}
+	}
+	var ips []netip.Addr
+	for _, h := range hosts {
+		p, err := netip.ParsePrefix(h)
+		if err != nil || p.Addr().Zone() != "" || p.Addr().Unmap().IsLoopback() {
+			continue
+		}
+		ips = append(ips, p.Addr().Unmap())
+	}
+	return ips
 }

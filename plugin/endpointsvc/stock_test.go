@@ -236,17 +236,13 @@ func canonical(m *dns.Msg) string {
 
 // deliberate reports whether question q, which the stock plugin answered
 // with reply, is one of the cases docs/cluster-dns.md lists as answered
-// differently on purpose: the name server's own names (NS at the apex,
-// ns.dns.<zone> addresses), and the names of a Service whose ready
-// endpoints give more than one CNAME candidate (several FQDN addresses or
+// differently on purpose: the names of a Service whose ready endpoints
+// give more than one CNAME candidate (several FQDN addresses or
 // ports, or FQDNs beside IPs), which the stock plugin answers with several
 // CNAMEs, or CNAMEs beside addresses - asked for, or reached through a
 // CNAME chain.
 func deliberate(conflicted []string, zone string, q clustergen.Question, reply *dns.Msg) bool {
 	name := strings.ToLower(q.Name)
-	if (q.Type == dns.TypeNS && name == zone) || ((q.Type == dns.TypeA || q.Type == dns.TypeAAAA) && name == "ns.dns."+zone) {
-		return true
-	}
 	if q.Type != dns.TypeA && q.Type != dns.TypeAAAA && q.Type != dns.TypeCNAME {
 		return false
 	}

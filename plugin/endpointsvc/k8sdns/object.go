@@ -102,11 +102,11 @@ type Slice struct {
 	Ports     []Port
 	Endpoints []Endpoint
 
-	ips   [][16]byte // IPv4 and IPv6 slices: the addresses (IPv4 v4-mapped), endpoint by endpoint
-	fqdns []string   // FQDN slices: the addresses
-	text  string     // the hostnames and target names, end to end (Compact makes it of build)
-	build []byte     // text while endpoints are added
-	ends  []uint32   // per endpoint, where its hostname and its target name end in text; nil: none has either
+	ips   [][16]byte       // IPv4 and IPv6 slices: the addresses (IPv4 v4-mapped), endpoint by endpoint
+	fqdns []string         // FQDN slices: the addresses
+	text  string           // the hostnames and target names, end to end (Compact makes it of build)
+	build *strings.Builder // text while endpoints are added
+	ends  []uint32         // per endpoint, where its hostname and its target name end in text; nil: none has either
 }
 
 // Endpoint is an EndpointSlice endpoint: its addresses, hostname and
@@ -184,7 +184,9 @@ func (s *Slice) Add(e EndpointSpec) error {
 		}
 	}
 	if s.text != "" && s.build == nil { // adding after Compact
-		s.build, s.text = []byte(s.text), ""
+		s.build = &strings.Builder{}
+		s.build.WriteString(s.text)
+		s.text = ""
 	}
 	ep := Endpoint{Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating, n: uint8(len(e.Addresses))}
 	if e.NodeName != "" {
@@ -200,13 +202,16 @@ func (s *Slice) Add(e EndpointSpec) error {
 		}
 	}
 	if (e.Hostname != "" || e.TargetRef != "") && s.ends == nil {
-		s.ends = make([]uint32, 2*len(s.Endpoints), 2*cap(s.Endpoints)+2)
+		s.ends = make([]uint32, 2*len(s.Endpoints), 2*cap(s.Endpoints))
 	}
 	if s.ends != nil {
-		s.build = append(s.build, e.Hostname...)
-		s.ends = append(s.ends, uint32(len(s.build)))
-		s.build = append(s.build, e.TargetRef...)
-		s.ends = append(s.ends, uint32(len(s.build)))
+		if s.build == nil {
+			s.build = &strings.Builder{}
+		}
+		s.build.WriteString(e.Hostname)
+		s.ends = append(s.ends, uint32(s.build.Len()))
+		s.build.WriteString(e.TargetRef)
+		s.ends = append(s.ends, uint32(s.build.Len()))
 	}
 	s.Endpoints = append(s.Endpoints, ep)
 	return nil
@@ -227,6 +232,29 @@ func (a AddressType) check(address string) error {
 	return nil
 }
 
+// Reserve makes room for endpoints more endpoints with addresses
+// addresses and text bytes of hostnames and target names in all, so that
+// adding them allocates each array once.
+func (s *Slice) Reserve(endpoints, addresses, text int) {
+	s.Endpoints = slices.Grow(s.Endpoints, endpoints)
+	if s.Type == FQDN {
+		s.fqdns = slices.Grow(s.fqdns, addresses)
+	} else {
+		s.ips = slices.Grow(s.ips, addresses)
+	}
+	if text > 0 {
+		if s.ends == nil {
+			s.ends = make([]uint32, 2*len(s.Endpoints), 2*(len(s.Endpoints)+endpoints))
+		} else {
+			s.ends = slices.Grow(s.ends, 2*endpoints)
+		}
+		if s.build == nil {
+			s.build = &strings.Builder{}
+		}
+		s.build.Grow(text)
+	}
+}
+
 // Compact ends the adding: it drops the room appends left in the slice's
 // arrays and makes its text one string.
 func (s *Slice) Compact() {
@@ -235,7 +263,7 @@ func (s *Slice) Compact() {
 	s.fqdns = slices.Clip(clone(s.fqdns))
 	s.ends = slices.Clip(clone(s.ends))
 	if s.build != nil {
-		s.text, s.build = string(s.build), nil
+		s.text, s.build = s.build.String(), nil
 	}
 }
 
@@ -269,7 +297,7 @@ func (s *Slice) TargetRef(i int) string {
 
 func (s *Slice) textOf(start, end uint32) string {
 	if s.build != nil {
-		return string(s.build[start:end])
+		return s.build.String()[start:end]
 	}
 	return s.text[start:end]
 }

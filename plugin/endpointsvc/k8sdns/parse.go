@@ -34,11 +34,10 @@ func relative(name, zone string) string {
 }
 
 // parseRequest parses rel, a name relative to its zone. empty reports the
-// names that exist without records (the apex, svc, pod, and ns.dns, the
-// name of the zone's name server); a name of no shape of the
-// specification is errName.
+// names that exist without records (the apex, svc, pod); a name of no
+// shape of the specification is errName.
 func parseRequest(rel string) (r nameReq, empty bool, err error) {
-	if rel == "" || rel == "svc" || rel == "pod" || rel == "ns.dns" {
+	if rel == "" || rel == "svc" || rel == "pod" {
 		return r, true, nil
 	}
 	// labels from the right: svc|pod, namespace, service, then one

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin/pkg/dnsutil"
 	"github.com/coredns/coredns/request"
@@ -21,6 +22,8 @@ type Server struct {
 	TTL          uint32
 	PodsInsecure bool     // answer <a-b-c-d>.<ns>.pod.<zone>
 	Upstream     Upstream // looks CNAME targets outside the zone up; nil: none
+
+	localIPs atomic.Pointer[[]netip.Addr] // the server's own addresses (SetLocalIPs)
 }
 
 // Upstream looks a name up through the whole server (plugin/pkg/upstream).
@@ -57,7 +60,13 @@ func (s *Server) Serve(ctx context.Context, state request.Request, zi int, t *Ta
 	q := &query{s: s, t: t, ctx: ctx, state: state, zone: zone, zoneq: owner[len(owner)-len(zone):]}
 	var err error
 	var rp Reply
-	switch qtype := state.QType(); qtype {
+	qtype := state.QType()
+	if isNSName(name, q.zoneq) {
+		rp.Answer, err = q.nsNameAnswer(owner, qtype)
+		rp.NameError = err != nil
+		return rp
+	}
+	switch qtype {
 	case dns.TypeA, dns.TypeAAAA:
 		rp.Answer, err = q.addrs(name, owner, qtype, nil)
 	case dns.TypeTXT:
@@ -76,6 +85,12 @@ func (s *Server) Serve(ctx context.Context, state request.Request, zi int, t *Ta
 		}
 	case dns.TypeAXFR, dns.TypeIXFR:
 		rp.Refused = true
+	case dns.TypeNS:
+		if name == q.zoneq { // the lowercased name equals the zone as asked
+			rp.Answer, rp.Extra = q.nsAnswer(owner)
+			break
+		}
+		_, err = q.items(name)
 	default:
 		// does the name exist? (the kubernetes plugin asks for its A records)
 		_, err = q.items(name)

@@ -3,6 +3,7 @@ package k8sdns
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"testing"
 
@@ -356,4 +357,68 @@ func TestHeadlessAnswerPrecomputed(t *testing.T) {
 	if small, large := allocs(10), allocs(2000); large > small {
 		t.Errorf("A of a headless Service: %v allocations at 2,000 endpoints, %v at 10", large, small)
 	}
+}
+
+// TestSliceText: hostnames and target names packed in their slice read
+// back per endpoint, whether they were reserved for or not, and whether
+// the first endpoints had none.
+func TestSliceText(t *testing.T) {
+	for _, reserve := range []bool{false, true} {
+		sl := &Slice{Type: IPv4}
+		_ = sl.Add(EndpointSpec{Addresses: []string{"10.0.0.1"}})
+		if reserve {
+			sl.Reserve(3, 3, 20)
+		}
+		_ = sl.Add(EndpointSpec{Addresses: []string{"10.0.0.2"}, Hostname: "h2"})
+		_ = sl.Add(EndpointSpec{Addresses: []string{"10.0.0.3"}, TargetRef: "pod-3"})
+		_ = sl.Add(EndpointSpec{Addresses: []string{"10.0.0.4"}, Hostname: "h4", TargetRef: "pod-4"})
+		for _, compact := range []bool{false, true} {
+			if compact {
+				sl.Compact()
+			}
+			var got []string
+			for i := range sl.Endpoints {
+				got = append(got, sl.Hostname(i)+"/"+sl.TargetRef(i))
+			}
+			if fmt.Sprint(got) != "[/ h2/ /pod-3 h4/pod-4]" {
+				t.Errorf("reserve=%v compact=%v: %v", reserve, compact, got)
+			}
+		}
+	}
+}
+
+// TestServeNameServer: NS at the apex and ns.dns.<zone>, as the kubernetes
+// plugin makes them of the server's own addresses: the Service whose
+// endpoint holds one (its cluster IP), or the address itself.
+func TestServeNameServer(t *testing.T) {
+	sl := &Slice{Namespace: "kube-system", Name: "dns-1", Service: "dns", Type: IPv4}
+	_ = sl.Add(EndpointSpec{Addresses: []string{"10.244.0.53"}})
+	c := &Cluster{Namespaces: []string{"kube-system"}, Slices: []*Slice{sl},
+		Services: []*Service{{Namespace: "kube-system", Name: "dns", ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10")}}}}
+	s, tbl := testServer(), Build(c)
+	const soa = "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 0 7200 1800 86400 5"
+	check := func(what string, tcs ...test.Case) {
+		t.Helper()
+		for _, tc := range tcs {
+			if err := test.SortAndCheck(ask(s, tbl, tc.Msg()), tc); err != nil {
+				t.Errorf("%s: %s %s: %v", what, tc.Qname, dns.TypeToString[tc.Qtype], err)
+			}
+		}
+	}
+	check("no own address", test.Case{Qname: "cluster.local.", Qtype: dns.TypeNS, Ns: []dns.RR{test.SOA(soa)}},
+		test.Case{Qname: "ns.dns.cluster.local.", Qtype: dns.TypeA, Ns: []dns.RR{test.SOA(soa)}})
+	s.SetLocalIPs([]netip.Addr{netip.MustParseAddr("192.0.2.1")})
+	check("an address of no endpoint",
+		test.Case{Qname: "cluster.local.", Qtype: dns.TypeNS, Answer: []dns.RR{test.NS("cluster.local. 5 IN NS ns.dns.cluster.local.")},
+			Extra: []dns.RR{test.A("ns.dns.cluster.local. 5 IN A 192.0.2.1")}},
+		test.Case{Qname: "NS.dns.cluster.local.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("NS.dns.cluster.local. 5 IN A 192.0.2.1")}},
+		test.Case{Qname: "ns.dns.cluster.local.", Qtype: dns.TypeAAAA, Ns: []dns.RR{test.SOA(soa)}},
+		test.Case{Qname: "ns.dns.cluster.local.", Qtype: dns.TypeTXT, Rcode: dns.RcodeNameError, Ns: []dns.RR{test.SOA(soa)}},
+		test.Case{Qname: "ns.dns.Cluster.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError,
+			Ns: []dns.RR{test.SOA("Cluster.local. 5 IN SOA ns.dns.Cluster.local. hostmaster.Cluster.local. 0 7200 1800 86400 5")}})
+	s.SetLocalIPs([]netip.Addr{netip.MustParseAddr("10.244.0.53")})
+	check("the address of the DNS Service's endpoint",
+		test.Case{Qname: "cluster.local.", Qtype: dns.TypeNS, Answer: []dns.RR{test.NS("cluster.local. 5 IN NS dns.kube-system.svc.cluster.local.")},
+			Extra: []dns.RR{test.A("dns.kube-system.svc.cluster.local. 5 IN A 10.96.0.10")}},
+		test.Case{Qname: "ns.dns.cluster.local.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("ns.dns.cluster.local. 5 IN A 10.96.0.10")}})
 }

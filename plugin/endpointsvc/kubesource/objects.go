@@ -156,7 +156,15 @@ func modelSlice(s *discoveryv1.EndpointSlice) k8sdns.Slice {
 			}
 		}
 	}
-	m.Endpoints = make([]k8sdns.Endpoint, 0, len(s.Endpoints))
+	addresses, text := 0, 0
+	for _, ep := range s.Endpoints {
+		addresses += len(ep.Addresses)
+		text += len(deref(ep.Hostname))
+		if ep.TargetRef != nil {
+			text += len(ep.TargetRef.Name)
+		}
+	}
+	m.Reserve(len(s.Endpoints), addresses, text)
 	for _, ep := range s.Endpoints {
 		e := k8sdns.EndpointSpec{Addresses: ep.Addresses, Hostname: deref(ep.Hostname), NodeName: deref(ep.NodeName),
 			Ready: k8sdns.Cond(ep.Conditions.Ready), Serving: k8sdns.Cond(ep.Conditions.Serving), Terminating: k8sdns.Cond(ep.Conditions.Terminating)}
