@@ -37,27 +37,25 @@ import (
 // orch over source src.
 func newKubePlugin(t *testing.T, client kubernetes.Interface, endpointMode bool, src *kubesource.Source) *Endpointsvc {
 	t.Helper()
-	src.NewClient = func() (kubernetes.Interface, error) { return client, nil }
-	src.Debounce = 5 * time.Millisecond
 	e := orchPlugin(5, &syncer{}, "cluster.test.")
 	orchOf(e).endpointMode = endpointMode
 	orchOf(e).srv.Upstream = nil // no server to chase CNAMEs through in unit tests
-	e.source = src
-	e.start(e.source)
-	t.Cleanup(e.stop)
-	if !e.Ready() {
-		t.Fatal("not ready after the informers synced")
-	}
-	return e
+	return startOver(t, e, client, src)
 }
 
 // newSpecKubePlugin serves the fake cluster with schema kubernetes in zone
 // cluster.test. (and its reverse zone), with a snapshot when snap is set.
 func newSpecKubePlugin(t *testing.T, client kubernetes.Interface, src *kubesource.Source, snap string) *Endpointsvc {
 	t.Helper()
+	return startOver(t, dnsPlugin(5, &syncer{snapshotPath: snap}, "cluster.test.", "in-addr.arpa."), client, src)
+}
+
+// startOver starts e with source src over client, stopped when the test
+// ends, and waits until it serves.
+func startOver(t *testing.T, e *Endpointsvc, client kubernetes.Interface, src *kubesource.Source) *Endpointsvc {
+	t.Helper()
 	src.NewClient = func() (kubernetes.Interface, error) { return client, nil }
 	src.Debounce = 5 * time.Millisecond
-	e := dnsPlugin(5, &syncer{snapshotPath: snap}, "cluster.test.", "in-addr.arpa.")
 	e.source = src
 	e.start(e.source)
 	t.Cleanup(e.stop)

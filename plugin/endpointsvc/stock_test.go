@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -92,55 +93,33 @@ func (a *stockAPI) GetNamespaceByName(name string) (*object.Namespace, error) {
 	return nil, errors.New("namespace not found")
 }
 
-func (a *stockAPI) SvcIndex(k string) (out []*object.Service) {
-	for _, s := range a.svcs {
-		if s.Index == k {
-			out = append(out, s)
-		}
-	}
-	return out
+func (a *stockAPI) SvcIndex(k string) []*object.Service {
+	return filter(a.svcs, func(s *object.Service) bool { return s.Index == k })
 }
 
-func (a *stockAPI) SvcIndexReverse(ip string) (out []*object.Service) {
-	for _, s := range a.svcs {
-		for _, c := range s.ClusterIPs {
-			if c == ip {
-				out = append(out, s)
-				break
-			}
-		}
-	}
-	return out
+func (a *stockAPI) SvcIndexReverse(ip string) []*object.Service {
+	return filter(a.svcs, func(s *object.Service) bool { return slices.Contains(s.ClusterIPs, ip) })
 }
 
-func (a *stockAPI) SvcExtIndexReverse(ip string) (out []*object.Service) {
-	for _, s := range a.svcs {
-		for _, c := range s.ExternalIPs {
-			if c == ip {
-				out = append(out, s)
-				break
-			}
-		}
-	}
-	return out
+func (a *stockAPI) SvcExtIndexReverse(ip string) []*object.Service {
+	return filter(a.svcs, func(s *object.Service) bool { return slices.Contains(s.ExternalIPs, ip) })
 }
 
-func (a *stockAPI) EpIndex(k string) (out []*object.Endpoints) {
-	for _, e := range a.eps {
-		if e.Index == k {
-			out = append(out, e)
-		}
-	}
-	return out
+func (a *stockAPI) EpIndex(k string) []*object.Endpoints {
+	return filter(a.eps, func(e *object.Endpoints) bool { return e.Index == k })
 }
 
-func (a *stockAPI) EpIndexReverse(ip string) (out []*object.Endpoints) {
-	for _, e := range a.eps {
-		for _, x := range e.IndexIP {
-			if x == ip {
-				out = append(out, e)
-				break
-			}
+func (a *stockAPI) EpIndexReverse(ip string) []*object.Endpoints {
+	return filter(a.eps, func(e *object.Endpoints) bool { return slices.Contains(e.IndexIP, ip) })
+}
+
+// filter returns the xs that keep accepts, in order (an informer index's
+// lookup, by scan).
+func filter[T any](xs []T, keep func(T) bool) []T {
+	var out []T
+	for _, x := range xs {
+		if keep(x) {
+			out = append(out, x)
 		}
 	}
 	return out

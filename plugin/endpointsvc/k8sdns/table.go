@@ -104,13 +104,11 @@ func Build(c *Cluster) *Table {
 			bySvc[k] = append(bySvc[k], sl)
 		}
 	}
-	var keys []Key
-	var entries []*entry
-	var addrs []addrRef
+	keys := make([]Key, 0, len(c.Services)+len(bySvc))
+	entries := make([]*entry, 0, len(c.Services)+len(bySvc))
 	add := func(k Key, e *entry) {
 		keys, entries = append(keys, k), append(entries, e)
 		t.count(e, 1)
-		e.eachRef(func(a [16]byte, r ref) { addrs = append(addrs, addrRef{a, r}) })
 	}
 	seen := make(map[Key]bool, len(c.Services))
 	for _, s := range c.Services {
@@ -124,6 +122,14 @@ func Build(c *Cluster) *Table {
 	}
 	for k, sls := range bySvc {
 		add(k, newEntry(nil, sls))
+	}
+	refs := 0
+	for _, e := range entries {
+		e.eachRef(func([16]byte, ref) { refs++ })
+	}
+	addrs := make([]addrRef, 0, refs)
+	for _, e := range entries {
+		e.eachRef(func(a [16]byte, r ref) { addrs = append(addrs, addrRef{a, r}) })
 	}
 	t.names = pmap.Of(Key.compare, keys, entries)
 	t.rev = reverseIndex(addrs)
@@ -139,18 +145,27 @@ type addrRef struct {
 // reverseIndex makes the reverse index of every address's refs.
 func reverseIndex(addrs []addrRef) *pmap.Map[[16]byte, refs] {
 	slices.SortFunc(addrs, func(x, y addrRef) int { return cmp.Or(compareAddr(x.a, y.a), compareRef(x.r, y.r)) })
-	var keys [][16]byte
-	var vals []refs
+	distinct := 0
+	for i := range addrs {
+		if i == 0 || addrs[i].a != addrs[i-1].a {
+			distinct++
+		}
+	}
+	keys, vals := make([][16]byte, 0, distinct), make([]refs, 0, distinct)
 	for i := 0; i < len(addrs); {
 		j := i + 1
 		for j < len(addrs) && addrs[j].a == addrs[i].a {
 			j++
 		}
-		rs := make([]ref, j-i)
-		for k := range rs {
-			rs[k] = addrs[i+k].r
+		p := refs{first: addrs[i].r}
+		if j > i+1 {
+			more := make([]ref, 0, j-i-1)
+			for _, x := range addrs[i+1 : j] {
+				more = append(more, x.r)
+			}
+			p.more = &more
 		}
-		keys, vals = append(keys, addrs[i].a), append(vals, packRefs(rs))
+		keys, vals = append(keys, addrs[i].a), append(vals, p)
 		i = j
 	}
 	return pmap.FromSorted(compareAddr, keys, vals)

@@ -18,6 +18,7 @@ package pmap
 import (
 	"iter"
 	"slices"
+	"sort"
 )
 
 const (
@@ -362,14 +363,20 @@ func chunks(n int) [][2]int {
 // Of returns the map of keys and vals (parallel, in any order, each key
 // once), built as FromSorted builds it; it sorts them in place.
 func Of[K any, V any](cmp func(a, b K) int, keys []K, vals []V) *Map[K, V] {
-	order := make([]int, len(keys))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp(keys[a], keys[b]) })
-	k, v := slices.Clone(keys), slices.Clone(vals)
-	for i, o := range order {
-		keys[i], vals[i] = k[o], v[o]
-	}
+	sort.Sort(pairs[K, V]{keys, vals, cmp})
 	return FromSorted(cmp, keys, vals)
+}
+
+// pairs sorts parallel keys and values in place.
+type pairs[K any, V any] struct {
+	keys []K
+	vals []V
+	cmp  func(a, b K) int
+}
+
+func (p pairs[K, V]) Len() int           { return len(p.keys) }
+func (p pairs[K, V]) Less(i, j int) bool { return p.cmp(p.keys[i], p.keys[j]) < 0 }
+func (p pairs[K, V]) Swap(i, j int) {
+	p.keys[i], p.keys[j] = p.keys[j], p.keys[i]
+	p.vals[i], p.vals[j] = p.vals[j], p.vals[i]
 }
