@@ -502,3 +502,36 @@ func TestTransformReusesStoredObject(t *testing.T) {
 		t.Error("a changed slice was replaced by the stored one")
 	}
 }
+
+// TestProbeIsOneObject: the health probe asks for one Service at the
+// latest version. With resourceVersion 0 the API server answers from its
+// watch cache and ignores the limit: each probe carried every Service.
+func TestProbeIsOneObject(t *testing.T) {
+	client := fake.NewClientset()
+	var mu sync.Mutex
+	var probes []metav1.ListOptions
+	client.PrependReactor("list", "services", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		if l, ok := a.(k8stesting.ListActionImpl); ok && l.ListOptions.Limit == 1 { // the informers list 500 at a time
+			mu.Lock()
+			probes = append(probes, l.ListOptions)
+			mu.Unlock()
+		}
+		return false, nil, nil
+	})
+	runSource(t, NewDNS(Config{}), client, newCollectSink())
+	kubefix.Eventually(t, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(probes) == 0 {
+			return "no probe"
+		}
+		return ""
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range probes {
+		if p.ResourceVersion != "" {
+			t.Errorf("probe at resourceVersion %q: want the latest version (\"\"), where the limit holds", p.ResourceVersion)
+		}
+	}
+}
