@@ -37,11 +37,9 @@ type nodeCluster struct {
 	Config  *rest.Config
 
 	mu      sync.Mutex
-	procs   map[string]*nodeProc
-	order   []string // start order; teardown goes the other way
+	procs   map[string]*nodeProc // by component name, the latest start
 	apiArgs []string
 	timings []string // "step: duration" of the start, for the report
-	started time.Time
 }
 
 // nodeClusterTools are the peers built from Go modules (build/peer-tools.sh).
@@ -222,9 +220,6 @@ func (c *nodeCluster) startProc(name string, argv ...string) (*nodeProc, error) 
 		return nil, err
 	}
 	c.mu.Lock()
-	if c.procs[name] == nil {
-		c.order = append(c.order, name)
-	}
 	c.procs[name] = p
 	c.mu.Unlock()
 	return p, nil

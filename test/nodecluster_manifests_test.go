@@ -135,7 +135,7 @@ func (c *nodeCluster) deployDNS() error {
 	if meshdnsSubs == 0 {
 		return fmt.Errorf("deploy/kubernetes has no meshdns container (substituted: %v)", subs)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	if err := waitFor(time.Minute, nil, "default ServiceAccounts", func() error {
 		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
@@ -146,7 +146,21 @@ func (c *nodeCluster) deployDNS() error {
 	if out, err := c.kubectl(ctx, "apply", "-f", dir); err != nil {
 		return fmt.Errorf("%w\n%s", err, out)
 	}
-	return c.waitDeployment(ctx, "kube-system", "meshdns", 2*time.Minute)
+	if err := c.waitDeployment(ctx, "kube-system", "meshdns", 2*time.Minute); err != nil {
+		return fmt.Errorf("%w\n%s", err, c.meshdnsLogs(20))
+	}
+	return nil
+}
+
+// meshdnsLogs returns the last n lines of every meshdns container's log.
+func (c *nodeCluster) meshdnsLogs(n int) string {
+	logs, _ := filepath.Glob(filepath.Join(c.paths.state, "pod-logs", "kube-system_meshdns-*", "meshdns", "*.log"))
+	var b strings.Builder
+	for _, l := range logs {
+		data, _ := os.ReadFile(l)
+		fmt.Fprintf(&b, "%s:\n%s\n", l, tail(string(data), n))
+	}
+	return b.String()
 }
 
 // waitDeployment waits until the Deployment's rollout is complete: every

@@ -28,16 +28,15 @@ import (
 
 // nodePKI holds the paths of the cluster's credentials.
 type nodePKI struct {
-	dir                 string
-	caCert              string
-	apiCert, apiKey     string
-	saKey, saPub        string
-	tokens              string            // the API server's token file
-	kubeconfig          map[string]string // component → kubeconfig path ("admin", "kubelet", …)
-	adminToken          string
-	caPEM               []byte
-	serverURL           string
-	componentIdentities map[string][2]string // component → (user, groups)
+	dir             string
+	caCert          string
+	apiCert, apiKey string
+	saKey, saPub    string
+	tokens          string            // the API server's token file
+	kubeconfig      map[string]string // component → kubeconfig path ("admin", "kubelet", …)
+	adminToken      string
+	caPEM           []byte
+	serverURL       string
 }
 
 // nodeIdentities are the users (and groups) of the components' tokens.

@@ -25,7 +25,7 @@ import (
 // startNodeCluster starts the cluster; on error everything started so far
 // is torn down again.
 func startNodeCluster() (c *nodeCluster, err error) {
-	c = &nodeCluster{paths: newNodePaths(nodeStateDir), procs: map[string]*nodeProc{}, started: time.Now()}
+	c = &nodeCluster{paths: newNodePaths(nodeStateDir), procs: map[string]*nodeProc{}}
 	if err := c.step("tools", func() (err error) { c.bins, err = nodeTools(); return err }); err != nil {
 		return nil, err
 	}

@@ -90,35 +90,7 @@ func TestNodeClusterDNS(t *testing.T) {
 		checkMeshdnsInCluster(ctx, t, c)
 	})
 
-	podName := strings.ReplaceAll(clientIP, ".", "-") + "." + dnsTestNS + ".pod.cluster.local"
-	svcFQDN := "web-svc." + dnsTestNS + ".svc.cluster.local."
-	cases := []struct {
-		qtype, name string
-		resolvers   []string
-		want        map[string][]string // resolver ("" = all) → answers
-	}{
-		{"A", "kubernetes.default", []string{"glibc", "go", "search"}, map[string][]string{"": {apiServiceIP}}},
-		{"A", "web-svc." + dnsTestNS + ".svc", []string{"glibc", "go", "search"}, map[string][]string{"": {clusterIP}}},
-		{"SRV", "_http._tcp.web-svc." + dnsTestNS + ".svc", []string{"go", "search"}, map[string][]string{"": {"0 100 80 " + svcFQDN}}},
-		{"A", "web-0.web." + dnsTestNS + ".svc.cluster.local", []string{"glibc", "go", "search"}, map[string][]string{"": {webIP}}},
-		{"A", podName, []string{"glibc", "go", "search"}, map[string][]string{"": {clientIP}}},
-		{"A", "ext." + dnsTestNS + ".svc", []string{"glibc", "go"}, map[string][]string{"": {extAddress}}},
-		{"CNAME", "ext." + dnsTestNS + ".svc", []string{"go", "search"}, map[string][]string{"": {extName + "."}}},
-		{"PTR", clusterIP, []string{"glibc", "go", "search"}, map[string][]string{"": {svcFQDN}, "glibc": {strings.TrimSuffix(svcFQDN, ".")}}},
-		{"A", extName, []string{"glibc", "go", "search"}, map[string][]string{"": {extAddress}}},
-	}
-	var qs []string
-	var wants [][]string
-	for _, tc := range cases {
-		for _, r := range tc.resolvers {
-			qs = append(qs, r+":"+tc.qtype+":"+tc.name)
-			w, ok := tc.want[r]
-			if !ok {
-				w = tc.want[""]
-			}
-			wants = append(wants, w)
-		}
-	}
+	qs, wants := nodeDNSQuestions(dnsTestNS, webIP, clientIP, clusterIP)
 	for _, pod := range []string{"client", "web-0"} {
 		t.Run("names from "+pod, func(t *testing.T) {
 			res := c.resolveIn(t, dnsTestNS, pod, qs...)
@@ -136,22 +108,67 @@ func TestNodeClusterDNS(t *testing.T) {
 	}
 
 	t.Run("shipped dnsConfig example pod", func(t *testing.T) {
-		if err := waitFor(2*time.Minute, nil, "Ready pod default/dnsconfig-example", func() error {
-			p, err := c.Client.CoreV1().Pods("default").Get(ctx, "dnsconfig-example", metav1.GetOptions{})
-			if err != nil || p.Status.Phase != corev1.PodRunning {
-				return fmt.Errorf("%v %v", err, p.Status.Phase)
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range c.resolveIn(t, "default", "dnsconfig-example", "go:A:kubernetes", "glibc:A:web-svc."+dnsTestNS+".svc") {
-			want := map[string]string{"go": apiServiceIP, "glibc": clusterIP}[r.Resolver]
-			if r.Error != "" || strings.Join(r.Answers, " ") != want {
-				t.Errorf("%s %s from the dnsConfig pod: got %q (error %q), want %s", r.Resolver, r.Name, r.Answers, r.Error, want)
-			}
-		}
+		checkDNSConfigPod(ctx, t, c, clusterIP)
 	})
+}
+
+// nodeDNSQuestions returns the questions of TestNodeClusterDNS
+// ("RESOLVER:TYPE:NAME") and each one's expected answers: the names of the
+// Kubernetes e2e DNS tests, each asked with every resolver that can.
+func nodeDNSQuestions(ns, webIP, clientIP, clusterIP string) (qs []string, wants [][]string) {
+	podName := strings.ReplaceAll(clientIP, ".", "-") + "." + ns + ".pod.cluster.local"
+	svcFQDN := "web-svc." + ns + ".svc.cluster.local."
+	all := []string{"glibc", "go", "search"}
+	cases := []struct {
+		qtype, name string
+		resolvers   []string
+		want        map[string][]string // resolver ("" = all) → answers
+	}{
+		{"A", "kubernetes.default", all, map[string][]string{"": {apiServiceIP}}},
+		{"A", "web-svc." + ns + ".svc", all, map[string][]string{"": {clusterIP}}},
+		{"SRV", "_http._tcp.web-svc." + ns + ".svc", []string{"go", "search"}, map[string][]string{"": {"0 100 80 " + svcFQDN}}},
+		{"A", "web-0.web." + ns + ".svc.cluster.local", all, map[string][]string{"": {webIP}}},
+		{"A", podName, all, map[string][]string{"": {clientIP}}},
+		{"A", "ext." + ns + ".svc", []string{"glibc", "go"}, map[string][]string{"": {extAddress}}},
+		{"CNAME", "ext." + ns + ".svc", []string{"go", "search"}, map[string][]string{"": {extName + "."}}},
+		{"PTR", clusterIP, all, map[string][]string{"": {svcFQDN}, "glibc": {strings.TrimSuffix(svcFQDN, ".")}}},
+		{"A", extName, all, map[string][]string{"": {extAddress}}},
+	}
+	for _, tc := range cases {
+		for _, r := range tc.resolvers {
+			qs = append(qs, r+":"+tc.qtype+":"+tc.name)
+			w, ok := tc.want[r]
+			if !ok {
+				w = tc.want[""]
+			}
+			wants = append(wants, w)
+		}
+	}
+	return qs, wants
+}
+
+// checkDNSConfigPod resolves from deploy/kubernetes/pod-dnsconfig.yaml's
+// pod (dnsPolicy None, its own dnsConfig pointing at the cluster DNS).
+func checkDNSConfigPod(ctx context.Context, t *testing.T, c *nodeCluster, clusterIP string) {
+	t.Helper()
+	if err := waitFor(2*time.Minute, nil, "running pod default/dnsconfig-example", func() error {
+		p, err := c.Client.CoreV1().Pods("default").Get(ctx, "dnsconfig-example", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range c.resolveIn(t, "default", "dnsconfig-example", "go:A:kubernetes", "glibc:A:web-svc."+dnsTestNS+".svc") {
+		want := map[string]string{"go": apiServiceIP, "glibc": clusterIP}[r.Resolver]
+		if r.Error != "" || strings.Join(r.Answers, " ") != want {
+			t.Errorf("%s %s from the dnsConfig pod: got %q (error %q), want %s", r.Resolver, r.Name, r.Answers, r.Error, want)
+		}
+	}
 }
 
 // checkMeshdnsInCluster shows that meshdns runs in cluster: its pods are
