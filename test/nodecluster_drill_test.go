@@ -37,7 +37,26 @@ var drillFixture struct {
 func drillCluster(t *testing.T) (*nodeCluster, map[string]*corev1.Pod) {
 	t.Helper()
 	c := sharedNodeCluster(t)
-	drillFixture.once.Do(func() { drillFixture.pods = dnsTestObjects(t, c, drillNS) })
+	drillFixture.once.Do(func() {
+		pods := dnsTestObjects(t, c, drillNS)
+		// After an outage longer than the node-monitor grace period the node
+		// controller marks every pod of the node NotReady until the kubelet
+		// reports again, and a headless Service's hostname of a NotReady pod
+		// rightly leaves DNS (web-0.web…). The drills measure the DNS, not
+		// the workload's readiness: the headless Service publishes its
+		// endpoints whatever their readiness.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		svc, err := c.Client.CoreV1().Services(drillNS).Get(ctx, "web", metav1.GetOptions{})
+		if err == nil {
+			svc.Spec.PublishNotReadyAddresses = true
+			_, err = c.Client.CoreV1().Services(drillNS).Update(ctx, svc, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatalf("publishNotReadyAddresses on %s/web: %v", drillNS, err)
+		}
+		drillFixture.pods = pods
+	})
 	if drillFixture.pods == nil {
 		t.Fatal("the drill objects could not be created")
 	}

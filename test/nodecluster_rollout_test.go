@@ -212,7 +212,7 @@ func newServiceAnswers(t *testing.T, c *nodeCluster, drill, name string) {
 	}
 	note(t, c, drill, "new Service answered by every replica %v after its creation (goal 2s)", worst.Round(time.Millisecond))
 	if worst > 2*time.Second {
-		t.Errorf("%s: a new Service answered after %v, goal 2s", drill, worst)
+		t.Errorf("%s: a new Service answered after %v, goal 2s; the replicas' logs:\n%s", drill, worst, c.meshdnsLogs(15))
 	}
 }
 
