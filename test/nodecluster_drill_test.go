@@ -124,10 +124,10 @@ func note(t *testing.T, c *nodeCluster, drill, format string, args ...any) {
 	}
 }
 
-// apiOutage runs one API-server outage drill: 10 s of load, the outage
+// outageDrill runs one API-server outage drill: 10 s of load, the outage
 // (stop takes the API server down, start brings it back), a new Service
 // that must answer within 2 s of the API's return, and 2 minutes after.
-func apiOutage(t *testing.T, drill string, outage time.Duration, stop func(*nodeCluster), start func(*testing.T, *nodeCluster), during func(*testing.T, *nodeCluster)) {
+func outageDrill(t *testing.T, drill string, outage time.Duration, stop func(*nodeCluster), start func(*testing.T, *nodeCluster), during func(*testing.T, *nodeCluster)) {
 	c, pods := drillCluster(t)
 	load := startDrillLoad(t, c, drill, drillNames(pods), 10*time.Minute)
 	time.Sleep(10 * time.Second)
@@ -150,7 +150,7 @@ func apiOutage(t *testing.T, drill string, outage time.Duration, stop func(*node
 // TestNodeDrillAPIFrozen: the API server SIGSTOPped for 90 s (issue item 3).
 func TestNodeDrillAPIFrozen(t *testing.T) {
 	var api *nodeProc
-	apiOutage(t, "api-frozen", 90*time.Second,
+	outageDrill(t, "api-frozen", 90*time.Second,
 		func(c *nodeCluster) {
 			api = c.proc("kube-apiserver")
 			api.signal(syscall.SIGSTOP)
@@ -166,7 +166,7 @@ func TestNodeDrillAPIFrozen(t *testing.T) {
 
 // TestNodeDrillAPIKilled: the API server killed, restarted after 90 s.
 func TestNodeDrillAPIKilled(t *testing.T) {
-	apiOutage(t, "api-killed", 90*time.Second,
+	outageDrill(t, "api-killed", 90*time.Second,
 		func(c *nodeCluster) {
 			c.proc("kube-apiserver").kill()
 			t.Cleanup(func() {
@@ -186,7 +186,7 @@ func TestNodeDrillAPIKilled(t *testing.T) {
 // meshdns process is killed; the kubelet restarts the container, which
 // must answer from its snapshot within 1 s of its start.
 func TestNodeDrillMeshdnsKilledDuringOutage(t *testing.T) {
-	apiOutage(t, "meshdns-killed", 60*time.Second,
+	outageDrill(t, "meshdns-killed", 60*time.Second,
 		func(c *nodeCluster) {
 			c.proc("kube-apiserver").kill()
 			t.Cleanup(func() {
