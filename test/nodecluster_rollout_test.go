@@ -216,10 +216,12 @@ func newServiceAnswers(t *testing.T, c *nodeCluster, drill, name string) {
 	}
 }
 
-// killMeshdnsAndTime kills one meshdns process and times its restart by
-// the kubelet: from the new process's start to its first answer (from its
-// snapshot: the API server is down), goal 1 s.
-func killMeshdnsAndTime(t *testing.T, c *nodeCluster, drill string) {
+// killMeshdnsAndTime kills one meshdns process (SIGKILL), waits for the
+// kubelet's restart and its first answer (from its snapshot: the API
+// server is down), and checks that it answered within 1 s of its start. It returns the span in which lookups may reach
+// the dead replica: from just before the kill (a lookup in flight dies
+// with the process) to the restarted process's first answer.
+func killMeshdnsAndTime(t *testing.T, c *nodeCluster, drill string) *span {
 	t.Helper()
 	pids := meshdnsPIDs()
 	if len(pids) == 0 {
@@ -261,12 +263,14 @@ func killMeshdnsAndTime(t *testing.T, c *nodeCluster, drill string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	answered := time.Since(started)
+	answeredAt := time.Now()
+	answered := answeredAt.Sub(started)
 	note(t, c, drill, "meshdns killed; restarted %v later, answered %v after its start (goal 1s)",
 		started.Sub(killedAt).Round(time.Millisecond), answered.Round(time.Millisecond))
 	if answered > time.Second {
 		t.Errorf("%s: the restarted meshdns answered %v after its start, goal 1s", drill, answered)
 	}
+	return &span{killedAt.Add(-100 * time.Millisecond), answeredAt}
 }
 
 // podAddr returns the IPv4 address of eth0 in pid's network namespace.
