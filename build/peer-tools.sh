@@ -12,6 +12,9 @@
 #   coredns         stock CoreDNS v1.15.0 with every stock plugin, built as
 #                   meshdns is (static, -trimpath -s -w): the baseline of the
 #                   binary figures (build/bench-binary.sh)
+#   helm            Helm v3.22.0 (cmd/helm; static): lints and renders
+#                   charts/meshdns and installs it on the one-node cluster
+#                   (test/helm_*_test.go)
 # Cache: $MESHDNS_TOOLS_CACHE (default ~/.cache/meshdns-tools). A cold build
 # takes ~5-10 min on 2 cores; a cached one costs nothing.
 set -euo pipefail
@@ -44,6 +47,15 @@ for tool in "$@"; do
       if [ ! -x "$out" ]; then
         echo "peer-tools: building coredns v1.15.0 into $out (once per machine)" >&2
         (cd coredns && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/coredns/coredns && mv "$out.tmp" "$out")
+      fi ;;
+    helm)
+      out=$cache/helm-v3.22.0/helm
+      if [ ! -x "$out" ]; then
+        echo "peer-tools: building helm v3.22.0 into $out (once per machine)" >&2
+        # the version and the Kubernetes version it assumes (its client-go's,
+        # v0.37 = 1.37) as Helm's own Makefile stamps them
+        (cd helm && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37" \
+          -o "$out.tmp" helm.sh/helm/v3/cmd/helm && mv "$out.tmp" "$out")
       fi ;;
     *) echo "peer-tools: unknown tool $tool" >&2; exit 2 ;;
   esac

@@ -1,0 +1,162 @@
+{{/*
+Names. With the release named meshdns every object is named meshdns, as in
+deploy/kubernetes; another release name R gives R-meshdns unless R already
+contains meshdns.
+*/}}
+{{- define "meshdns.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "meshdns.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DNS Service's name: the Corefile's publish names it too. */}}
+{{- define "meshdns.serviceName" -}}
+{{- default (include "meshdns.fullname" .) .Values.service.name -}}
+{{- end -}}
+
+{{- define "meshdns.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "meshdns.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The selector: the pods' name label only (as deploy/kubernetes). */}}
+{{- define "meshdns.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "meshdns.name" . }}
+{{- end -}}
+
+{{/* Every object's labels. Helm adds app.kubernetes.io/managed-by itself. */}}
+{{- define "meshdns.labels" -}}
+{{ include "meshdns.selectorLabels" . }}
+{{- with .Values.customLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Every object's annotations (none by default), as a metadata key. */}}
+{{- define "meshdns.annotations" -}}
+{{- with .Values.customAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "meshdns.k8sApp" -}}
+{{- default "kube-dns" .Values.k8sAppLabelOverride -}}
+{{- end -}}
+
+{{/* The image: repository:tag (tag defaults to v + appVersion) or @digest. */}}
+{{- define "meshdns.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default (printf "v%s" .Chart.AppVersion) .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+meshdns.corefile renders a Corefile of a list of server blocks.
+Context: dict "servers" LIST "extraConfig" STRING "root" $.
+Each server: zones ([{zone, scheme}], default "."), port, plugins (name,
+parameters, configBlock; parameters and configBlock through tpl).
+*/}}
+{{- define "meshdns.corefile" -}}
+{{- $root := .root -}}
+{{- range $i, $s := .servers -}}
+{{- if $i }}{{ "\n" }}{{ end -}}
+{{- $keys := list -}}
+{{- range $s.zones -}}
+{{- $key := printf "%s%s" (default "" .scheme) (default "." .zone) -}}
+{{- if $s.port }}{{ $key = printf "%s:%v" $key $s.port }}{{ end -}}
+{{- $keys = append $keys $key -}}
+{{- else -}}
+{{- $keys = append $keys (ternary (printf ".:%v" $s.port) "." (not (empty $s.port))) -}}
+{{- end -}}
+{{ join " " $keys }} {
+{{- range $s.plugins }}
+    {{ .name }}{{ with .parameters }} {{ tpl (toString .) $root }}{{ end }}{{ with .configBlock }} {
+{{ tpl . $root | indent 8 }}
+    }{{ end }}
+{{- end }}
+}
+{{ end -}}
+{{- with .extraConfig }}
+{{ tpl . $root }}
+{{ end -}}
+{{- end -}}
+
+{{/*
+meshdns.addrPort: the port of a plugin's address parameter (":8080",
+"0.0.0.0:9153", "[::]:9153"), or the default. Context: list PARAMETERS DEFAULT.
+*/}}
+{{- define "meshdns.addrPort" -}}
+{{- $p := regexFind "[0-9]+$" (first (splitList " " (toString (index . 0)))) -}}
+{{- default (index . 1) $p -}}
+{{- end -}}
+
+{{/*
+meshdns.pluginPort: the port of the first plugin named NAME in servers, ""
+when there is none. Context: list SERVERS NAME DEFAULT.
+*/}}
+{{- define "meshdns.pluginPort" -}}
+{{- $name := index . 1 -}}{{- $def := index . 2 -}}
+{{- $found := "" -}}
+{{- range (index . 0) -}}
+{{- range .plugins -}}
+{{- if and (eq .name $name) (not $found) -}}
+{{- $found = include "meshdns.addrPort" (list (default "" .parameters) $def) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $found -}}
+{{- end -}}
+
+{{/*
+meshdns.ports: the ports the Corefile serves, as a JSON list of {name, port,
+protocol}: dns (UDP) and dns-tcp (TCP) for each server's port (dns-PORT and
+dns-tcp-PORT past the first), metrics for prometheus's address, replication
+for endpointsvc's "replicate ADDR". Context: list SERVERS.
+*/}}
+{{- define "meshdns.ports" -}}
+{{- $servers := index . 0 -}}
+{{- $ports := list -}}
+{{- $seen := dict -}}
+{{- range $servers -}}
+{{- $p := toString (default 53 .port) -}}
+{{- if not (hasKey $seen $p) -}}
+{{- $suffix := ternary "" (printf "-%s" $p) (empty $seen) -}}
+{{- $_ := set $seen $p true -}}
+{{- $ports = append $ports (dict "name" (printf "dns%s" $suffix) "port" (atoi $p) "protocol" "UDP") -}}
+{{- $ports = append $ports (dict "name" (printf "dns-tcp%s" $suffix) "port" (atoi $p) "protocol" "TCP") -}}
+{{- end -}}
+{{- end -}}
+{{- with include "meshdns.pluginPort" (list $servers "prometheus" "9153") -}}
+{{- $ports = append $ports (dict "name" "metrics" "port" (atoi .) "protocol" "TCP") -}}
+{{- end -}}
+{{- $repl := "" -}}
+{{- range $servers -}}
+{{- range .plugins -}}
+{{- if and (eq .name "endpointsvc") .configBlock (not $repl) -}}
+{{- $line := regexFind "(?m)^\\s*replicate\\s+\\S+" .configBlock -}}
+{{- if $line }}{{ $repl = regexFind "[0-9]+$" $line }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- with $repl -}}
+{{- $ports = append $ports (dict "name" "replication" "port" (atoi .) "protocol" "TCP") -}}
+{{- end -}}
+{{- toJson $ports -}}
+{{- end -}}
