@@ -334,6 +334,11 @@ type Cluster struct {
 	Namespaces []string
 	Services   []*Service
 	Slices     []*Slice
+
+	// Origin is where a replicated cluster stands in its replication
+	// stream (package replica: "<epoch>/<generation>"); "" for a cluster
+	// of the source's own. Its table and snapshot keep it.
+	Origin string
 }
 
 // Len is the number of Services (a cluster without is empty).

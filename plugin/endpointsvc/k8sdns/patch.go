@@ -13,6 +13,8 @@ type Patch struct {
 	// Namespaces replaces the namespace list when SetNamespaces.
 	Namespaces    []string
 	SetNamespaces bool
+	// Origin is the patched table's Origin (Cluster.Origin).
+	Origin string
 
 	// Whole returns the source's whole current cluster (for a table that
 	// cannot be patched: none yet).
@@ -42,7 +44,7 @@ func (p *Patch) Snapshot(w io.Writer) error { return p.WriteSnapshot(w) }
 // entries of the addresses they had or have; everything else is shared
 // with t, which stays valid and unchanged for the readers that hold it.
 func (t *Table) Patched(p *Patch) *Table {
-	n := &Table{namespaces: t.namespaces, services: t.services, endpoints: t.endpoints, conflicts: t.conflicts}
+	n := &Table{namespaces: t.namespaces, services: t.services, endpoints: t.endpoints, conflicts: t.conflicts, origin: p.Origin}
 	if p.SetNamespaces {
 		n.namespaces = namespaceSet(p.Namespaces)
 	}

@@ -25,12 +25,15 @@ import (
 //	 "slices":[{"namespace":"shop","name":"web-x1","service":"web","type":"IPv4",
 //	   "ports":[…],"addresses":[["10.244.1.5"]],"nodes":["n1"],"pods":["web-1"],"conditions":["yyn"]}]}
 //
+// A replicated cluster (the replica source's) also keeps where it stands
+// in the replication stream, "origin":"<epoch>/<generation>" (Origin).
 // A snapshot of an older meshdns (a state document, or the compact form
 // meshdns-state-compact/1) loads too (legacy.go).
 const snapshotFormat = "meshdns-k8sdns/1"
 
 type snapDoc struct {
 	Format     string      `json:"format"`
+	Origin     string      `json:"origin,omitempty"`
 	Namespaces []string    `json:"namespaces"`
 	Services   []snapSvc   `json:"services"`
 	Slices     []snapSlice `json:"slices"`
@@ -95,7 +98,7 @@ func DecodeSnapshot(b []byte) (*Cluster, error) {
 
 // cluster makes the Cluster of a decoded document, checking every part.
 func (doc *snapDoc) cluster() (*Cluster, error) {
-	c := &Cluster{Namespaces: doc.Namespaces, Services: make([]*Service, 0, len(doc.Services)), Slices: make([]*Slice, 0, len(doc.Slices))}
+	c := &Cluster{Origin: doc.Origin, Namespaces: doc.Namespaces, Services: make([]*Service, 0, len(doc.Services)), Slices: make([]*Slice, 0, len(doc.Slices))}
 	for i := range doc.Services {
 		s, err := doc.Services[i].service()
 		if err != nil {
@@ -207,7 +210,7 @@ func parseConditions(s string) (ready, serving, terminating Condition, err error
 
 // Snapshot writes the cluster in the snapshot form.
 func (c *Cluster) Snapshot(w io.Writer) error {
-	sw, err := NewSnapshotWriter(w, c.Namespaces)
+	sw, err := newSnapshotWriter(w, c.Namespaces, c.Origin)
 	if err != nil {
 		return err
 	}
@@ -235,16 +238,34 @@ type SnapshotWriter struct {
 
 // NewSnapshotWriter starts a snapshot of a cluster with namespaces.
 func NewSnapshotWriter(w io.Writer, namespaces []string) (*SnapshotWriter, error) {
+	return newSnapshotWriter(w, namespaces, "")
+}
+
+// newSnapshotWriter starts a snapshot of a cluster with namespaces and
+// origin ("" none).
+func newSnapshotWriter(w io.Writer, namespaces []string, origin string) (*SnapshotWriter, error) {
 	sw := &SnapshotWriter{Writer: jsonw.NewWriter(w)}
-	sw.Buf = append(sw.Buf, `{"format":"`+snapshotFormat+`","namespaces":[`...)
-	for i, ns := range namespaces {
-		if i > 0 {
-			sw.Buf = append(sw.Buf, ',')
-		}
-		sw.Buf = jsonw.AppendString(sw.Buf, ns)
+	sw.Buf = append(sw.Buf, `{"format":"`+snapshotFormat+`"`...)
+	if origin != "" {
+		sw.Buf = append(sw.Buf, `,"origin":`...)
+		sw.Buf = jsonw.AppendString(sw.Buf, origin)
 	}
-	sw.Buf = append(sw.Buf, "],\n\"services\":["...)
+	sw.Buf = append(sw.Buf, `,"namespaces":`...)
+	sw.Buf = appendStrings(sw.Buf, namespaces)
+	sw.Buf = append(sw.Buf, ",\n\"services\":["...)
 	return sw, nil
+}
+
+// appendStrings appends a JSON array of strings.
+func appendStrings(b []byte, a []string) []byte {
+	b = append(b, '[')
+	for i, s := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonw.AppendString(b, s)
+	}
+	return append(b, ']')
 }
 
 // Service writes a Service; every Service comes before the first slice.
@@ -256,7 +277,13 @@ func (sw *SnapshotWriter) Service(s *Service) error {
 		sw.Buf = append(sw.Buf, ",\n"...)
 	}
 	sw.services++
-	b := append(sw.Buf, `{"namespace":`...)
+	sw.Buf = appendService(sw.Buf, s)
+	return sw.Flush(false)
+}
+
+// appendService appends a Service's snapshot form.
+func appendService(b []byte, s *Service) []byte {
+	b = append(b, `{"namespace":`...)
 	b = jsonw.AppendString(b, s.Namespace)
 	b = append(b, `,"name":`...)
 	b = jsonw.AppendString(b, s.Name)
@@ -283,8 +310,7 @@ func (sw *SnapshotWriter) Service(s *Service) error {
 	if s.PublishNotReady {
 		b = append(b, `,"publish_not_ready":true`...)
 	}
-	sw.Buf = append(b, '}')
-	return sw.Flush(false)
+	return append(b, '}')
 }
 
 // Slice writes a slice.
@@ -297,7 +323,13 @@ func (sw *SnapshotWriter) Slice(sl *Slice) error {
 		sw.Buf = append(sw.Buf, ",\n"...)
 	}
 	sw.slices++
-	b := append(sw.Buf, `{"namespace":`...)
+	sw.Buf = appendSlice(sw.Buf, sl)
+	return sw.Flush(false)
+}
+
+// appendSlice appends a slice's snapshot form.
+func appendSlice(b []byte, sl *Slice) []byte {
+	b = append(b, `{"namespace":`...)
 	b = jsonw.AppendString(b, sl.Namespace)
 	b = append(b, `,"name":`...)
 	b = jsonw.AppendString(b, sl.Name)
@@ -341,8 +373,7 @@ func (sw *SnapshotWriter) Slice(sl *Slice) error {
 		}
 		b = append(b, '"', conditionChars[e.Ready], conditionChars[e.Serving], conditionChars[e.Terminating], '"')
 	}
-	sw.Buf = append(b, "]}"...)
-	return sw.Flush(false)
+	return append(b, "]}"...)
 }
 
 // appendColumn appends key and one string per endpoint, or nothing when

@@ -21,6 +21,8 @@ type Table struct {
 	services  int // entries with a Service
 	endpoints int // ready endpoints of those entries' slices
 	conflicts int // headless Services with more than one CNAME candidate
+
+	origin string // Cluster.Origin of the cluster or patch it was made of
 }
 
 // Key names a Service, and the slices labelled with its name.
@@ -96,7 +98,7 @@ func (p refs) list() []ref {
 
 // Build makes the table of a cluster.
 func Build(c *Cluster) *Table {
-	t := &Table{namespaces: namespaceSet(c.Namespaces)}
+	t := &Table{namespaces: namespaceSet(c.Namespaces), origin: c.Origin}
 	bySvc := make(map[Key][]*Slice)
 	for _, sl := range c.Slices {
 		if sl.Service != "" {
