@@ -2,6 +2,7 @@ package kubesource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,16 +21,17 @@ type run struct {
 	s       feed.Sink
 	w       *watcher
 	client  kubernetes.Interface
-	synced  bool // the first build was delivered
-	failing bool // a failure was reported and the probe has not succeeded since
+	gate    *gate // nil with a test's client
+	synced  bool  // the first build was delivered
+	failing bool  // a failure was reported and the probe has not succeeded since
 
 	lastProbe, lastPatch time.Time
 }
 
 // loop builds once the informers synced, patches after that, and probes
 // the API server, until ctx is done.
-func (k *Source) loop(ctx context.Context, s feed.Sink, client kubernetes.Interface, w *watcher) {
-	r := &run{k: k, s: s, w: w, client: client}
+func (k *Source) loop(ctx context.Context, s feed.Sink, client kubernetes.Interface, g *gate, w *watcher) {
+	r := &run{k: k, s: s, w: w, client: client, gate: g}
 	waiter := &syncWaiter{pending: w.regs}
 	syncWait := waiter.first()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -133,6 +135,10 @@ func (r *run) probe(ctx context.Context) {
 	case err != nil && apierrors.IsForbidden(err):
 		r.w.denied.report("probe", err)
 	case err != nil:
+		var answer apierrors.APIStatus
+		if r.gate != nil && !errors.As(err, &answer) {
+			r.gate.suspect(err) // no answer in time: hold the informers' requests too
+		}
 		r.fail(fmt.Errorf("kubernetes API: %w", err))
 	case r.failing:
 		r.failing = false

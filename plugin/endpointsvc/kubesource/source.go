@@ -22,8 +22,6 @@ import (
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 var log = clog.NewWithPlugin("endpointsvc")
@@ -111,56 +109,46 @@ const (
 	shutdownWait         = 2 * time.Second // see shutdownInformers
 )
 
-// client returns the configured client: from the kubeconfig file (and
-// context) or the in-cluster configuration, speaking protobuf.
-func (k *Source) client() (kubernetes.Interface, error) {
+// client returns the configured client (newClient) and its gate, or the
+// test's client (NewClient) and no gate.
+func (k *Source) client() (kubernetes.Interface, *gate, error) {
 	if k.NewClient != nil {
-		return k.NewClient()
+		c, err := k.NewClient()
+		return c, nil, err
 	}
-	var cfg *rest.Config
-	var err error
-	if k.cfg.Kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: k.cfg.Kubeconfig},
-			&clientcmd.ConfigOverrides{CurrentContext: k.cfg.Context}).ClientConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
-	}
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	cfg.UserAgent = "meshdns-endpointsvc"
-	return kubernetes.NewForConfig(cfg)
+	return newClient(k.cfg, "source")
 }
 
 // Run implements feed.Source: it watches until ctx is done.
 func (k *Source) Run(ctx context.Context, s feed.Sink) {
-	client, err := k.client()
+	client, g, err := k.client()
 	for err != nil {
 		s.Failed(err)
 		if !pause.Sleep(ctx, retryConfig) {
 			return
 		}
-		client, err = k.client()
+		client, g, err = k.client()
 	}
 	w := k.watch(client)
+	if g != nil {
+		g.notify(func(err error) { w.report(fmt.Errorf("kubernetes API: %w", err)) })
+	}
 	fctx, cancel := context.WithCancel(ctx)
 	w.factory.Start(fctx.Done())
 	defer func() {
 		cancel()
 		shutdownInformers(w.factory, shutdownWait)
 	}()
-	k.loop(ctx, s, client, w)
+	k.loop(ctx, s, client, g, w)
 }
 
 // shutdownInformers stops the factory's informers and waits for their
-// goroutines, but at most wait. They stop at once, except a reflector that
-// is waiting out its retry backoff after a failed watch-list: client-go
-// waits for that delay (up to a minute while the API server is down)
-// without looking at its stop channel, and a reload or SIGTERM must not
-// hang on it. Such a goroutine ends on its own when its delay is over; it
+// goroutines, but at most wait. They stop at once (a request held in the
+// gate ends with its context), except a reflector that is waiting out its
+// retry backoff after a failed watch-list: client-go waits for that delay
+// without looking at its stop channel (a few seconds with the gate, which
+// holds requests instead of failing them; up to a minute without), and a
+// reload or SIGTERM must not hang on it. Such a goroutine ends on its own when its delay is over; it
 // holds no state the plugin uses.
 func shutdownInformers(factory informers.SharedInformerFactory, wait time.Duration) {
 	done := make(chan struct{})

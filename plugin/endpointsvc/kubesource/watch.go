@@ -166,8 +166,13 @@ func (w *watcher) onError(_ context.Context, r *cache.Reflector, err error) {
 		w.denied.report(r.TypeDescription(), err)
 		return
 	}
+	w.report(fmt.Errorf("%s: %w", r.TypeDescription(), err))
+}
+
+// report hands a failure to the loop (which reports the first of a spell).
+func (w *watcher) report(err error) {
 	select {
-	case w.errs <- fmt.Errorf("%s: %w", r.TypeDescription(), err):
+	case w.errs <- err:
 	default:
 	}
 }
