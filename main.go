@@ -6,10 +6,14 @@ package main
 //go:generate go run ./build/genplugins
 
 import (
+	"flag"
+	"os"
+
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/coremain"
 
+	"github.com/meshdns/meshdns/internal/nodelocal"
 	_ "github.com/meshdns/meshdns/plugin/endpointsvc"
 	_ "github.com/meshdns/meshdns/plugin/mdnsfallback"
 	_ "github.com/meshdns/meshdns/plugin/virtualconsul"
@@ -55,4 +59,16 @@ func insertAfter(list []string, anchor string, extra ...string) []string {
 	return append(out, list[at+1:]...)
 }
 
-func main() { coremain.Run() }
+// nodeLocalSetup is -node-local-setup: prepare the node for the node-local
+// resolver (internal/nodelocal, deploy/node-local) and exit instead of
+// serving.
+var nodeLocalSetup = flag.String("node-local-setup", "",
+	"add these addresses (comma-separated) to lo with the node-local conntrack bypass, then exit")
+
+func main() {
+	flag.Parse() // coremain.Run parses the same flags again
+	if *nodeLocalSetup != "" {
+		os.Exit(nodelocal.Main(*nodeLocalSetup, os.Stdout, os.Stderr))
+	}
+	coremain.Run()
+}
