@@ -241,3 +241,86 @@ endpoints: [{port: metrics, path: /metrics, interval: 15s}]`)
 	objs = mustRender(t, "--set", "prometheus.monitor.enabled=true,prometheus.monitor.namespace=monitoring")
 	wantField(t, objs, "ServiceMonitor monitoring/meshdns", "spec.namespaceSelector.matchNames", "[kube-system]")
 }
+
+// TestHelmReadmeValues: the values table of charts/meshdns/README.md
+// covers every value of values.yaml (a row for it or for a map holding it)
+// and names no value that is not there.
+func TestHelmReadmeValues(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir(), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(chartDir(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(readme), "\n## Values\n")
+	if !ok {
+		t.Fatal(`README.md has no "## Values" section`)
+	}
+	rows := map[string]bool{}
+	for _, l := range strings.Split(table, "\n") {
+		if cells := strings.Split(l, "|"); len(cells) > 2 && strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = true
+		}
+	}
+	for row := range rows {
+		if _, ok := lookupValue(values, row); !ok {
+			t.Errorf("README.md documents %s, which values.yaml does not have", row)
+		}
+	}
+	for _, p := range valuePaths("", values) {
+		documented := false
+		for q := p; q != "" && !documented; q = parentPath(q) {
+			documented = rows[q]
+		}
+		if !documented {
+			t.Errorf("values.yaml has %s, which README.md's table does not document", p)
+		}
+	}
+}
+
+// valuePaths lists the dotted paths of v's leaves (lists and empty maps are
+// leaves).
+func valuePaths(prefix string, v any) []string {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) == 0 {
+		return []string{prefix}
+	}
+	var out []string
+	for k, child := range m {
+		p := k
+		if prefix != "" {
+			p = prefix + "." + k
+		}
+		out = append(out, valuePaths(p, child)...)
+	}
+	return out
+}
+
+func parentPath(p string) string {
+	if i := strings.LastIndex(p, "."); i >= 0 {
+		return p[:i]
+	}
+	return ""
+}
+
+// lookupValue finds a dotted path in values (a key that is present with a
+// null value counts).
+func lookupValue(values map[string]any, path string) (any, bool) {
+	var cur any = values
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
