@@ -58,8 +58,6 @@ type gate struct {
 	closedAt time.Time
 	logged   bool        // the closing was logged (the API server did not answer the first probe)
 	onClose  func(error) // told why the gate closed (the source's failure report); nil: nobody
-
-	held atomic.Int64 // requests held so far (tests read it)
 }
 
 // newGate returns an open gate in front of next.
@@ -133,7 +131,6 @@ func (g *gate) wait(ctx context.Context, resume bool) (uint64, error) {
 		return g.epoch, nil
 	}
 	g.waiters++
-	g.held.Add(1)
 	if g.stop == nil {
 		pctx, stop := context.WithCancel(context.Background())
 		g.stop = stop
