@@ -39,6 +39,14 @@ type Sink interface {
 	Failed(err error)
 }
 
+// Served is implemented by the plugin's Sink: the schema's table it
+// serves now (an immutable *k8sdns.Table with schema kubernetes), nil
+// before the first. A source that resumes from where that table stands
+// (the replica source: its origin) reads it.
+type Served interface {
+	Served() any
+}
+
 // State is a whole state of a schema's model.
 type State interface {
 	// Len is its number of services (a state without is empty: the

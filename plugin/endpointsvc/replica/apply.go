@@ -1,0 +1,197 @@
+package replica
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+)
+
+// applier turns the lines of one stream into whole states and patches
+// for the sink. A state is handed over only once its synced line came:
+// whatever arrived before a broken stream or a bad line is dropped, and
+// the last good table keeps serving.
+type applier struct {
+	sink   feed.Sink
+	served func() *k8sdns.Table // the table the plugin serves; nil none
+	stats  *FollowerStats
+	zone   string
+
+	// asked for the changes since (askEpoch, askGen): the served table's
+	// origin; askEpoch "" asks for the whole state
+	askEpoch string
+	askGen   uint64
+
+	started bool   // the header came
+	epoch   string // the stream's
+	gen     uint64 // the last synced generation (or the one resumed from)
+
+	full    *k8sdns.Cluster // a whole state being received; nil: changes
+	changes []k8sdns.Change
+	seen    map[k8sdns.Key]int // changes' index by name
+	nss     []string
+	setNSs  bool
+}
+
+// line applies one line (without its newline).
+func (a *applier) line(b []byte) error {
+	if bytes.HasPrefix(b, []byte(recordPrefix)) {
+		return a.record(b)
+	}
+	var c control
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&c); err != nil {
+		return err
+	}
+	if _, err := d.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing data after the JSON object")
+	}
+	switch {
+	case c.Epoch != nil:
+		if c.Gen == nil || c.Full == nil || c.Synced || c.Namespaces != nil {
+			return errors.New("a header wants epoch, gen and full only")
+		}
+		return a.header(*c.Epoch, *c.Gen, *c.Full)
+	case c.Namespaces != nil:
+		if c.Gen != nil || c.Full != nil || c.Synced {
+			return errors.New("a namespaces line wants namespaces only")
+		}
+		return a.namespaces(*c.Namespaces)
+	case c.Gen != nil && c.Full == nil && c.Synced:
+		return a.synced(*c.Gen)
+	case c.Gen != nil && c.Full == nil:
+		return a.heartbeat(*c.Gen)
+	}
+	return errors.New("not a line of the stream")
+}
+
+// header begins a state: whole (at the stream's start, or again when the
+// follower fell behind the leader's log) or the changes since what the
+// follower asked for (only at the start).
+func (a *applier) header(epoch string, gen uint64, full bool) error {
+	if !validEpoch(epoch) {
+		return errorf("bad epoch %q", epoch)
+	}
+	if a.started {
+		if !full || epoch != a.epoch || gen <= a.gen || a.pending() {
+			return errorf("header (epoch %s gen %d full %v) in the middle of a state or of another stream", epoch, gen, full)
+		}
+	} else if !full && (epoch != a.askEpoch || gen < a.askGen || a.served() == nil) {
+		return errorf("changes since %s/%d, but the table is at %q", epoch, gen, a.askEpoch)
+	}
+	a.started, a.epoch = true, epoch
+	if full {
+		a.full = &k8sdns.Cluster{}
+	} else {
+		a.gen = a.askGen
+	}
+	return nil
+}
+
+func (a *applier) record(b []byte) error {
+	if !a.started {
+		return errors.New("a record before the header")
+	}
+	c, err := k8sdns.DecodeChange(b)
+	if err != nil {
+		return err
+	}
+	if a.full != nil {
+		if c.Service != nil {
+			a.full.Services = append(a.full.Services, c.Service)
+		}
+		a.full.Slices = append(a.full.Slices, c.Slices...)
+		a.stats.FullRecords.Add(1)
+		receivedRecords.WithLabelValues(a.zone, "full").Inc()
+		return nil
+	}
+	if a.seen == nil {
+		a.seen = map[k8sdns.Key]int{}
+	}
+	if i, ok := a.seen[c.Key]; ok {
+		a.changes[i] = c
+	} else {
+		a.seen[c.Key] = len(a.changes)
+		a.changes = append(a.changes, c)
+	}
+	a.stats.ChangeRecords.Add(1)
+	receivedRecords.WithLabelValues(a.zone, "change").Inc()
+	return nil
+}
+
+func (a *applier) namespaces(nss []string) error {
+	if !a.started {
+		return errors.New("namespaces before the header")
+	}
+	if a.full != nil {
+		a.full.Namespaces = nss
+	} else {
+		a.nss, a.setNSs = nss, true
+	}
+	return nil
+}
+
+// pending reports whether part of a state has arrived.
+func (a *applier) pending() bool { return a.full != nil || len(a.changes) > 0 || a.setNSs }
+
+// synced hands the state received to the sink: a whole state as an
+// update, changes as a patch of the served table.
+func (a *applier) synced(gen uint64) error {
+	switch {
+	case !a.started:
+		return errors.New("synced before the header")
+	case gen < a.gen || (gen == a.gen && a.pending()):
+		return errorf("synced generation %d after %d", gen, a.gen)
+	}
+	o := origin(a.epoch, gen)
+	switch {
+	case a.full != nil:
+		a.full.Origin = o
+		a.sink.Update(a.full)
+		a.stats.Full.Add(1)
+	case a.pending() || gen != a.gen:
+		a.sink.Patch(a.patch(o))
+		a.stats.Patches.Add(1)
+	default:
+		a.sink.Unchanged()
+	}
+	a.gen, a.full, a.changes, a.seen, a.nss, a.setNSs = gen, nil, nil, nil, nil, false
+	return nil
+}
+
+// patch is the changes received, from generation o on.
+func (a *applier) patch(o string) *k8sdns.Patch {
+	served := a.served
+	return &k8sdns.Patch{
+		Changes: a.changes, Namespaces: a.nss, SetNamespaces: a.setNSs, Origin: o,
+		Whole: func() *k8sdns.Cluster {
+			if t := served(); t != nil {
+				return t.Whole()
+			}
+			return &k8sdns.Cluster{}
+		},
+		// the table served when the snapshot is written: this patch's or
+		// a later one, with its own origin
+		WriteSnapshot: func(w io.Writer) error {
+			t := served()
+			if t == nil {
+				return errors.New("replica: no table to write")
+			}
+			return t.Snapshot(w)
+		},
+	}
+}
+
+// heartbeat is an idle stream's sign of life: the check found the state
+// unchanged.
+func (a *applier) heartbeat(gen uint64) error {
+	if !a.started || a.pending() || gen != a.gen {
+		return errorf("heartbeat of generation %d at %d", gen, a.gen)
+	}
+	a.sink.Unchanged()
+	return nil
+}

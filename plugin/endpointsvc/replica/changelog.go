@@ -1,0 +1,72 @@
+package replica
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+)
+
+// Bounds of the change log: a follower further behind gets the whole
+// state.
+const (
+	maxLogEntries = 4096
+	maxLogKeys    = 1 << 16
+)
+
+// changeLog is the leader's bounded change log: for each generation after
+// floor, the names it changed and whether the namespaces did. A follower
+// at generation g with floor <= g <= the latest needs only the union of
+// the entries after g.
+type changeLog struct {
+	floor   uint64
+	entries []logEntry // generations floor+1 …, in order
+	keys    int        // names in entries, in all
+}
+
+type logEntry struct {
+	gen        uint64
+	keys       []k8sdns.Key
+	namespaces bool
+}
+
+// add appends generation e.gen (the next one) and forgets the oldest
+// entries beyond the bounds.
+func (l *changeLog) add(e logEntry) {
+	l.entries = append(l.entries, e)
+	l.keys += len(e.keys)
+	drop := 0
+	for drop < len(l.entries) && (len(l.entries)-drop > maxLogEntries || l.keys > maxLogKeys) {
+		l.keys -= len(l.entries[drop].keys)
+		l.floor = l.entries[drop].gen
+		drop++
+	}
+	if drop > 0 {
+		l.entries = slices.Delete(l.entries, 0, drop)
+	}
+}
+
+// since returns the names changed after generation gen up to the latest,
+// latest, sorted and each once, and whether the namespaces changed; ok is
+// false when gen is outside the log.
+func (l *changeLog) since(gen, latest uint64) (keys []k8sdns.Key, namespaces, ok bool) {
+	if gen < l.floor || gen > latest {
+		return nil, false, false
+	}
+	i, _ := slices.BinarySearchFunc(l.entries, gen+1, func(e logEntry, g uint64) int { return cmp.Compare(e.gen, g) })
+	for _, e := range l.entries[i:] {
+		keys = append(keys, e.keys...)
+		namespaces = namespaces || e.namespaces
+	}
+	slices.SortFunc(keys, compareKeys)
+	return slices.Compact(keys), namespaces, true
+}
+
+// clone is a copy that later adds do not change (for a reload).
+func (l *changeLog) clone() changeLog {
+	return changeLog{floor: l.floor, entries: slices.Clone(l.entries), keys: l.keys}
+}
+
+func compareKeys(a, b k8sdns.Key) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+}

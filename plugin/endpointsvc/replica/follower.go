@@ -1,0 +1,217 @@
+package replica
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+	"github.com/meshdns/meshdns/plugin/pkg/pause"
+)
+
+// Source is the follower (`source replica URL`): a feed.Source of the
+// Kubernetes DNS model read from a leader's stream. It resumes from the
+// origin of the table the plugin serves (a snapshot, a carried table, its
+// own last state), keeps that table through a broken stream, and connects
+// again after Backoff.
+type Source struct {
+	url       *url.URL // the stream's URL (Path added), without a query
+	tokenFile string
+	zone      string
+	client    *http.Client
+
+	// Backoff is the wait before connecting again (Backoff); Silence how
+	// long a stream may send nothing (Silence). Tests shorten them.
+	Backoff, Silence time.Duration
+
+	Stats FollowerStats
+}
+
+// FollowerStats count the follower's work (tests read them).
+type FollowerStats struct {
+	Connects      atomic.Int64 // streams opened (200)
+	Full          atomic.Int64 // whole states applied
+	Patches       atomic.Int64 // change batches applied
+	FullRecords   atomic.Int64 // name records received in whole states
+	ChangeRecords atomic.Int64 // name records received as changes
+	Bytes         atomic.Int64 // bytes received
+}
+
+// NewSource returns a follower of the leader at base (http:// or
+// https://, e.g. http://10.96.0.10:9155), sending the token in tokenFile
+// ("" none); zone labels its metrics.
+func NewSource(base, tokenFile, zone string) (*Source, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("bad replica URL %q: want http://HOST:PORT or https://HOST:PORT", base)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + Path
+	return &Source{url: u, tokenFile: tokenFile, zone: zone, client: newClient(), Backoff: Backoff, Silence: Silence}, nil
+}
+
+// newClient is the follower's HTTP client: no proxy from the environment,
+// bounded dials and headers, no overall timeout (the stream is long; the
+// silence timer ends a dead one).
+func newClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 10 * time.Second,
+		MaxIdleConns:          1,
+		DisableCompression:    true,
+	}}
+}
+
+// Name implements feed.Source.
+func (f *Source) Name() string { return "replica" }
+
+// Key implements feed.Source.
+func (f *Source) Key() string {
+	return fmt.Sprintf("replica %q token_file=%q", f.url.String(), f.tokenFile)
+}
+
+// Run implements feed.Source: it follows the stream until ctx is done,
+// connecting again Backoff after every end (never a busy loop).
+func (f *Source) Run(ctx context.Context, s feed.Sink) {
+	for {
+		err := f.follow(ctx, s)
+		if ctx.Err() != nil {
+			return
+		}
+		s.Failed(err)
+		if !pause.Sleep(ctx, f.Backoff) {
+			return
+		}
+	}
+}
+
+// servedTable returns how to read the table the plugin serves.
+func servedTable(s feed.Sink) func() *k8sdns.Table {
+	sv, ok := s.(feed.Served)
+	if !ok {
+		return func() *k8sdns.Table { return nil }
+	}
+	return func() *k8sdns.Table {
+		t, _ := sv.Served().(*k8sdns.Table)
+		return t
+	}
+}
+
+// follow reads one stream until it ends; the error says why.
+func (f *Source) follow(ctx context.Context, s feed.Sink) error {
+	a := &applier{sink: s, served: servedTable(s), stats: &f.Stats, zone: f.zone}
+	if t := a.served(); t != nil {
+		a.askEpoch, a.askGen, _ = parseOrigin(t.Origin())
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var silent atomic.Bool
+	timer := time.AfterFunc(f.Silence, func() { silent.Store(true); cancel() })
+	defer timer.Stop()
+	resp, err := f.open(ctx, a.askEpoch, a.askGen)
+	if err != nil {
+		return f.ended(&silent, err)
+	}
+	defer resp.Body.Close()
+	f.Stats.Connects.Add(1)
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for n := 1; ; n++ {
+		line, err := readLine(br)
+		if err != nil {
+			return f.ended(&silent, err)
+		}
+		timer.Reset(f.Silence)
+		f.Stats.Bytes.Add(int64(len(line) + 1))
+		receivedBytes.WithLabelValues(f.zone).Add(float64(len(line) + 1))
+		if err := a.line(line); err != nil {
+			return fmt.Errorf("replica %s: line %d: %w", f.url.Host, n, err)
+		}
+	}
+}
+
+// open asks for the stream from (epoch, gen) ("" : the whole state).
+func (f *Source) open(ctx context.Context, epoch string, gen uint64) (*http.Response, error) {
+	u := *f.url
+	if epoch != "" {
+		u.RawQuery = url.Values{"epoch": {epoch}, "gen": {strconv.FormatUint(gen, 10)}}.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile) // per connection: a rotated token is picked up
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %s: %s", u.Redacted(), resp.Status, strings.TrimSpace(string(msg)))
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentType {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: content type %q, want %s", u.Redacted(), mt, ContentType)
+	}
+	return resp, nil
+}
+
+// ended names why a stream ended.
+func (f *Source) ended(silent *atomic.Bool, err error) error {
+	switch {
+	case silent.Load():
+		return fmt.Errorf("replica %s: nothing received for %v", f.url.Host, f.Silence)
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("replica %s: the stream ended", f.url.Host)
+	}
+	return fmt.Errorf("replica %s: %w", f.url.Host, err)
+}
+
+// readLine reads one line without its newline, of at most maxLine bytes.
+// The line is valid until the next read.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	b, err := br.ReadSlice('\n')
+	if err == nil {
+		return b[:len(b)-1], nil
+	}
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		if len(b) > 0 && errors.Is(err, io.EOF) {
+			return nil, io.ErrUnexpectedEOF // a cut line
+		}
+		return nil, err
+	}
+	long := append([]byte(nil), b...)
+	for {
+		b, err = br.ReadSlice('\n')
+		long = append(long, b...)
+		if len(long) > maxLine {
+			return nil, fmt.Errorf("a line longer than %d bytes", maxLine)
+		}
+		switch {
+		case err == nil:
+			return long[:len(long)-1], nil
+		case errors.Is(err, io.EOF):
+			return nil, io.ErrUnexpectedEOF
+		case !errors.Is(err, bufio.ErrBufferFull):
+			return nil, err
+		}
+	}
+}

@@ -1,0 +1,212 @@
+package replica
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coredns/coredns/plugin/pkg/reuseport"
+)
+
+// writeTimeout bounds one write to a follower: a follower that reads
+// nothing for that long loses its stream (and the table it pins).
+const writeTimeout = 30 * time.Second
+
+// ServeHTTP serves the stream: GET Path?epoch=E&gen=G (both optional).
+// Without a table yet it answers 503, so the follower tries again.
+func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != Path {
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	if code, msg := l.authorize(r); code != 0 {
+		http.Error(w, msg, code)
+		return
+	}
+	q := r.URL.Query()
+	epoch := q.Get("epoch")
+	var gen uint64
+	if g := q.Get("gen"); g != "" {
+		n, err := strconv.ParseUint(g, 10, 64)
+		if err != nil {
+			http.Error(w, "bad gen "+strconv.Quote(g), http.StatusBadRequest)
+			return
+		}
+		gen = n
+	}
+	if l.Gen() == 0 {
+		http.Error(w, "no table yet", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", ContentType)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	l.stream(r.Context(), w, epoch, gen)
+}
+
+// authorize checks the bearer token when the leader has a token file:
+// 0 when the request may stream, else the status and message to answer.
+func (l *Leader) authorize(r *http.Request) (int, string) {
+	if l.tokenFile == "" {
+		return 0, ""
+	}
+	b, err := os.ReadFile(l.tokenFile) // read per stream: a rotated token is picked up
+	token := bytes.TrimSpace(b)
+	if err != nil || len(token) == 0 {
+		log.Errorf("Replication token file %q: %v", l.tokenFile, err)
+		return http.StatusServiceUnavailable, "no token to check"
+	}
+	want := append([]byte("Bearer "), token...)
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		return http.StatusUnauthorized, "bad or missing bearer token"
+	}
+	return 0, ""
+}
+
+// stream writes the first state, then every change, and a heartbeat when
+// nothing changed for a while, until the follower goes or ctx ends.
+func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, epoch string, gen uint64) {
+	rc := http.NewResponseController(w)
+	l.Stats.Streams.Add(1)
+	streamsGauge.WithLabelValues(l.zone).Inc()
+	defer func() {
+		l.Stats.Streams.Add(-1)
+		streamsGauge.WithLabelValues(l.zone).Dec()
+	}()
+	hb := time.NewTimer(l.Idle)
+	defer hb.Stop()
+	var head []byte
+	for first := true; ; first = false {
+		s := l.next(epoch, gen, first)
+		if s.body != nil {
+			head = head[:0]
+			if first || s.full {
+				head = appendHeader(head, s.epoch, s.to, s.full)
+			}
+			if l.send(rc, w, head, s.body.b) != nil {
+				return
+			}
+			l.count(first, s.full)
+			epoch, gen = s.epoch, s.to
+			hb.Reset(l.Idle)
+		}
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.wake:
+				waiting = false
+			case <-hb.C:
+				if l.send(rc, w, appendHeartbeat(head[:0], gen), nil) != nil {
+					return
+				}
+				hb.Reset(l.Idle)
+			}
+		}
+	}
+}
+
+// send writes head and body and flushes them, within writeTimeout.
+func (l *Leader) send(rc *http.ResponseController, w http.ResponseWriter, head, body []byte) error {
+	_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	for _, b := range [][]byte{head, body} {
+		if len(b) == 0 {
+			continue
+		}
+		n, err := w.Write(b)
+		l.Stats.Bytes.Add(int64(n))
+		sentBytes.WithLabelValues(l.zone).Add(float64(n))
+		if err != nil {
+			return err
+		}
+	}
+	return rc.Flush()
+}
+
+// count records a state sent: a stream's first (whole or resumed), a
+// whole one again (the follower fell out of the log), or a change.
+func (l *Leader) count(first, full bool) {
+	kind := "change"
+	switch {
+	case full:
+		kind = "full"
+		l.Stats.Full.Add(1)
+	case first:
+		kind = "resume"
+		l.Stats.Resumed.Add(1)
+	default:
+		l.Stats.Changes.Add(1)
+	}
+	statesSent.WithLabelValues(l.zone, kind).Inc()
+}
+
+// Server is the stream's HTTP listener (`replicate ADDR`). It listens
+// with SO_REUSEPORT, as CoreDNS's own listeners do, so that the instance
+// a reload starts listens before this one stops.
+type Server struct {
+	addr    string
+	handler http.Handler
+
+	mu     sync.Mutex
+	srv    *http.Server
+	bound  string // the address listened on, once started
+	cancel context.CancelFunc
+}
+
+// NewServer returns a listener of handler on addr; it listens from Start
+// to Stop.
+func NewServer(addr string, handler http.Handler) *Server {
+	return &Server{addr: addr, handler: handler}
+}
+
+// Start listens and serves in the background.
+func (s *Server) Start() error {
+	ln, err := reuseport.Listen("tcp", s.addr)
+	if err != nil {
+		return errorf("listen on %s: %w", s.addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    16 << 10,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	s.mu.Lock()
+	s.srv, s.cancel, s.bound = srv, cancel, ln.Addr().String()
+	s.mu.Unlock()
+	go func() { _ = srv.Serve(ln) }()
+	return nil
+}
+
+// Addr is the address it listens on, once started ("127.0.0.1:9155").
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bound
+}
+
+// Stop ends every stream and closes the listener; it may be called again.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	srv, cancel := s.srv, s.cancel
+	s.srv, s.cancel = nil, nil
+	s.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	cancel()
+	_ = srv.Close()
+}

@@ -1,0 +1,279 @@
+package replica
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+)
+
+// Leader is the stream's side of a replica that serves a table: it keeps
+// the table the plugin serves (told by Patched and Rebuilt, with the
+// plugin's build lock held, so in the order of the builds), numbers its
+// changes by generation and logs which names each one changed. Streams
+// (ServeHTTP) read it; they hold no lock while they write.
+type Leader struct {
+	zone      string // the metrics' zone label
+	tokenFile string // "": followers need no token
+
+	mu     sync.Mutex
+	epoch  string
+	cur    *state // nil before the first table
+	log    changeLog
+	frozen bool          // handed over to the instance a reload starts
+	wake   chan struct{} // closed, and replaced, when cur changes
+
+	// Idle is how long a stream sends nothing before a heartbeat
+	// (Heartbeat); tests shorten it.
+	Idle time.Duration
+
+	enc   encoder
+	Stats LeaderStats
+}
+
+// LeaderStats count the leader's work (tests and benchmarks read them).
+type LeaderStats struct {
+	Streams atomic.Int64 // streams open now
+	Full    atomic.Int64 // whole states sent
+	Resumed atomic.Int64 // streams opened with the changes since the follower's generation
+	Changes atomic.Int64 // change batches sent on open streams
+	Bytes   atomic.Int64 // bytes sent
+	Encoded atomic.Int64 // whole states and change batches encoded (the rest shared an encoding)
+}
+
+// state is one table and its generation.
+type state struct {
+	gen   uint64
+	table *k8sdns.Table
+}
+
+// NewLeader returns a leader with a new epoch and no table yet; zone
+// labels its metrics, and followers must send the token in tokenFile
+// ("" none).
+func NewLeader(zone, tokenFile string) *Leader {
+	return &Leader{zone: zone, tokenFile: tokenFile, epoch: newEpoch(), wake: make(chan struct{}), Idle: Heartbeat}
+}
+
+// Epoch is the leader's epoch.
+func (l *Leader) Epoch() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch
+}
+
+// Gen is the latest generation (0 before the first table).
+func (l *Leader) Gen() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		return 0
+	}
+	return l.cur.gen
+}
+
+// Patched records t, which a patch of the names keys (and of the
+// namespaces, when namespaces) made of the last table.
+func (l *Leader) Patched(t *k8sdns.Table, keys []k8sdns.Key, namespaces bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		l.first(t)
+		return
+	}
+	l.set(t, keys, namespaces)
+}
+
+// Rebuilt records t, a table built whole (or carried over a reload): the
+// names it changes are those whose content differs from the last table's.
+func (l *Leader) Rebuilt(t *k8sdns.Table) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil {
+		l.first(t)
+		return
+	}
+	if l.frozen || l.cur.table == t {
+		return
+	}
+	keys, namespaces := t.Changed(l.cur.table)
+	l.set(t, keys, namespaces)
+}
+
+// first makes t generation 1; l.mu is held.
+func (l *Leader) first(t *k8sdns.Table) {
+	if l.frozen {
+		return
+	}
+	l.cur = &state{gen: 1, table: t}
+	l.log = changeLog{floor: 1}
+	l.signal()
+}
+
+// set makes t the next generation, unless it changes nothing; l.mu is
+// held.
+func (l *Leader) set(t *k8sdns.Table, keys []k8sdns.Key, namespaces bool) {
+	if l.frozen {
+		return
+	}
+	if len(keys) == 0 && !namespaces {
+		l.cur = &state{gen: l.cur.gen, table: t} // the same content
+		return
+	}
+	gen := l.cur.gen + 1
+	l.log.add(logEntry{gen: gen, keys: keys, namespaces: namespaces})
+	l.cur = &state{gen: gen, table: t}
+	l.signal()
+}
+
+// signal wakes the streams; l.mu is held.
+func (l *Leader) signal() {
+	close(l.wake)
+	l.wake = make(chan struct{})
+}
+
+// Carried is what a leader hands to the leader of the instance a reload
+// starts, so that its followers resume there with only what changed:
+// the epoch, the latest generation with its table, and the change log.
+// It is immutable.
+type Carried struct {
+	epoch string
+	cur   *state
+	log   changeLog
+}
+
+// HandOver returns the leader's state for the next instance's leader and
+// stops taking tables: its streams send nothing the next instance's
+// would not (a follower that saw a later generation here would resume
+// there from a generation that means something else). Thaw undoes it.
+func (l *Leader) HandOver() *Carried {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.frozen = true
+	return &Carried{epoch: l.epoch, cur: l.cur, log: l.log.clone()}
+}
+
+// TakeOver continues from a state HandOver returned; it is called before
+// the leader's first table.
+func (l *Leader) TakeOver(c *Carried) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c == nil || l.cur != nil {
+		return
+	}
+	l.epoch, l.cur, l.log = c.epoch, c.cur, c.log.clone()
+}
+
+// Thaw takes tables again after a reload failed; t is the table served
+// now (the changes built while the leader was handed over are found by
+// comparing it with the last one).
+func (l *Leader) Thaw(t *k8sdns.Table) {
+	l.mu.Lock()
+	l.frozen = false
+	l.mu.Unlock()
+	if t != nil {
+		l.Rebuilt(t)
+	}
+}
+
+// step is what a stream sends next: body (records and the synced line;
+// nil: nothing new) brings it to generation to; full says body is a whole
+// state; wake is closed at the next change.
+type step struct {
+	epoch string
+	body  *encoded
+	to    uint64
+	full  bool
+	wake  <-chan struct{}
+}
+
+// next is the step of a stream at generation gen of epoch (first: the
+// stream's opening, which always sends a state). Outside the change log,
+// or of another epoch, it is the whole state.
+func (l *Leader) next(epoch string, gen uint64, first bool) step {
+	l.mu.Lock()
+	st, wake, mine := l.cur, l.wake, l.epoch
+	var keys []k8sdns.Key
+	var namespaces, ok bool
+	if epoch == mine {
+		keys, namespaces, ok = l.log.since(gen, st.gen)
+	}
+	l.mu.Unlock()
+	s := step{epoch: mine, to: st.gen, wake: wake}
+	switch {
+	case ok && !first && gen == st.gen:
+	case ok:
+		s.body = l.enc.batch(l, gen, st, keys, namespaces)
+	default:
+		s.body, s.full = l.enc.full(l, st), true
+	}
+	return s
+}
+
+// encoded is an encoding streams share.
+type encoded struct{ b []byte }
+
+// encoder keeps the last change batch and the last whole state encoded,
+// so that a change fanned out to many streams, or a whole state many
+// followers ask for at once, is encoded once. A whole state is held only
+// as long as a stream still writes it (a weak pointer).
+type encoder struct {
+	mu        sync.Mutex
+	from, to  uint64
+	lastBatch *encoded
+	fullGen   uint64
+	lastFull  weak.Pointer[encoded]
+}
+
+// batch encodes the records of keys (and the namespaces) in st's table
+// and the synced line of st.gen: the changes from generation from.
+func (e *encoder) batch(l *Leader, from uint64, st *state, keys []k8sdns.Key, namespaces bool) *encoded {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lastBatch != nil && e.from == from && e.to == st.gen {
+		return e.lastBatch
+	}
+	var b []byte
+	if namespaces {
+		b = appendNamespaces(b, st.table.Namespaces())
+	}
+	for _, k := range keys {
+		b = k8sdns.AppendChange(b, st.table.Name(k))
+		b = append(b, '\n')
+	}
+	enc := &encoded{b: appendSynced(b, st.gen)}
+	e.from, e.to, e.lastBatch = from, st.gen, enc
+	l.Stats.Encoded.Add(1)
+	return enc
+}
+
+// full encodes st's whole table and the synced line of st.gen.
+func (e *encoder) full(l *Leader, st *state) *encoded {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if enc := e.lastFull.Value(); enc != nil && e.fullGen == st.gen {
+		return enc
+	}
+	b := appendNamespaces(make([]byte, 0, 256*st.table.Names()), st.table.Namespaces())
+	for c := range st.table.All() {
+		b = k8sdns.AppendChange(b, c)
+		b = append(b, '\n')
+	}
+	enc := &encoded{b: appendSynced(b, st.gen)}
+	e.fullGen, e.lastFull = st.gen, weak.Make(enc)
+	l.Stats.Encoded.Add(1)
+	return enc
+}
+
+func appendNamespaces(b []byte, nss []string) []byte {
+	b = append(b, `{"namespaces":[`...)
+	for i, ns := range nss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonw.AppendString(b, ns)
+	}
+	return append(b, "]}\n"...)
+}

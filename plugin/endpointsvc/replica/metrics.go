@@ -1,0 +1,40 @@
+package replica
+
+import (
+	"github.com/coredns/coredns/plugin"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// The package logs and counts as the endpointsvc plugin it is part of.
+const pluginName = "endpointsvc"
+
+var log = clog.NewWithPlugin(pluginName)
+
+var (
+	// leader
+	streamsGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replicate_streams",
+		Help: "Replication streams open to followers.",
+	}, []string{"zone"})
+	statesSent = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replicate_sent_total",
+		Help: "States sent on replication streams, by kind: full (the whole state), resume (a stream opened with the changes since the follower's generation), change.",
+	}, []string{"zone", "kind"})
+	sentBytes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replicate_sent_bytes_total",
+		Help: "Bytes sent on replication streams.",
+	}, []string{"zone"})
+
+	// follower
+	receivedBytes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replica_received_bytes_total",
+		Help: "Bytes received from the replication stream.",
+	}, []string{"zone"})
+	receivedRecords = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replica_received_records_total",
+		Help: "Name records received from the replication stream, by kind: full (in a whole state) or change.",
+	}, []string{"zone", "kind"})
+)
