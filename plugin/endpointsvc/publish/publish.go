@@ -168,6 +168,9 @@ func (p *Publisher) informers() multiFactory {
 		{pods.Core().V1().Pods().Informer(), &p.lister.pods},
 		{slices.Discovery().V1().EndpointSlices().Informer(), &p.lister.slices},
 	} {
+		// the reflectors retry on their own (through the client's gate);
+		// a failing write is what the log reports (report), once
+		_ = x.inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {})
 		_, _ = x.inf.AddEventHandler(handler)
 		*x.store = x.inf.GetStore()
 		p.synced = append(p.synced, x.inf.HasSynced)
