@@ -41,7 +41,8 @@ type Endpointsvc struct {
 
 	*syncer // the served table, the snapshot, the carry-over
 
-	publishing *publishing // publish: nil without it
+	publishing  *publishing  // publish: nil without it
+	replicating *replicating // replicate: nil without it
 }
 
 // ServeDNS implements plugin.Handler: it matches the zone, loads the

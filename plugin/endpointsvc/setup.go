@@ -57,6 +57,7 @@ func setup(c *caddy.Controller) error {
 	c.OnRestartFailed(func() error {
 		pending.Failed() // the new instances this reload started
 		carryStore.Drop(e.carryKey)
+		e.replicaThaw()
 		if e.publishing != nil {
 			e.publishing.reloading.Store(false)
 		}
@@ -65,6 +66,12 @@ func setup(c *caddy.Controller) error {
 	c.OnStartup(func() error {
 		if d, ok := e.schema.(*dnsSchema); ok {
 			d.srv.SetLocalIPs(boundIPs(c))
+		}
+		if r := e.replicating; r != nil {
+			if err := r.server.Start(); err != nil {
+				return plugin.Error(pluginName, err)
+			}
+			pending.Started(r.server.Stop)
 		}
 		e.start(e.source)
 		if p := e.publishing; p != nil {
@@ -79,6 +86,9 @@ func setup(c *caddy.Controller) error {
 		// is marked terminating while the replica still answers
 		if p := e.publishing; p != nil {
 			p.stop(!p.reloading.Load())
+		}
+		if r := e.replicating; r != nil {
+			r.server.Stop() // its streams end; followers resume with the next instance
 		}
 		e.stop()
 		carryStore.Drop(e.carryKey)

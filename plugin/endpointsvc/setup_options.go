@@ -24,7 +24,8 @@ type options struct {
 	orch *orchSource
 	kube *kubesource.Config
 
-	publish *publishing // publish: this replica's own endpoint
+	publish *publishing    // publish: this replica's own endpoint
+	repl    replicaOptions // replicate, source replica
 
 	// the schema's options
 	kubernetes       bool // schema kubernetes
@@ -69,6 +70,8 @@ func (o *options) option(c *caddy.Controller, e *Endpointsvc) error {
 	case "publish":
 		o.kubeOnly = append(o.kubeOnly, v)
 		return o.publishOption(c)
+	case "replicate":
+		return o.replicateOption(c)
 	default:
 		return c.Errf("unknown property %q", v)
 	}
@@ -76,10 +79,13 @@ func (o *options) option(c *caddy.Controller, e *Endpointsvc) error {
 
 // sourceOption reads `source file|orch|kubernetes ...`.
 func (o *options) sourceOption(c *caddy.Controller) error {
-	if o.file != nil || o.orch != nil || o.kube != nil {
+	if o.file != nil || o.orch != nil || o.kube != nil || o.repl.url != "" {
 		return c.Err("only one source per endpointsvc block")
 	}
 	a := c.RemainingArgs()
+	if len(a) >= 1 && a[0] == "replica" {
+		return o.replicaSourceOption(c, a)
+	}
 	if len(a) >= 1 && a[0] == "kubernetes" {
 		if len(a) > 3 {
 			return c.ArgErr()
@@ -120,7 +126,7 @@ func (o *options) sourceOption(c *caddy.Controller) error {
 		}
 		o.orch = &orchSource{url: a[1], interval: interval}
 	default:
-		return c.Errf("unknown source %q: want file, orch or kubernetes", a[0])
+		return c.Errf("unknown source %q: want file, orch, kubernetes or replica", a[0])
 	}
 	return nil
 }
@@ -290,7 +296,12 @@ func (o *options) source(c *caddy.Controller, e *Endpointsvc) error {
 	if o.orch == nil && len(o.orchOnly) > 0 {
 		return c.Errf("%s needs 'source orch URL'", o.orchOnly[0])
 	}
+	if err := o.replication(c, e); err != nil {
+		return err
+	}
 	switch {
+	case o.repl.url != "":
+		// the follower, made by replication
 	case o.kube != nil:
 		o.kube.NodeAddress, o.kube.Labels, o.kube.Namespaces = o.nodeAddress, o.selector, o.namespaces
 		if o.publish != nil {

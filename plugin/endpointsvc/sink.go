@@ -16,7 +16,18 @@ type sink struct {
 	lastErr string // last failure logged, "" while healthy
 }
 
-var _ feed.Sink = (*sink)(nil)
+var (
+	_ feed.Sink   = (*sink)(nil)
+	_ feed.Served = (*sink)(nil)
+)
+
+// Served is the schema's table served now, or nil.
+func (k *sink) Served() any {
+	if t := k.e.tbl.Load(); t != nil {
+		return t.model
+	}
+	return nil
+}
 
 func (k *sink) Update(st feed.State) {
 	k.count("updated")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/replica"
 	"github.com/meshdns/meshdns/plugin/pkg/carry"
 	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
@@ -46,6 +47,7 @@ const firstSyncWait = 3 * time.Second
 type carried struct {
 	tbl   *table
 	extra any
+	repl  *replica.Carried // the replication leader's state; nil without one
 }
 
 var carryStore carry.Store[*carried]
@@ -61,6 +63,7 @@ func (e *Endpointsvc) apply(ctx context.Context, source string, st feed.State, p
 	}
 	start := time.Now()
 	t := e.publish(e.schema.build(st))
+	e.tap(t.model, nil)
 	log.Infof("Synced %d services, %d endpoints from %s in %v", t.model.Services(), t.model.Endpoints(), source, time.Since(start).Round(time.Microsecond))
 	if persistIt && e.snapshot != nil {
 		e.snapshot.Offer(st.Snapshot, st.Len(), start) // written off the lock, coalesced
@@ -85,8 +88,10 @@ func (e *Endpointsvc) applyPatch(ctx context.Context, p feed.Patch) {
 	}
 	if m, whole := e.schema.patch(cur.model, p); m != nil {
 		t = e.publish(m)
+		e.tap(t.model, p)
 	} else {
 		t = e.publish(e.schema.build(whole))
+		e.tap(t.model, nil)
 	}
 	if e.snapshot != nil {
 		e.snapshot.Offer(p.Snapshot, t.model.Services(), start)
@@ -99,7 +104,7 @@ func (e *Endpointsvc) rebuild(f func() modelTable) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if m := f(); m != nil {
-		e.publish(m)
+		e.tap(e.publish(m).model, nil)
 	}
 }
 
@@ -158,7 +163,7 @@ func (e *Endpointsvc) handOver() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if t := e.tbl.Load(); t != nil {
-		carryStore.Put(e.carryKey, &carried{tbl: t, extra: e.schema.carry()})
+		carryStore.Put(e.carryKey, &carried{tbl: t, extra: e.schema.carry(), repl: e.replicaHandOver()})
 	}
 }
 
@@ -171,8 +176,10 @@ func (e *Endpointsvc) takeOver() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.schema.restore(c.extra)
+	e.replicaTakeOver(c.repl)
 	e.serial = c.tbl.serial
 	e.show(c.tbl)
+	e.tap(c.tbl.model, nil)
 	log.Infof("Serving %d services, %d endpoints carried over the reload", c.tbl.model.Services(), c.tbl.model.Endpoints())
 	return true
 }
