@@ -13,8 +13,14 @@ import (
 
 // helmDryRunValues are the value sets the dry run applies, by name.
 var helmDryRunValues = map[string]string{
-	"defaults": "",
-	"servers":  helmServers,
+	"defaults":   "",
+	"node-local": "mode: node-local\n",
+	"node-local others": `
+mode: node-local
+nodeLocal: {addresses: [169.254.0.53], clusterDNS: 10.43.0.10, minReadySeconds: null, podLabels: {team: dns}, affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [infra]}]}]}}}}
+extraEnv: [{name: GODEBUG, value: madvdontneed=1}]
+`,
+	"servers": helmServers,
 	"scheduling": `
 topologySpreadConstraints: [{maxSkew: 2, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]
 nodeSelector: {dns: "yes"}

@@ -43,7 +43,10 @@ func TestNodeHelmInstall(t *testing.T) {
 	if err := c.waitDeployment(ctx, "kube-system", "meshdns", 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("helm install: the cluster DNS available %v after the install started\n%s", time.Since(start).Round(time.Millisecond), firstLines(out, 6))
+	t.Logf("helm install: the cluster DNS available %v after the install started\n%s", time.Since(start).Round(time.Millisecond), out)
+	if !strings.Contains(out, "the Service kube-system/meshdns on "+clusterDNSIP+".") {
+		t.Errorf("helm install's notes do not name the Service:\n%s", out)
+	}
 	checkHelmOwned(ctx, t, c)
 
 	pods := dnsTestObjects(t, c, helmTestNS)
@@ -208,12 +211,4 @@ func (c *nodeCluster) restoreShippedDNS(t *testing.T) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("deleting namespace %s: %v", helmTestNS, err)
 	}
-}
-
-func firstLines(s string, n int) string {
-	l := strings.Split(strings.TrimSpace(s), "\n")
-	if len(l) > n {
-		l = l[:n]
-	}
-	return strings.Join(l, "\n")
 }

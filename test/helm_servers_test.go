@@ -55,7 +55,6 @@ const helmServersCorefile = `example.org:1053 dns://example.net:1053 {
     }
     whoami
 }
-
 .:53 {
     health :8086
     ready 0.0.0.0:8186
@@ -101,7 +100,7 @@ func TestHelmValuesServers(t *testing.T) {
 func TestHelmValuesServersServe(t *testing.T) {
 	objs := renderWith(t, helmServers)
 	corefile, _ := field(objs[helmConfigMap], "data.Corefile").(string)
-	block, _, ok := strings.Cut(corefile, "\n\n")
+	block, _, ok := strings.Cut(corefile, "\n.:53 {")
 	if !ok {
 		t.Fatalf("no first server block in:\n%s", corefile)
 	}

@@ -30,7 +30,7 @@ const (
 var clusterManifestsOutsideChart = []string{"pod-dnsconfig.yaml"}
 
 func TestHelmLint(t *testing.T) {
-	for _, args := range [][]string{nil, {"--set", "prometheus.monitor.enabled=true"}} {
+	for _, args := range [][]string{nil, {"--set", "prometheus.monitor.enabled=true"}, {"--set", "mode=node-local"}} {
 		out, err := runHelm(t, append([]string{"lint", "--strict", chartDir()}, args...)...)
 		if err != nil {
 			t.Fatal(err)
@@ -77,6 +77,8 @@ func TestHelmInvalidValues(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{
 		{"mode=cluster-dns", `mode must be cluster or node-local, not "cluster-dns"`},
 		{"servers=null", "the cluster mode needs at least one server block"},
+		{"mode=node-local,nodeLocal.servers=null", "the node-local mode needs at least one server block"},
+		{"mode=node-local,nodeLocal.addresses=null", "the node-local mode needs at least one address"},
 	} {
 		_, err := renderChart(t, "--set", tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -76,7 +76,6 @@ parameters, configBlock; parameters and configBlock through tpl).
 {{- define "meshdns.corefile" -}}
 {{- $root := .root -}}
 {{- range $i, $s := .servers -}}
-{{- if $i }}{{ "\n" }}{{ end -}}
 {{- $keys := list -}}
 {{- range $s.zones -}}
 {{- $key := printf "%s%s" (default "" .scheme) (default "." .zone) -}}
@@ -99,39 +98,56 @@ parameters, configBlock; parameters and configBlock through tpl).
 {{- end -}}
 
 {{/*
-meshdns.addrPort: the port of a plugin's address parameter (":8080",
-"0.0.0.0:9153", "[::]:9153"), or the default. Context: list PARAMETERS DEFAULT.
+meshdns.pluginAddr: the address (first parameter, through tpl) of the first
+plugin named NAME in servers, "" when there is none or it has no address.
+Context: list SERVERS NAME ROOT.
 */}}
-{{- define "meshdns.addrPort" -}}
-{{- $p := regexFind "[0-9]+$" (first (splitList " " (toString (index . 0)))) -}}
-{{- default (index . 1) $p -}}
-{{- end -}}
-
-{{/*
-meshdns.pluginPort: the port of the first plugin named NAME in servers, ""
-when there is none. Context: list SERVERS NAME DEFAULT.
-*/}}
-{{- define "meshdns.pluginPort" -}}
-{{- $name := index . 1 -}}{{- $def := index . 2 -}}
-{{- $found := "" -}}
+{{- define "meshdns.pluginAddr" -}}
+{{- $name := index . 1 -}}{{- $root := index . 2 -}}
+{{- $found := "" -}}{{- $done := false -}}
 {{- range (index . 0) -}}
 {{- range .plugins -}}
-{{- if and (eq .name $name) (not $found) -}}
-{{- $found = include "meshdns.addrPort" (list (default "" .parameters) $def) -}}
+{{- if and (eq .name $name) (not $done) -}}
+{{- $done = true -}}
+{{- $found = first (splitList " " (tpl (toString (default "" .parameters)) $root)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
 {{- $found -}}
 {{- end -}}
 
+{{/* meshdns.addrPort: the port of an address (":8080", "0.0.0.0:9153", "[::]:9153"), or DEFAULT. Context: list ADDR DEFAULT. */}}
+{{- define "meshdns.addrPort" -}}
+{{- default (index . 1) (regexFind "[0-9]+$" (regexFind ":[0-9]+$" (index . 0))) -}}
+{{- end -}}
+
+{{/* meshdns.addrHost: the host of an address, "" for none (":8080"). Context: ADDR. */}}
+{{- define "meshdns.addrHost" -}}
+{{- if contains ":" . -}}
+{{- regexReplaceAll ":[0-9]+$" . "" | trimPrefix "[" | trimSuffix "]" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+meshdns.probe renders a probe's httpGet on the address of the plugin that
+serves it (ready or health), then the probe's own keys.
+Context: dict "servers" LIST "plugin" NAME "path" PATH "port" DEFAULT "probe" VALUES "root" $.
+*/}}
+{{- define "meshdns.probe" -}}
+{{- $addr := include "meshdns.pluginAddr" (list .servers .plugin .root) -}}
+{{- $host := include "meshdns.addrHost" $addr -}}
+httpGet: {{ if $host }}{host: {{ $host }}, {{ else }}{{ "{" }}{{ end }}path: {{ .path }}, port: {{ include "meshdns.addrPort" (list $addr .port) }}, scheme: HTTP}
+{{ toYaml (omit .probe "enabled") }}
+{{- end -}}
+
 {{/*
 meshdns.ports: the ports the Corefile serves, as a JSON list of {name, port,
 protocol}: dns (UDP) and dns-tcp (TCP) for each server's port (dns-PORT and
 dns-tcp-PORT past the first), metrics for prometheus's address, replication
-for endpointsvc's "replicate ADDR". Context: list SERVERS.
+for endpointsvc's "replicate ADDR". Context: list SERVERS ROOT.
 */}}
 {{- define "meshdns.ports" -}}
-{{- $servers := index . 0 -}}
+{{- $servers := index . 0 -}}{{- $root := index . 1 -}}
 {{- $ports := list -}}
 {{- $seen := dict -}}
 {{- range $servers -}}
@@ -143,8 +159,9 @@ for endpointsvc's "replicate ADDR". Context: list SERVERS.
 {{- $ports = append $ports (dict "name" (printf "dns-tcp%s" $suffix) "port" (atoi $p) "protocol" "TCP") -}}
 {{- end -}}
 {{- end -}}
-{{- with include "meshdns.pluginPort" (list $servers "prometheus" "9153") -}}
-{{- $ports = append $ports (dict "name" "metrics" "port" (atoi .) "protocol" "TCP") -}}
+{{- $prom := include "meshdns.pluginAddr" (list $servers "prometheus" $root) -}}
+{{- if or $prom (include "meshdns.hasPlugin" (list $servers "prometheus")) -}}
+{{- $ports = append $ports (dict "name" "metrics" "port" (atoi (include "meshdns.addrPort" (list $prom "9153"))) "protocol" "TCP") -}}
 {{- end -}}
 {{- $repl := "" -}}
 {{- range $servers -}}
@@ -159,4 +176,31 @@ for endpointsvc's "replicate ADDR". Context: list SERVERS.
 {{- $ports = append $ports (dict "name" "replication" "port" (atoi .) "protocol" "TCP") -}}
 {{- end -}}
 {{- toJson $ports -}}
+{{- end -}}
+
+{{/* meshdns.hasPlugin: "yes" when a plugin named NAME is in servers. Context: list SERVERS NAME. */}}
+{{- define "meshdns.hasPlugin" -}}
+{{- $name := index . 1 -}}
+{{- range (index . 0) -}}{{- range .plugins -}}{{- if eq .name $name -}}yes{{- end -}}{{- end -}}{{- end -}}
+{{- end -}}
+
+{{/* The node-local objects' name and name label: the cluster's + -node-local. */}}
+{{- define "meshdns.nodeLocal.fullname" -}}
+{{- $f := include "meshdns.fullname" . -}}
+{{- if hasSuffix "-node-local" $f }}{{ $f }}{{ else }}{{ printf "%s-node-local" $f | trunc 63 | trimSuffix "-" }}{{ end -}}
+{{- end -}}
+
+{{- define "meshdns.nodeLocal.name" -}}
+{{- printf "%s-node-local" (include "meshdns.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "meshdns.nodeLocal.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "meshdns.nodeLocal.name" . }}
+{{- end -}}
+
+{{- define "meshdns.nodeLocal.labels" -}}
+{{ include "meshdns.nodeLocal.selectorLabels" . }}
+{{- with .Values.customLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
