@@ -18,6 +18,12 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+const (
+	nodeLocalIP   = "169.254.20.10"
+	nodeLocalName = "meshdns-node-local"          // the DaemonSet, its ConfigMap and its pods' app label
+	nodeLocalDir  = "/var/lib/meshdns-node-local" // the DaemonSet's hostPath (the snapshot)
+)
+
 // readNodeLocal decodes deploy/node-local's DaemonSet and ConfigMap
 // strictly (an unknown field fails).
 func readNodeLocal(t *testing.T) (*appsv1.DaemonSet, string) {
