@@ -128,4 +128,8 @@ func TestHelmValuesServersDefaultPort(t *testing.T) {
 - {name: dns-tcp, port: 53, protocol: TCP, targetPort: 53}`)
 	// no ready and health plugins: the probes keep CoreDNS's own ports
 	wantField(t, objs, helmDeployment, "spec.template.spec.containers.0.readinessProbe.httpGet.port", "8181")
+	// a probe with no keys of its own is its httpGet alone
+	objs = mustRender(t, "--set", "readinessProbe.periodSeconds=null,livenessProbe.enabled=false")
+	wantField(t, objs, helmDeployment, "spec.template.spec.containers.0.readinessProbe", "{httpGet: {path: /ready, port: 8181, scheme: HTTP}}")
+	wantField(t, objs, helmDeployment, "spec.template.spec.containers.0.livenessProbe", "null")
 }

@@ -137,7 +137,9 @@ Context: dict "servers" LIST "plugin" NAME "path" PATH "port" DEFAULT "probe" VA
 {{- $addr := include "meshdns.pluginAddr" (list .servers .plugin .root) -}}
 {{- $host := include "meshdns.addrHost" $addr -}}
 httpGet: {{ if $host }}{host: {{ $host }}, {{ else }}{{ "{" }}{{ end }}path: {{ .path }}, port: {{ include "meshdns.addrPort" (list $addr .port) }}, scheme: HTTP}
-{{ toYaml (omit .probe "enabled") }}
+{{- with omit .probe "enabled" }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/*
@@ -167,7 +169,7 @@ for endpointsvc's "replicate ADDR". Context: list SERVERS ROOT.
 {{- range $servers -}}
 {{- range .plugins -}}
 {{- if and (eq .name "endpointsvc") .configBlock (not $repl) -}}
-{{- $line := regexFind "(?m)^\\s*replicate\\s+\\S+" .configBlock -}}
+{{- $line := regexFind "(?m)^\\s*replicate\\s+\\S+" (tpl .configBlock $root) -}}
 {{- if $line }}{{ $repl = regexFind "[0-9]+$" $line }}{{ end -}}
 {{- end -}}
 {{- end -}}
