@@ -62,3 +62,10 @@ func TestHelmValuesNodeLocalNames(t *testing.T) {
 		t.Errorf("release edge: no DaemonSet edge-meshdns-node-local in %v", sortedKeys(objs))
 	}
 }
+
+// TestHelmNodeLocalRendersDeployNodeLocal: `--set mode=node-local` is
+// deploy/node-local, object by object.
+func TestHelmNodeLocalRendersDeployNodeLocal(t *testing.T) {
+	want := manifestObjects(t, "node-local")
+	compareObjects(t, "mode node-local vs deploy/node-local", want, mustRender(t, "--set", "mode=node-local"))
+}
