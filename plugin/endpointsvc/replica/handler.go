@@ -101,11 +101,12 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, epoch string
 			epoch, gen = s.epoch, s.to
 			hb.Reset(l.Idle)
 		}
+		wake := s.wake // and not the body: a whole state is dropped once every stream has written it
 		for waiting := true; waiting; {
 			select {
 			case <-ctx.Done():
 				return
-			case <-s.wake:
+			case <-wake:
 				waiting = false
 			case <-hb.C:
 				if l.send(rc, w, appendHeartbeat(head[:0], gen), nil) != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -469,5 +470,33 @@ func TestReloadCarry(t *testing.T) {
 	old.Thaw(k8sdns.Build(model(c)))
 	if old.Gen() != 4 {
 		t.Errorf("thawed at generation %d, want 4", old.Gen())
+	}
+}
+
+// TestWholeStateReleased: the encoding of a whole state, shared by the
+// streams that ask for it at once, is held only while they write it: once
+// every one has sent it and waits for changes, it is garbage.
+func TestWholeStateReleased(t *testing.T) {
+	l := NewLeader("cluster.local.", "")
+	l.Rebuilt(k8sdns.Build(model(clustergen.Generate(6, clustergen.Small()))))
+	base, _ := serveLeader(t, l)
+	sinks := make([]*fakeSink, 5)
+	for i := range sinks {
+		sinks[i] = &fakeSink{}
+		startFollower(t, base, "", sinks[i])
+	}
+	for _, s := range sinks {
+		waitGen(t, s, 1)
+	}
+	held := func() bool {
+		runtime.GC()
+		l.enc.mu.Lock()
+		defer l.enc.mu.Unlock()
+		return l.enc.lastFull.Value() != nil
+	}
+	for deadline := time.Now().Add(time.Second); held(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) { // well before the streams' 5 s of silence end them
+			t.Fatal("the whole state's encoding is still held by the idle streams")
+		}
 	}
 }
