@@ -27,6 +27,17 @@
 # and response codes, anonymous RSS at the end, endpointsvc's patches and
 # snapshot bytes written, and whether both answer alike afterwards.
 #
+# BENCH_MIX=replica: the replication stream on the spec mix (no stock
+# plugin): a leader (the cluster DNS stanza with replicate) on core 0, the
+# bytes of the whole state, a node-local follower's memory (RssAnon, live
+# heap) and snapshot, then 40 Service edits and 40 endpoint flips of a
+# 10-endpoint Service, one at a time, with 1 stream and again with 201
+# (200 read by the bench itself, opened at once: the whole state to all):
+# the leader's CPU (/proc/PID/stat) and bytes per change, per stream,
+# extrapolated to 1,000 followers, and API write to the last stream's
+# synced line (p50, p99). -streams and -changes (BENCH_ARGS) change the
+# counts.
+#
 # BENCH_MIX=headless: endpointsvc's orch schema (addresses endpoint) on
 # 5,000 headless Services with one EndpointSlice of 10 ready endpoints each:
 # time to sync, RSS after sync and live Go heap, A QPS (goals: RSS <= 0.5x,
