@@ -121,7 +121,14 @@ func runReplica(dir string, api *apiServer) {
 	fmt.Printf("follower (node-local stanza, source replica): anonymous RSS %.1f MiB (RSS %.1f) 3 s after /ready, live heap %.1f MiB (%.1f after a GC); snapshot %d bytes\n",
 		fm.anon, fm.rss, fheap, heapMiB(fprom), fileSize(filepath.Join(dir, "follower.snapshot.json")))
 
-	svc := pickService(o)
+	replicaFanOut(ctx, api, url, leader, lprom, lpp, pickService(o), one)
+}
+
+// replicaFanOut measures the changes with the one stream open, then opens
+// -streams more at once (each gets the whole state) and measures them
+// again: the leader's cost per stream.
+func replicaFanOut(ctx context.Context, api *apiServer, url string, leader *proc, lprom, lpp int, svc *specService, one *stream) {
+	lpid := leader.cmd.Process.Pid
 	streams := []*stream{one}
 	base := replicaMeasure(api, lpid, svc, streams)
 	printReplicaRun("1 stream", 1, base)

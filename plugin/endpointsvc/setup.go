@@ -67,11 +67,8 @@ func setup(c *caddy.Controller) error {
 		if d, ok := e.schema.(*dnsSchema); ok {
 			d.srv.SetLocalIPs(boundIPs(c))
 		}
-		if r := e.replicating; r != nil {
-			if err := r.server.Start(); err != nil {
-				return plugin.Error(pluginName, err)
-			}
-			pending.Started(r.server.Stop)
+		if err := e.replicaListen(); err != nil {
+			return plugin.Error(pluginName, err)
 		}
 		e.start(e.source)
 		if p := e.publishing; p != nil {
@@ -87,9 +84,7 @@ func setup(c *caddy.Controller) error {
 		if p := e.publishing; p != nil {
 			p.stop(!p.reloading.Load())
 		}
-		if r := e.replicating; r != nil {
-			r.server.Stop() // its streams end; followers resume with the next instance
-		}
+		e.replicaClose() // its streams end; followers resume with the next instance
 		e.stop()
 		carryStore.Drop(e.carryKey)
 		return nil

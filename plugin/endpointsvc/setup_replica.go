@@ -9,6 +9,7 @@ import (
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/replica"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
+	"github.com/meshdns/meshdns/plugin/pkg/pending"
 )
 
 // The replication stream (package replica): `replicate ADDR` makes this
@@ -118,6 +119,27 @@ func (o *options) replication(c *caddy.Controller, e *Endpointsvc) error {
 		e.source = src
 	}
 	return nil
+}
+
+// replicaListen opens the stream's listener, if any (OnStartup).
+func (e *Endpointsvc) replicaListen() error {
+	r := e.replicating
+	if r == nil {
+		return nil
+	}
+	if err := r.server.Start(); err != nil {
+		return err
+	}
+	pending.Started(r.server.Stop)
+	return nil
+}
+
+// replicaClose closes the stream's listener, if any, and ends its streams
+// (OnShutdown).
+func (e *Endpointsvc) replicaClose() {
+	if e.replicating != nil {
+		e.replicating.server.Stop()
+	}
 }
 
 // tap tells the leader, if any, of table m: made by patch p, or (p nil)
