@@ -129,7 +129,37 @@ func (p *publishing) stop(terminate bool) {
 			log.Infof("Publish: endpoint marked terminating")
 		}
 		c()
+		// the informers run on until the drain is written (they bring
+		// the slice's version the drain updates); the process exits
+		// after the lameduck whatever the drain's state
+		go func() {
+			drain(pub)
+			cancel()
+			<-done
+		}()
+		return
 	}
 	cancel()
 	<-done
+}
+
+// drainAfter is how long after SIGTERM the endpoint stops serving too: by
+// then kube-proxy sends no new flow here (it took the terminating endpoint
+// out within a second), and the rest of the health plugin's lameduck (5 s
+// in the shipped Corefile) leaves it the time to delete the UDP conntrack
+// entries that still lead here before the process exits. Without lameduck
+// the process is gone before this and nothing changes.
+const drainAfter = 2 * time.Second
+
+// drain marks the endpoint not serving drainAfter after SIGTERM. It runs
+// while the process waits out its lameduck, and dies with it.
+func drain(pub *publish.Publisher) {
+	time.Sleep(drainAfter)
+	ctx, c := context.WithTimeout(context.Background(), terminateWait)
+	defer c()
+	if err := pub.Drain(ctx); err != nil {
+		log.Warningf("Publish: marking the endpoint not serving: %v", err)
+		return
+	}
+	log.Infof("Publish: endpoint marked not serving")
 }

@@ -26,6 +26,7 @@ type inputs struct {
 	serving  bool   // this replica answers from a table
 	probed   bool   // this replica's DNS server answered a probe once
 	stopping bool   // this replica received SIGTERM: it answers on, but leaves
+	draining bool   // stopping, and about to exit: not serving either, when a peer is ready
 	service  *corev1.Service
 	pods     []*corev1.Pod
 	slices   []*discoveryv1.EndpointSlice
@@ -55,7 +56,9 @@ func (o op) String() string { return [...]string{"create", "update", "delete"}[o
 //
 //   - each replica writes its own endpoint's truth: ready while it serves
 //     and is not stopping, serving while it serves, terminating once it
-//     stops or its pod is being deleted. The pod's Ready condition plays no
+//     stops or its pod is being deleted; shortly before it exits (draining)
+//     it stops serving too, when a peer is ready, so that kube-proxy clears
+//     the UDP conntrack entries that still lead to it. The pod's Ready condition plays no
 //     part: after a long API-server outage the node controller marks every
 //     pod of the node not ready until the kubelet reports again, and a
 //     replica that answers must not leave the Service for that;
@@ -152,7 +155,7 @@ func wantSlice(in inputs, pod *corev1.Pod, fam discoveryv1.AddressType) *discove
 func conditions(in inputs, pod *corev1.Pod, fam discoveryv1.AddressType) (ready, serving, terminating bool) {
 	deleting := pod.DeletionTimestamp != nil
 	if pod.Name == in.self {
-		serving = in.serving
+		serving = in.serving && !(in.draining && peerReady(in))
 		terminating = in.stopping || deleting
 		return serving && !terminating, serving, terminating
 	}
@@ -171,6 +174,25 @@ func conditions(in inputs, pod *corev1.Pod, fam discoveryv1.AddressType) (ready,
 		ready, serving = false, false
 	}
 	return ready, serving, terminating
+}
+
+// peerReady reports whether another replica's endpoint is ready, so that
+// this one may stop serving before it exits. kube-proxy deletes the UDP
+// conntrack entries of an endpoint only once it is not serving; an entry
+// left to a replica that has exited sends every later query that happens to
+// reuse its source port there (and into a timeout) for the entry's 30 s.
+func peerReady(in inputs) bool {
+	for _, sl := range in.slices {
+		if slicePod(sl) == in.self {
+			continue
+		}
+		for _, ep := range sl.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // SliceName is the name of pod's slice of address type fam for service:

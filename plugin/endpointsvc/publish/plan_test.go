@@ -128,6 +128,15 @@ func TestPlanSelf(t *testing.T) {
 	if len(acts) != 1 || acts[0].op != opUpdate || cond(acts[0].slice) != "-ST" {
 		t.Fatalf("stopping: %+v", acts)
 	}
+	// about to exit: still serving while no peer is ready (kube-proxy's
+	// last resort), not serving once one is
+	if acts := plan(inputs{self: "meshdns-a", serving: true, stopping: true, draining: true, service: svc, pods: pods, slices: slices}); len(acts) != 1 || cond(acts[0].slice) != "-ST" {
+		t.Errorf("draining alone: %+v", acts)
+	}
+	peer := plan(inputs{self: "meshdns-b", serving: true, probed: true, service: svc, pods: pods})[0].slice
+	if acts := plan(inputs{self: "meshdns-a", serving: true, stopping: true, draining: true, service: svc, pods: pods, slices: append(slices, peer)}); len(acts) != 1 || cond(acts[0].slice) != "--T" {
+		t.Errorf("draining beside a ready peer: %+v", acts)
+	}
 	// the pod is gone: its slice is deleted (by whoever sees it first)
 	acts = plan(inputs{self: "meshdns-b", serving: true, probed: true, service: svc, pods: []*corev1.Pod{b}, slices: slices})
 	if got := applied(slices, acts); len(got) != 1 || got[0].Name != "meshdns-meshdns-b-ipv4" {

@@ -63,6 +63,7 @@ type Publisher struct {
 	probe func(ctx context.Context, addr, zone string) error
 
 	stopping atomic.Bool
+	draining atomic.Bool
 	kick     chan struct{}
 
 	mu       sync.Mutex // guards failures, selfOK, lastErr
@@ -131,17 +132,59 @@ func (p *Publisher) tick(ctx context.Context) {
 // endpoint out while the replica still answers.
 func (p *Publisher) Terminate(ctx context.Context) error {
 	p.stopping.Store(true)
+	return p.writeSelf(ctx)
+}
+
+// Drain marks this replica's endpoint not serving either (when a peer is
+// ready) and writes it, waiting at most until ctx is done: called shortly
+// before the process exits, once the traffic has moved to the peers, so
+// that kube-proxy deletes the UDP conntrack entries still leading here
+// while the replica answers on. It works from the caches as they were when
+// the publisher stopped.
+func (p *Publisher) Drain(ctx context.Context) error {
+	p.stopping.Store(true)
+	p.draining.Store(true)
+	return p.writeSelf(ctx)
+}
+
+// writeSelf writes this replica's own slices until the caches show them as
+// planned, or ctx is done (a conflict waits for the informer to bring the
+// slice's new version, then plans again).
+func (p *Publisher) writeSelf(ctx context.Context) error {
 	var err error
 	for {
-		if err = p.reconcileSelf(ctx); err == nil || ctx.Err() != nil {
-			return err
+		acts := p.selfActions()
+		if len(acts) == 0 {
+			return nil
 		}
+		var errs []error
+		for _, a := range acts {
+			if e := p.write(ctx, a); e != nil {
+				errs = append(errs, e)
+			}
+		}
+		err = errors.Join(errs...)
 		select {
 		case <-ctx.Done():
+			if err == nil {
+				err = ctx.Err()
+			}
 			return err
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// selfActions is the part of the plan that concerns this replica's own
+// slices.
+func (p *Publisher) selfActions() []action {
+	var out []action
+	for _, a := range plan(p.inputs()) {
+		if slicePod(a.slice) == p.cfg.Pod {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // informers watches the Service, the replicas' pods and our slices, in
@@ -187,7 +230,7 @@ func (p *Publisher) poke() {
 
 // inputs reads the caches.
 func (p *Publisher) inputs() inputs {
-	in := inputs{self: p.cfg.Pod, stopping: p.stopping.Load(), down: map[string]bool{}}
+	in := inputs{self: p.cfg.Pod, stopping: p.stopping.Load(), draining: p.draining.Load(), down: map[string]bool{}}
 	p.mu.Lock()
 	in.serving, in.probed = p.serving(), p.selfOK
 	for name, n := range p.failures {
@@ -223,20 +266,6 @@ func (p *Publisher) reconcile(ctx context.Context) {
 		}
 	}
 	p.report(errors.Join(errs...))
-}
-
-// reconcileSelf applies the part of the plan that concerns this replica's
-// own slices.
-func (p *Publisher) reconcileSelf(ctx context.Context) error {
-	var errs []error
-	for _, a := range plan(p.inputs()) {
-		if slicePod(a.slice) == p.cfg.Pod {
-			if err := p.write(ctx, a); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // write performs one action. A conflict or a slice already gone is not an

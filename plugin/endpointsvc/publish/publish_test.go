@@ -129,6 +129,38 @@ func TestPublisher(t *testing.T) {
 	if c := sliceCond(t, client, self); c != "-ST" {
 		t.Fatalf("after Terminate: %s, want -ST", c)
 	}
+	// about to exit, with no ready peer (b is down): it serves on, as the
+	// last resort kube-proxy falls back to
+	if err := p.Drain(tctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := sliceCond(t, client, self); c != "-ST" {
+		t.Fatalf("drained with no ready peer: %s, want -ST", c)
+	}
+	// b is back (ready per the API, and its own publisher writes its
+	// slice): draining stops serving, so that kube-proxy clears the
+	// conntrack entries leading here
+	b = b.DeepCopy()
+	b.Status.Conditions[0].Status = corev1.ConditionTrue
+	if _, err := client.CoreV1().Pods("kube-system").UpdateStatus(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // a's probe round sees b ready and forgets its failures
+	back, err := client.DiscoveryV1().EndpointSlices("kube-system").Get(ctx, peer.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	back.Endpoints[0].Conditions.Ready, back.Endpoints[0].Conditions.Serving = &yes, &yes
+	if _, err := client.DiscoveryV1().EndpointSlices("kube-system").Update(ctx, back, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "drained once a peer is ready", func() bool {
+		dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer dcancel()
+		_ = p.Drain(dctx)
+		return sliceCond(t, client, self) == "--T"
+	})
 	// the pod is deleted: its slice goes too (the GC would do it as well)
 	if err := client.CoreV1().Pods("kube-system").Delete(ctx, "meshdns-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
