@@ -135,7 +135,8 @@ func nodeTools() (map[string]string, error) {
 
 // cleanupNodeHost undoes everything a cluster under state may have left,
 // whether it stopped or was killed: processes (pid files, containers by
-// cgroup, shims by socket), mounts, iptables rules and chains, links,
+// cgroup, shims by socket), mounts, iptables rules and chains, the
+// node-local's addresses, nftables tables and snapshot, links,
 // cgroups, files outside the state directory and kernel parameters. It
 // returns a summary for the log.
 func cleanupNodeHost(state, kubeProxy string) string {
@@ -158,6 +159,9 @@ func cleanupNodeHost(state, kubeProxy string) string {
 		sum = append(sum, fmt.Sprintf("unmounted %d", n))
 	}
 	cleanupNodeIptables(kubeProxy)
+	if s := removeNodeLocalHost(); s != "" {
+		sum = append(sum, s)
+	}
 	removeNodeLinks()
 	removeNodeCgroups()
 	removeHostLeftovers(state)

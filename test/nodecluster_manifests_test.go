@@ -25,10 +25,14 @@ import (
 // shippedManifests reads deploy/kubernetes/*.yaml, substitutes the images,
 // writes each document as JSON under dir and returns what it substituted
 // ("kind/name container: old -> new").
-func shippedManifests(dir string) ([]string, error) {
-	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "kubernetes", "*.yaml"))
+func shippedManifests(dir string) ([]string, error) { return deployManifests("kubernetes", dir) }
+
+// deployManifests is shippedManifests for deploy/<sub> (kubernetes,
+// node-local).
+func deployManifests(sub, dir string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy", sub, "*.yaml"))
 	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("no manifests in deploy/kubernetes: %v", err)
+		return nil, fmt.Errorf("no manifests in deploy/%s: %v", sub, err)
 	}
 	sort.Strings(files)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
