@@ -36,6 +36,15 @@ const apiReturnGoal = 2 * time.Second
 // for the Service; the frozen one followed at once here (on loopback the
 // relists hang until the thaw instead of failing), and is kept for the
 // gate's path through it (a lost watch connection, held relists).
+//
+// The Service's name is asked once before it exists, and the answer is
+// measured apart from the table: a denial that the cache plugin kept
+// (`cache 30` caches the cluster zone's NXDOMAIN for the SOA minimum, 30 s)
+// answered the new Service 30 s late although the table had it within
+// 0.1 s - also with the API server up all along, and after a return
+// whenever the lookup came before meshdns had followed it (the one-node
+// drill's 30.03 s). Like kubeadm's Corefile (kubernetes#128359), the
+// shipped one does not cache the zone it is authoritative for.
 func TestAPIReturn(t *testing.T) {
 	k := startKubeAPI(t)
 	createNS(t, k, "shop")
@@ -47,8 +56,11 @@ func TestAPIReturn(t *testing.T) {
 	within(t, 5*time.Second, s.DNS(), "meshdns.dns.svc.cluster.local", dns.TypeA, serviceIP(t, k, "dns", "meshdns"))
 
 	// with the API server up all along: the base line
-	svc, slice := followAPI(t, k, s, "up")
-	t.Logf("API server up: the new Service in the table after %v, the stray slice deleted after %v", svc, slice)
+	up := followAPI(t, k, s, "up")
+	t.Logf("API server up: %v", up)
+	if !up.within(apiReturnGoal) {
+		t.Errorf("with the API server up: %v; want each within %v", up, apiReturnGoal)
+	}
 
 	for _, v := range []struct {
 		name     string
@@ -68,11 +80,10 @@ func TestAPIReturn(t *testing.T) {
 			time.Sleep(apiOutage)
 			v.up()
 			back = true
-			svc, slice := followAPI(t, k, s, strings.ToLower(v.name))
-			t.Logf("API server %s for %v: the new Service in the table %v after its return, the stray slice deleted after %v",
-				strings.ToLower(v.name), apiOutage, svc, slice)
-			if svc > apiReturnGoal || slice > apiReturnGoal {
-				t.Errorf("after the API server's return: the Service took %v, publish's delete %v; want both within %v", svc, slice, apiReturnGoal)
+			f := followAPI(t, k, s, strings.ToLower(v.name))
+			t.Logf("API server %s for %v, then back: %v", strings.ToLower(v.name), apiOutage, f)
+			if !f.within(apiReturnGoal) {
+				t.Errorf("after the API server's return: %v; want each within %v", f, apiReturnGoal)
 			}
 		})
 	}
@@ -81,12 +92,20 @@ func TestAPIReturn(t *testing.T) {
 // followAPI creates a Service in namespace shop and a stray EndpointSlice
 // in the Service of publish (an endpoint of a pod that does not exist,
 // which publish deletes), and returns how long meshdns took to have the
-// Service in its table (then answered) and publish to delete the slice.
-// It waits up to a minute and a half for each, so that a slow follower is
-// measured, not only failed.
-func followAPI(t *testing.T, k *kubeAPI, s *Server, tag string) (svcTook, sliceTook time.Duration) {
+// Service in its table, to answer its name, and publish to delete the
+// slice. The name is asked once before the Service exists (NXDOMAIN: a
+// client that looked it up a moment too early, or any lookup that raced
+// the table's update), then from its creation on every 20 ms: that
+// denial must not outlive the goal in meshdns's cache. It waits up to a
+// minute and a half for each, so that a slow follower is measured, not
+// only failed.
+func followAPI(t *testing.T, k *kubeAPI, s *Server, tag string) (f followed) {
 	t.Helper()
 	n0 := s.Metric("coredns_endpointsvc_services")
+	name := "late-" + tag + ".shop.svc.cluster.local."
+	if r, err := TryQuery(s.DNS(), name, dns.TypeA, "udp"); err != nil || r.Rcode != dns.RcodeNameError {
+		t.Fatalf("%s before the Service exists: %v %v, want NXDOMAIN", name, r, err)
+	}
 	start := time.Now()
 	svc := createService(t, k, "shop", "late-"+tag, corev1.ServiceTypeClusterIP, nil)
 	strayName := "stray-" + tag
@@ -95,28 +114,46 @@ func followAPI(t *testing.T, k *kubeAPI, s *Server, tag string) (svcTook, sliceT
 	}
 	created := time.Since(start)
 	deadline := time.Now().Add(90 * time.Second)
-	for (svcTook == 0 || sliceTook == 0) && time.Now().Before(deadline) {
-		if svcTook == 0 && s.Metric("coredns_endpointsvc_services") == n0+1 {
-			svcTook = time.Since(start)
+	var denials int
+	for (f.table == 0 || f.answer == 0 || f.slice == 0) && time.Now().Before(deadline) {
+		if f.answer == 0 {
+			r, err := TryQuery(s.DNS(), name, dns.TypeA, "udp")
+			switch {
+			case err == nil && strings.Join(Rdata(r), " ") == svc.Spec.ClusterIP:
+				f.answer = time.Since(start)
+			case err == nil && r.Rcode == dns.RcodeNameError:
+				denials++
+			}
 		}
-		if sliceTook == 0 {
+		if f.table == 0 && s.Metric("coredns_endpointsvc_services") == n0+1 {
+			f.table = time.Since(start)
+		}
+		if f.slice == 0 {
 			_, err := k.Client.DiscoveryV1().EndpointSlices("dns").Get(ctxT(t), strayName, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				sliceTook = time.Since(start)
+				f.slice = time.Since(start)
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if svcTook == 0 || sliceTook == 0 {
-		t.Fatalf("after 90 s: Service in the table: %v, stray slice deleted: %v (0: not yet)", svcTook, sliceTook)
+	if f.table == 0 || f.answer == 0 || f.slice == 0 {
+		t.Fatalf("after 90 s: Service in the table: %v, answered: %v, stray slice deleted: %v (0: not yet)", f.table, f.answer, f.slice)
 	}
-	if r, err := TryQuery(s.DNS(), "late-"+tag+".shop.svc.cluster.local.", dns.TypeA, "udp"); err != nil {
-		t.Errorf("late-%s: %v", tag, err)
-	} else if got := strings.Join(Rdata(r), " "); got != svc.Spec.ClusterIP {
-		t.Errorf("late-%s.shop.svc.cluster.local A: %q, want %q", tag, got, svc.Spec.ClusterIP)
-	}
-	t.Logf("%s: creating the Service and the slice took %v", tag, created.Round(time.Millisecond))
-	return svcTook.Round(time.Millisecond), sliceTook.Round(time.Millisecond)
+	t.Logf("%s: creating the Service and the slice took %v; %d NXDOMAIN answers before the ClusterIP", tag, created.Round(time.Millisecond), denials)
+	f.table, f.answer, f.slice = f.table.Round(time.Millisecond), f.answer.Round(time.Millisecond), f.slice.Round(time.Millisecond)
+	return f
+}
+
+// followed is how long after its creation a new Service was in meshdns's
+// table and answered, and the stray slice deleted by publish.
+type followed struct{ table, answer, slice time.Duration }
+
+func (f followed) String() string {
+	return fmt.Sprintf("the new Service in the table after %v and answered after %v, the stray slice deleted after %v", f.table, f.answer, f.slice)
+}
+
+func (f followed) within(d time.Duration) bool {
+	return f.table <= d && f.answer <= d && f.slice <= d
 }
 
 // straySlice is a slice that publish manages (its labels) for a pod that

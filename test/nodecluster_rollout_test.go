@@ -180,6 +180,15 @@ func newServiceAnswers(t *testing.T, c *nodeCluster, drill, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// each replica is asked once before the Service exists (NXDOMAIN): a
+	// denial must not keep the new Service from answering
+	fqdn0 := name + "." + drillNS + ".svc.cluster.local"
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+			got, err := askAt(net.JoinHostPort(p.Status.PodIP, "53"), fqdn0)
+			note(t, c, drill, "before the Service exists, %s answers %v %v", p.Name, got, err)
+		}
+	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
 		Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}}}
 	created, err := c.Client.CoreV1().Services(drillNS).Create(ctx, svc, metav1.CreateOptions{})
