@@ -9,7 +9,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,10 +42,6 @@ const (
 	consulRetryMin     = 500 * time.Millisecond // first retry after an error
 	consulRetryMax     = 10 * time.Second       // retries back off up to this
 )
-
-// consulProxyFilter selects the catalog services that carry virtual IPs: the
-// connect proxies (a sidecar's entry holds its destination's VIP).
-const consulProxyFilter = `ServiceKind == "connect-proxy"`
 
 // consulVirtualTag is the tagged address that holds a service's VIP.
 const consulVirtualTag = "consul-virtual"
@@ -169,15 +164,26 @@ type consulSource struct {
 	// noNS: the agent is Consul CE, which refuses ns=*: ask for the
 	// default namespace only.
 	noNS bool
+	tok  string // this round's token (token_file, read every round); "" for the client's
+	// dc is the agent's datacenter (/v1/agent/self), "" when it is not
+	// known: then the catalog entries' is used. selfAsked: asked of this
+	// client already.
+	dc        string
+	selfAsked bool
 
 	probeEvery, probeTimeout time.Duration // tests shorten them (0: the defaults)
 }
 
-// proxyEntries are the VIP entries read from one proxy service, and
-// whether one of its instances had no VIP (yet).
+// proxyEntries are the VIP entries read from one catalog service, and
+// whether one of its instances had no VIP (yet) or the service had no
+// instance (pending: read it again next round).
 type proxyEntries struct {
 	entries []Entry
 	pending bool
+	// gateway: a terminating gateway, whose linked services change with
+	// its config entry: read again whenever the catalog moved.
+	gateway bool
+	dc      string // the datacenter of its entries
 }
 
 func (s *consulSource) Name() string { return "consul" }
@@ -224,12 +230,12 @@ func (s *consulSource) Run(ctx context.Context, report func(Sync)) {
 			return
 		}
 		if err != nil {
-			report(Sync{Result: SyncError, Err: fmt.Errorf("consul %s: %w", s.display(), err)})
+			report(Sync{Result: SyncError, Reason: reasonOf(err), Err: fmt.Errorf("consul %s: %w", s.display(), err)})
 			// The agent may come back as another one; and the first round
 			// after a failure must not block (index 0), so that a recovery
 			// is reported when the agent answers, not when the catalog
 			// next changes. It reads every proxy again.
-			client, index, s.known = nil, 0, nil
+			client, index, s.known, s.selfAsked = nil, 0, nil, false
 			retry = pause.Double(retry, consulRetryMin, consulRetryMax)
 			if !pause.Sleep(ctx, retry) {
 				return
@@ -259,7 +265,7 @@ func (s *consulSource) display() string {
 // never a leader's consistent read) and across namespaces unless the agent
 // is Consul CE.
 func (s *consulSource) query(ctx context.Context) *api.QueryOptions {
-	q := &api.QueryOptions{AllowStale: true}
+	q := &api.QueryOptions{AllowStale: true, Token: s.tok}
 	if !s.noNS {
 		q.Namespace = "*"
 	}
@@ -270,6 +276,13 @@ func (s *consulSource) query(ctx context.Context) *api.QueryOptions {
 // index, then reads the proxies it has not read and builds the table.
 func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint64) (uint64, Sync, error) {
 	cat := client.Catalog()
+	tok, err := s.token()
+	if err != nil {
+		return 0, Sync{}, err
+	}
+	if tok != s.tok {
+		s.tok, s.known = tok, nil // another token may see another catalog: read it all
+	}
 	qctx, cancel := context.WithTimeout(ctx, consulWait+consulWait/16+15*time.Second)
 	defer cancel()
 	hung := s.watchdog(qctx, cancel, client)
@@ -294,6 +307,9 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 		}
 		return 0, Sync{}, err
 	}
+	if err := trusted(meta); err != nil {
+		return 0, Sync{}, err
+	}
 	if index != 0 && meta.LastIndex == index && s.built && !s.pending {
 		return index, Sync{Result: SyncUnchanged}, nil // the wait ended with no change
 	}
@@ -305,23 +321,29 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	known := make(map[string]proxyEntries, len(names))
 	var unread []string
 	for _, n := range names {
-		if p, ok := s.known[n]; ok && !p.pending {
+		if p, ok := s.known[n]; ok && !p.pending && !(p.gateway && meta.LastIndex != index) {
 			known[n] = p
 		} else {
 			unread = append(unread, n)
 		}
 	}
-	read, err := s.read(qctx, cat, unread)
+	if err := s.agentDatacenter(qctx, client); err != nil {
+		return 0, Sync{}, err
+	}
+	read, err := s.read(qctx, client.Raw(), unread)
 	if err != nil {
 		return 0, Sync{}, err
 	}
 	maps.Copy(known, read)
 	s.known = known
-	pending := false
+	pending, dc := false, s.dc
 	var entries []Entry
 	for _, n := range names {
 		entries = append(entries, known[n].entries...)
 		pending = pending || known[n].pending
+		if dc == "" {
+			dc = known[n].dc
+		}
 	}
 	switch s.pending = pending; {
 	case !pending:
@@ -338,6 +360,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 		return entries[i].Addresses[0] < entries[j].Addresses[0]
 	})
 	h := sha256.New()
+	fmt.Fprintf(h, "dc %s\n", dc)
 	for _, e := range entries {
 		fmt.Fprintf(h, "%s %s\n", e.Name, e.Addresses[0])
 	}
@@ -345,10 +368,14 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	if s.built && sum == s.last {
 		return meta.LastIndex, Sync{Result: SyncUnchanged}, nil
 	}
-	t, err := Build(entries)
-	if err != nil {
-		return meta.LastIndex, Sync{Result: SyncRejected, Err: fmt.Errorf("consul %s: %w", s.display(), err)}, nil
+	b := NewBuilder(len(entries))
+	b.SetDatacenter(dc)
+	for _, e := range entries {
+		if err := b.Add(e); err != nil {
+			return meta.LastIndex, Sync{Result: SyncRejected, Err: fmt.Errorf("consul %s: %w", s.display(), err)}, nil
+		}
 	}
+	t := b.Table()
 	s.last, s.built = sum, true
 	return meta.LastIndex, Sync{Result: SyncOK, Table: t}, nil
 }
@@ -402,92 +429,4 @@ func (s *consulSource) watchdog(ctx context.Context, cancel context.CancelFunc, 
 		}
 		return nil
 	}
-}
-
-// consulReaders is how many proxies a round reads at once.
-const consulReaders = 8
-
-// read reads the catalog entries of the proxies names, consulReaders at a
-// time, and returns their VIP entries.
-func (s *consulSource) read(ctx context.Context, cat *api.Catalog, names []string) (map[string]proxyEntries, error) {
-	results := make([]proxyEntries, len(names))
-	errs := make([]error, len(names))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < min(consulReaders, len(names)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				svcs, _, err := cat.Service(names[i], "", s.query(ctx))
-				if err != nil {
-					errs[i] = fmt.Errorf("catalog service %s: %w", names[i], err)
-					continue
-				}
-				results[i].entries, results[i].pending = s.entries(svcs)
-			}
-		}()
-	}
-	for i := range names {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	out := make(map[string]proxyEntries, len(names))
-	for i, n := range names {
-		if errs[i] != nil {
-			return nil, errs[i]
-		}
-		out[n] = results[i]
-	}
-	return out, nil
-}
-
-// filter selects the proxies of the catalog the source reads: every connect
-// proxy, or with upstreams only theirs.
-func (s *consulSource) filter() string {
-	if s.upstreams == nil {
-		return consulProxyFilter
-	}
-	ups := make([]string, 0, len(s.upstreams))
-	for u := range s.upstreams {
-		ups = append(ups, `ServiceProxy.DestinationServiceName == "`+u+`"`) // names are [a-z0-9_-]
-	}
-	sort.Strings(ups)
-	return consulProxyFilter + " and (" + strings.Join(ups, " or ") + ")"
-}
-
-// entries returns the VIP entries of a proxy's catalog entries, and whether
-// one of the wanted proxies has no VIP (yet).
-func (s *consulSource) entries(svcs []*api.CatalogService) (out []Entry, pending bool) {
-	for _, e := range svcs {
-		if e.ServiceProxy == nil { // the services were filtered to proxies; be sure
-			continue
-		}
-		dest := strings.ToLower(e.ServiceProxy.DestinationServiceName)
-		if dest == "" || (s.upstreams != nil && !s.upstreams[dest]) {
-			continue
-		}
-		vip, ok := e.ServiceTaggedAddresses[consulVirtualTag]
-		if !ok || vip.Address == "" {
-			pending = true
-			continue
-		}
-		ns, ap, edc := strings.ToLower(e.Namespace), strings.ToLower(e.Partition), strings.ToLower(e.Datacenter)
-		if ns == "" {
-			ns = defaultNamespace
-		}
-		if ap == "" {
-			ap = defaultPartition
-		}
-		if edc == "" {
-			edc = defaultDatacenter // Consul fills it in every catalog entry
-		}
-		name := dest + ".virtual." + ns + ".ns." + ap + ".ap." + edc + ".dc.consul"
-		if _, err := canonicalName(name); err != nil {
-			continue // a service name DNS cannot ask for (Consul allows a few)
-		}
-		out = append(out, Entry{Name: name, Addresses: []string{vip.Address}})
-	}
-	return out, pending
 }

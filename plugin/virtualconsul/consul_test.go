@@ -29,6 +29,8 @@ type fakeConsul struct {
 }
 
 func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Consul-KnownLeader", "true")
+	w.Header().Set("X-Consul-LastContact", "0")
 	if f.hang.Load() {
 		<-r.Context().Done()
 		return
@@ -61,10 +63,10 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"web-sidecar-proxy": []}`)
 	case r.URL.Path == "/v1/catalog/service/web-sidecar-proxy" && f.noVIP:
 		w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
-		fmt.Fprint(w, `[{"Datacenter": "DC7", "ServiceProxy": {"DestinationServiceName": "web"}}]`)
+		fmt.Fprint(w, `[{"Datacenter": "DC7", "ServiceKind": "connect-proxy", "ServiceProxy": {"DestinationServiceName": "web"}}]`)
 	case r.URL.Path == "/v1/catalog/service/web-sidecar-proxy":
 		w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
-		fmt.Fprintf(w, `[{"Datacenter": "DC7", "ServiceTaggedAddresses": {"consul-virtual": {"Address": "240.0.0.%d", "Port": 20000}},
+		fmt.Fprintf(w, `[{"Datacenter": "DC7", "ServiceKind": "connect-proxy", "ServiceTaggedAddresses": {"consul-virtual": {"Address": "240.0.0.%d", "Port": 20000}},
 			"ServiceProxy": {"DestinationServiceName": "web"}}]`, f.index%2+1)
 	default:
 		http.NotFound(w, r)
@@ -307,6 +309,8 @@ func (f *catalogFake) log() []string {
 }
 
 func (f *catalogFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Consul-KnownLeader", "true")
+	w.Header().Set("X-Consul-LastContact", "0")
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.requests = append(f.requests, r.URL.Path+"?"+r.URL.RawQuery)
@@ -316,6 +320,8 @@ func (f *catalogFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
 	switch name, isSvc := strings.CutPrefix(r.URL.Path, "/v1/catalog/service/"); {
+	case r.URL.Path == "/v1/agent/self":
+		http.Error(w, "Permission denied: token lacks agent:read", http.StatusForbidden)
 	case r.URL.Path == "/v1/catalog/services":
 		var b strings.Builder
 		b.WriteString("{")
@@ -330,7 +336,7 @@ func (f *catalogFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.WriteString("}")
 		fmt.Fprint(w, b.String())
 	case isSvc && f.proxies[name] != "":
-		fmt.Fprintf(w, `[{"Datacenter": "dc1", "ServiceTaggedAddresses": {"consul-virtual": {"Address": %q}},
+		fmt.Fprintf(w, `[{"Datacenter": "dc1", "ServiceKind": "connect-proxy", "ServiceTaggedAddresses": {"consul-virtual": {"Address": %q}},
 			"ServiceProxy": {"DestinationServiceName": %q}}]`, f.proxies[name], strings.TrimSuffix(name, "-sidecar-proxy"))
 	case isSvc:
 		fmt.Fprint(w, `[]`)
@@ -410,6 +416,7 @@ func TestConsulSourceReadsOnlyWhatChanged(t *testing.T) {
 	}
 	for i, r := range f.log() {
 		switch {
+		case strings.HasPrefix(r, "/v1/agent/self"): // the agent's own datacenter, once
 		case i == 0 && !strings.Contains(r, "ns=%2A"):
 			t.Fatalf("the first request %q does not ask every namespace", r)
 		case i > 0 && strings.Contains(r, "ns="):

@@ -137,6 +137,17 @@ func decodeObject(dec *json.Decoder, b *Builder) error {
 			if err := decodeDomains(dec, b); err != nil {
 				return err
 			}
+		case "datacenter":
+			// meshdns's own field (a snapshot of the consul source): the
+			// agent's datacenter, which short names expand with.
+			var dc string
+			if err := dec.Decode(&dc); err != nil {
+				return fmt.Errorf("datacenter: %w", err)
+			}
+			if dc = strings.ToLower(dc); dc != "" && !validIdentity(dc) {
+				return fmt.Errorf("datacenter: invalid name %q", dc)
+			}
+			b.SetDatacenter(dc)
 		case "configs":
 			if found {
 				return errors.New("virtual_domains given twice")

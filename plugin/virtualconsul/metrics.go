@@ -48,6 +48,15 @@ var (
 		Help:      "1 while the source is failing (error, disconnect, timeout) and the last good table serves, else 0.",
 	}, []string{"server", "zone", "source"})
 
+	// failingReason says why the source is failing: 1 on the current
+	// reason's series while failing, every series 0 once it recovered.
+	failingReason = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "source_failing_reason",
+		Help:      "1 for the reason the source is failing (error, acl_filtered, no_leader), else 0.",
+	}, []string{"server", "zone", "source", "reason"})
+
 	// snapshotHeld is 1 while the snapshot keeps the last non-empty table
 	// against an empty sync (the empty-sync rule, persist.Writer).
 	snapshotHeld = promauto.NewGaugeVec(prometheus.GaugeOpts{

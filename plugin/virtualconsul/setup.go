@@ -1,6 +1,7 @@
 package virtualconsul
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
@@ -133,7 +134,7 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 				case "partition":
 					v.ap = args[0]
 				default:
-					v.dc = args[0]
+					v.dc, v.dcSet = args[0], true
 				}
 			case "ttl":
 				if len(args) != 1 {
@@ -297,6 +298,7 @@ func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
 	var (
 		failing    bool   // touched by the source's goroutine only
 		lastReject string //
+		reason     string // the reason series at 1 while failing
 	)
 	failingGauge := gauges.Of(sourceFailing, v.servers, v.metricZone, src)
 	synced := gauges.Of(lastSync, v.servers, v.metricZone, src)
@@ -310,6 +312,7 @@ func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
 		if s.Result != SyncError && failing {
 			failing = false
 			failingGauge.Set(0)
+			gauges.Of(failingReason, v.servers, v.metricZone, src, reason).Set(0)
 			log.Infof("Source %s recovered", src)
 		}
 		switch s.Result {
@@ -333,11 +336,17 @@ func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
 				lastReject = msg
 			}
 		default:
+			why := cmp.Or(s.Reason, SyncError)
+			if failing && why != reason {
+				gauges.Of(failingReason, v.servers, v.metricZone, src, reason).Set(0)
+				log.Errorf("Source %s still failing, now: %s", src, s.Err)
+			}
 			if !failing {
-				failing = true
-				failingGauge.Set(1)
 				log.Errorf("Source %s failing, the previous table keeps serving: %s", src, s.Err)
 			}
+			failing, reason = true, why
+			failingGauge.Set(1)
+			gauges.Of(failingReason, v.servers, v.metricZone, src, reason).Set(1)
 		}
 	}
 }

@@ -38,6 +38,9 @@ type Sync struct {
 	Table *Table
 	// Err says why, for SyncRejected, SyncNoTable and SyncError.
 	Err error
+	// Reason labels a SyncError in source_failing_reason: "" for
+	// SyncError itself, or the source's own (acl_filtered, no_leader).
+	Reason string
 }
 
 // Results of a sync attempt (the result label of the syncs metric).

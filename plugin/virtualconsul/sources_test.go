@@ -2,7 +2,6 @@ package virtualconsul
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,7 +15,6 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	dnstable "github.com/envoyproxy/go-control-plane/envoy/data/dns/v3"
 	dnsfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/udp/dns_filter/v3"
-	"github.com/hashicorp/consul/api"
 	"github.com/miekg/dns"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -207,37 +205,6 @@ func TestParseSources(t *testing.T) {
 	}
 }
 
-func TestConsulEntries(t *testing.T) {
-	proxy := func(dest, vip, ns, ap, dc string) *api.CatalogService {
-		s := &api.CatalogService{Namespace: ns, Partition: ap, Datacenter: dc,
-			ServiceProxy: &api.AgentServiceConnectProxyConfig{DestinationServiceName: dest}}
-		if vip != "" {
-			s.ServiceTaggedAddresses = map[string]api.ServiceAddress{consulVirtualTag: {Address: vip, Port: 20000}}
-		}
-		return s
-	}
-	svcs := []*api.CatalogService{
-		proxy("Web", "240.0.0.1", "", "", "DC9"),
-		proxy("api", "240.0.0.2", "team", "part", "DC2"),
-		proxy("novip", "", "", "", ""),
-		{ServiceName: "plain"},
-	}
-	got, pending := (&consulSource{}).entries(svcs)
-	if !pending {
-		t.Error("a proxy without its VIP did not mark the round pending")
-	}
-	want := []Entry{
-		{Name: "web.virtual.default.ns.default.ap.dc9.dc.consul", Addresses: []string{"240.0.0.1"}},
-		{Name: "api.virtual.team.ns.part.ap.dc2.dc.consul", Addresses: []string{"240.0.0.2"}},
-	}
-	if len(got) != len(want) || got[0].Name != want[0].Name || got[1].Name != want[1].Name || got[1].Addresses[0] != "240.0.0.2" {
-		t.Fatalf("entries = %+v, want %+v", got, want)
-	}
-	if got, pending := (&consulSource{upstreams: map[string]bool{"api": true}}).entries(svcs); len(got) != 1 || !strings.HasPrefix(got[0].Name, "api.") || pending {
-		t.Fatalf("upstreams api: %+v (pending %v: novip is not an upstream)", got, pending)
-	}
-}
-
 // listenerAny returns a Listener resource named name with a DNS filter
 // holding domains.
 func listenerAny(t testing.TB, name string, domains map[string][]string) *anypb.Any {
@@ -397,29 +364,6 @@ func TestServeRemote(t *testing.T) {
 	}
 	if v.remote.until.Load() <= time.Now().UnixNano() {
 		t.Fatal("no backoff window after a failure")
-	}
-}
-
-func FuzzConsulEntries(f *testing.F) {
-	f.Add([]byte(`[{"Datacenter":"dc1","ServiceTaggedAddresses":{"consul-virtual":{"Address":"240.0.0.1","Port":21000}},"ServiceProxy":{"DestinationServiceName":"web"}}]`))
-	f.Add([]byte(`[{"Namespace":"a.b","ServiceTaggedAddresses":{"consul-virtual":{"Address":"x"}},"ServiceProxy":{"DestinationServiceName":"w..b"}}]`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var svcs []*api.CatalogService
-		if json.Unmarshal(data, &svcs) != nil {
-			return
-		}
-		entries, _ := (&consulSource{}).entries(svcs)
-		_, _ = Build(entries) // an invalid entry is an error, never a panic
-	})
-}
-
-func TestConsulFilter(t *testing.T) {
-	if f := (&consulSource{}).filter(); f != `ServiceKind == "connect-proxy"` {
-		t.Errorf("filter = %s", f)
-	}
-	s := &consulSource{upstreams: map[string]bool{"web": true, "api": true}}
-	if f := s.filter(); f != `ServiceKind == "connect-proxy" and (ServiceProxy.DestinationServiceName == "api" or ServiceProxy.DestinationServiceName == "web")` {
-		t.Errorf("filter = %s", f)
 	}
 }
 

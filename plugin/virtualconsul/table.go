@@ -28,13 +28,19 @@ type Entry struct {
 // goroutines, without locks.
 //
 // Invariant: keys are lowercased full-form names without the final dot;
-// every key has at least one VIP; a key whose entries carry more than one
-// distinct VIP is ambiguous and answers nothing.
+// every key has at least one VIP; a key with one IPv4 and one IPv6 VIP is
+// one service answering A and AAAA (dual); a key whose entries carry two
+// distinct VIPs of one family is ambiguous and answers nothing.
 type Table struct {
 	index  map[string]int32
 	vips   []vip
 	multi  map[int32][]netip.Addr // the VIPs of ambiguous keys, for Lookup and snapshots
+	dual   map[int32][16]byte     // the IPv6 VIP of dual keys (their IPv4 VIP is in vips)
 	serial uint32                 // SOA serial: the build time in Unix seconds
+	// dc is the datacenter the source's agent is in ("" when the source
+	// does not say): short names expand with it unless the Corefile names
+	// one (datacenter).
+	dc string
 }
 
 // vip is one key's answer, stored by value so the table holds no pointer per
@@ -48,14 +54,19 @@ const (
 	famAmbiguous uint8 = 0
 	fam4         uint8 = 4
 	fam6         uint8 = 6
+	famDual      uint8 = 10 // ip[:4] is the IPv4 VIP, Table.dual the IPv6 one
 )
 
 // Len returns the number of distinct keys in t.
 func (t *Table) Len() int { return len(t.index) }
 
+// Datacenter returns the datacenter of the source's agent, "" when the
+// source did not say.
+func (t *Table) Datacenter() string { return t.dc }
+
 // Lookup returns the VIPs of name, a full-form virtual domain in any case,
-// with or without the final dot; more than one VIP means the name is
-// ambiguous. It is meant for tests and debugging, not for the query path.
+// with or without the final dot; two VIPs of one family mean the name is
+// ambiguous (one IPv4 and one IPv6 VIP are one service). It is meant for tests and debugging, not for the query path.
 func (t *Table) Lookup(name string) ([]netip.Addr, bool) {
 	key := strings.TrimSuffix(strings.ToLower(name), ".")
 	i, ok := t.index[key]
@@ -72,14 +83,28 @@ func (t *Table) addrs(i int32) []netip.Addr {
 		return []netip.Addr{netip.AddrFrom4([4]byte(v.ip[:4]))}
 	case fam6:
 		return []netip.Addr{netip.AddrFrom16(v.ip)}
+	case famDual:
+		return []netip.Addr{netip.AddrFrom4([4]byte(v.ip[:4])), netip.AddrFrom16(t.dual[i])}
 	}
 	return append([]netip.Addr(nil), t.multi[i]...)
 }
 
+// ipv6Of returns the IPv6 VIP of the dual key i.
+func (t *Table) ipv6Of(i int32) []byte {
+	a := t.dual[i]
+	return a[:]
+}
+
 // WriteJSON writes t in the table file's own shape (an Envoy
-// virtual_domains array), so a snapshot can be read back by Decode.
+// virtual_domains array; the inline_dns_table object with a datacenter
+// field when t knows its agent's datacenter), so a snapshot can be read
+// back by Decode.
 func (t *Table) WriteJSON(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
+	if t.dc != "" {
+		// dc holds only [a-z0-9_-] (validLabel): no JSON escaping needed.
+		bw.WriteString("{\"datacenter\":\"" + t.dc + "\",\"virtual_domains\":")
+	}
 	bw.WriteString("[")
 	first := true
 	for key, i := range t.index {
@@ -101,7 +126,11 @@ func (t *Table) WriteJSON(w io.Writer) error {
 		}
 		bw.WriteString("]}}}")
 	}
-	bw.WriteString("\n]\n")
+	bw.WriteString("\n]")
+	if t.dc != "" {
+		bw.WriteString("}")
+	}
+	bw.WriteString("\n")
 	return bw.Flush()
 }
 
@@ -168,12 +197,34 @@ func (b *Builder) add(key string, a netip.Addr) {
 			return
 		}
 	}
+	if v := &t.vips[i]; v.fam == fam4 && !a.Is4() || v.fam == fam6 && a.Is4() {
+		// one address of each family: one service answering A and AAAA
+		if t.dual == nil {
+			t.dual = map[int32][16]byte{}
+		}
+		v4, v6 := have[0], a
+		if a.Is4() {
+			v4, v6 = a, have[0]
+		}
+		t.dual[i] = v6.As16()
+		*v = vip{fam: famDual}
+		a4 := v4.As4()
+		copy(v.ip[:], a4[:])
+		return
+	}
+	if t.vips[i].fam == famDual {
+		delete(t.dual, i)
+	}
 	if t.multi == nil {
 		t.multi = map[int32][]netip.Addr{}
 	}
 	t.multi[i] = append(have, a)
 	t.vips[i] = vip{fam: famAmbiguous}
 }
+
+// SetDatacenter records the datacenter of the source's agent in the table
+// (see Table.Datacenter); dc must be a valid label or "".
+func (b *Builder) SetDatacenter(dc string) { b.t.dc = dc }
 
 // Table returns the built table; the Builder must not be used afterwards.
 func (b *Builder) Table() *Table {

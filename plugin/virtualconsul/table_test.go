@@ -3,6 +3,7 @@ package virtualconsul
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/netip"
 	"reflect"
 	"sort"
@@ -298,6 +299,46 @@ func BenchmarkDecode(b *testing.B) {
 		}
 		if nb.Table().Len() != 100_000 {
 			b.Fatal("short table")
+		}
+	}
+}
+
+// TestTableDualAndDatacenter: one IPv4 and one IPv6 VIP are one service
+// (a third VIP makes the name ambiguous), and a table's datacenter and its
+// dual keys survive the snapshot's round trip.
+func TestTableDualAndDatacenter(t *testing.T) {
+	b := NewBuilder(0)
+	b.SetDatacenter("dc2")
+	for _, e := range []Entry{
+		{Name: "d.virtual.default.ns.default.ap.dc2.dc.consul", Addresses: []string{"fd00::1", "240.0.0.1"}},
+		{Name: "x.virtual.default.ns.default.ap.dc2.dc.consul", Addresses: []string{"240.0.0.2", "fd00::2", "fd00::3"}},
+	} {
+		if err := b.Add(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tbl := b.Table()
+	var buf strings.Builder
+	if err := tbl.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	b2 := NewBuilder(0)
+	if err := Decode(strings.NewReader(buf.String()), b2); err != nil {
+		t.Fatalf("%v\n%s", err, buf.String())
+	}
+	for _, tb := range []*Table{tbl, b2.Table()} {
+		if tb.Datacenter() != "dc2" {
+			t.Fatalf("datacenter %q, want dc2", tb.Datacenter())
+		}
+		i := tb.index["d.virtual.default.ns.default.ap.dc2.dc.consul"]
+		if v := tb.vips[i]; v.fam != famDual || netip.AddrFrom4([4]byte(v.ip[:4])).String() != "240.0.0.1" || net.IP(tb.ipv6Of(i)).String() != "fd00::1" {
+			t.Fatalf("dual key: %+v", v)
+		}
+		if v := tb.vips[tb.index["x.virtual.default.ns.default.ap.dc2.dc.consul"]]; v.fam != famAmbiguous {
+			t.Fatalf("three VIPs: fam %d, want ambiguous", v.fam)
+		}
+		if a, _ := tb.Lookup("x.virtual.default.ns.default.ap.dc2.dc.consul"); len(a) != 3 {
+			t.Fatalf("ambiguous VIPs %v", a)
 		}
 	}
 }

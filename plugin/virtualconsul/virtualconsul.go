@@ -27,6 +27,7 @@ type VirtualConsul struct {
 
 	zones         []soa.Names // longest first, with their SOA names made once
 	ns, ap, dc    string      // this workload's identity, expands short names
+	dcSet         bool        // the Corefile named dc; else a table's own datacenter wins
 	ttl           uint32
 	authoritative bool
 	src           source        // nil when only a snapshot is configured, or in remote-listener mode
@@ -74,10 +75,17 @@ func (v *VirtualConsul) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *d
 	}
 	vp := l.vip
 	switch {
+	case vp.fam == famDual && q.Qtype == dns.TypeAAAA:
+		rp := newReply[dns.AAAA](r, dns.RcodeSuccess)
+		rp.rec = dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: v.ttl}, AAAA: l.table.ipv6Of(l.idx)}
+		rp.m.Answer = rp.rr[:]
+		c.hit.Inc()
+		w.WriteMsg(&rp.m)
+		return dns.RcodeSuccess, nil
 	case vp.fam == famAmbiguous:
 		c.ambiguous.Inc()
 		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
-	case vp.fam == fam4 && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY):
+	case (vp.fam == fam4 || vp.fam == famDual) && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY):
 		rp := newReply[dns.A](r, dns.RcodeSuccess)
 		rp.rec = dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: v.ttl}, A: vp.ip[:4:4]}
 		rp.m.Answer = rp.rr[:]
@@ -99,7 +107,7 @@ func (v *VirtualConsul) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *d
 // Outcomes of lookup.
 const (
 	notOurs     = iota // not in the plugin's zones: not counted
-	passThrough        // in a zone, not a name we answer (incl. a named port without its entry)
+	passThrough        // in a zone, not a name we answer (incl. every named port)
 	notReady           // no table yet
 	missing            // a virtual name not in the table
 	found              // in the table: vip says what
@@ -112,6 +120,7 @@ type looked struct {
 	zone    *soa.Names
 	table   *Table
 	vip     *vip
+	idx     int32  // vip's index in table
 	key     string // the canonical key with its final dot, in remote-listener mode
 }
 
@@ -142,19 +151,25 @@ func (v *VirtualConsul) lookup(q dns.Question) (l looked) {
 		l.outcome, l.key = remote, string(append(appendKey(keyBuf[:0], p, v.ns, v.ap, v.dc), '.'))
 		return l
 	}
+	if p.port != nil {
+		// The table stores no per-port VIPs: named ports are the servers'.
+		l.outcome = passThrough
+		return l
+	}
 	if l.table = v.table.Load(); l.table == nil {
 		l.outcome = notReady
 		return l
 	}
-	i, ok := l.table.index[string(appendKey(keyBuf[:0], p, v.ns, v.ap, v.dc))]
-	switch {
-	case ok:
-		l.outcome, l.vip = found, &l.table.vips[i]
-	case p.port != nil:
-		l.outcome = passThrough // a named port without its own entry is never ours to deny
-	default:
-		l.outcome = missing
+	dc := v.dc
+	if !v.dcSet && l.table.dc != "" {
+		dc = l.table.dc // the source's agent's own datacenter
 	}
+	i, ok := l.table.index[string(appendKey(keyBuf[:0], p, v.ns, v.ap, dc))]
+	if !ok {
+		l.outcome = missing
+		return l
+	}
+	l.outcome, l.vip, l.idx = found, &l.table.vips[i], i
 	return l
 }
 

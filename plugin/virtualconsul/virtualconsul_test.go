@@ -28,6 +28,7 @@ func handler(t testing.TB, authoritative bool) *VirtualConsul {
 		{Name: "amb.virtual.default.ns.default.ap.dc1.dc.consul", Addresses: []string{"240.0.0.5"}},
 		{Name: "http.pay.virtual.default.ns.default.ap.dc1.dc.consul", Addresses: []string{"240.0.0.8"}},
 		{Name: "pay.virtual.default.ns.default.ap.dc1.dc.consul", Addresses: []string{"240.0.0.7"}},
+		{Name: "dual.virtual.default.ns.default.ap.dc1.dc.consul", Addresses: []string{"fd00::9", "240.0.0.9"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +60,9 @@ func TestServeDNS(t *testing.T) {
 		{Qname: "db.virtual.part.ap.dc2.dc.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("db.virtual.part.ap.dc2.dc.consul. 5 IN A 240.0.0.3")}},
 		{Qname: "web.virtual.corp.example.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("web.virtual.corp.example. 5 IN A 240.0.0.1")}},
 		{Qname: "v6.virtual.consul.", Qtype: dns.TypeAAAA, Answer: []dns.RR{test.AAAA("v6.virtual.consul. 5 IN AAAA fd00::6")}},
-		{Qname: "http.pay.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("http.pay.virtual.consul. 5 IN A 240.0.0.8")}},
+		// one IPv4 and one IPv6 VIP: one service, A and AAAA
+		{Qname: "dual.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("dual.virtual.consul. 5 IN A 240.0.0.9")}},
+		{Qname: "dual.virtual.consul.", Qtype: dns.TypeAAAA, Answer: []dns.RR{test.AAAA("dual.virtual.consul. 5 IN AAAA fd00::9")}},
 		{Qname: "web.virtual.consul.", Qtype: dns.TypeANY, Answer: []dns.RR{test.A("web.virtual.consul. 5 IN A 240.0.0.1")}},
 		// NODATA: the name exists, not for this type
 		{Qname: "web.virtual.consul.", Qtype: dns.TypeAAAA, Ns: []dns.RR{wantSOA("consul.")}},
@@ -71,6 +74,8 @@ func TestServeDNS(t *testing.T) {
 		{Qname: "nope.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.virtual.other.ns.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "grpc.pay.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
+		// named ports are the servers' (no per-port VIPs), even with an entry
+		{Qname: "http.pay.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.service.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.service.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.virtual.p1.peer.consul.", Qtype: dns.TypeA, Rcode: passed},
@@ -92,6 +97,26 @@ func TestServeDNSAuthoritative(t *testing.T) {
 		{Qname: "amb.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.service.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("web.virtual.consul. 5 IN A 240.0.0.1")}},
+	})
+}
+
+// TestServeDNSTableDatacenter: short names expand with the datacenter of
+// the source's agent that the table carries, unless the Corefile names one.
+func TestServeDNSTableDatacenter(t *testing.T) {
+	b := NewBuilder(1)
+	b.SetDatacenter("dc2")
+	if err := b.Add(Entry{Name: "web.virtual.default.ns.default.ap.dc2.dc.consul", Addresses: []string{"240.0.0.1"}}); err != nil {
+		t.Fatal(err)
+	}
+	v := handler(t, true)
+	v.table.Store(b.Table())
+	runCases(t, v, []test.Case{
+		{Qname: "web.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("web.virtual.consul. 5 IN A 240.0.0.1")}},
+		{Qname: "web.virtual.dc2.dc.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("web.virtual.dc2.dc.consul. 5 IN A 240.0.0.1")}},
+	})
+	v.dcSet = true // datacenter dc1 in the Corefile
+	runCases(t, v, []test.Case{
+		{Qname: "web.virtual.consul.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{wantSOA("consul.")}},
 	})
 }
 
