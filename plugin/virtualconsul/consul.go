@@ -184,6 +184,7 @@ type proxyEntries struct {
 	// its config entry: read again whenever the catalog moved.
 	gateway bool
 	dc      string // the datacenter of its entries
+	skipped int    // entries with a name DNS cannot ask for, left out
 }
 
 func (s *consulSource) Name() string { return "consul" }
@@ -336,10 +337,11 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	}
 	maps.Copy(known, read)
 	s.known = known
-	pending, dc := false, s.dc
+	pending, dc, skipped := false, s.dc, 0
 	var entries []Entry
 	for _, n := range names {
 		entries = append(entries, known[n].entries...)
+		skipped += known[n].skipped
 		pending = pending || known[n].pending
 		if dc == "" {
 			dc = known[n].dc
@@ -377,7 +379,11 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	}
 	t := b.Table()
 	s.last, s.built = sum, true
-	return meta.LastIndex, Sync{Result: SyncOK, Table: t}, nil
+	sy := Sync{Result: SyncOK, Table: t}
+	if skipped > 0 {
+		sy.Skipped = map[string]int{skipName: skipped}
+	}
+	return meta.LastIndex, sy, nil
 }
 
 // enterpriseOnly reports whether err is a Consul CE agent refusing an

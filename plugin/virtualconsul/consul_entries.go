@@ -179,8 +179,12 @@ func (s *consulSource) entries(svcs []*catalogEntry) (p proxyEntries) {
 // want says whether e should carry it (a missing VIP is then pending).
 func (p *proxyEntries) add(s *consulSource, e *catalogEntry, svc string, a api.ServiceAddress, want bool) {
 	svc = strings.ToLower(svc)
-	if !validIdentity(svc) || (s.upstreams != nil && !s.upstreams[svc]) {
-		return // a service name DNS cannot ask for as one label (Consul allows a few, "a.b" among them)
+	if s.upstreams != nil && !s.upstreams[svc] {
+		return
+	}
+	if !validIdentity(svc) {
+		p.skipped++ // a service name DNS cannot ask for as one label (Consul allows a few, "a.b" among them)
+		return
 	}
 	if a.Address == "" {
 		p.pending = p.pending || want
@@ -198,7 +202,8 @@ func (p *proxyEntries) add(s *consulSource, e *catalogEntry, svc string, a api.S
 	}
 	name := svc + ".virtual." + ns + ".ns." + ap + ".ap." + edc + ".dc.consul"
 	if _, err := canonicalName(name); err != nil {
-		return // a service name DNS cannot ask for (Consul allows a few)
+		p.skipped++ // a namespace, partition or datacenter DNS cannot ask for
+		return
 	}
 	p.entries = append(p.entries, Entry{Name: name, Addresses: []string{a.Address}})
 }

@@ -57,6 +57,14 @@ var (
 		Help:      "1 for the reason the source is failing (error, acl_filtered, no_leader), else 0.",
 	}, []string{"server", "zone", "source", "reason"})
 
+	// entriesSkipped counts the entries the last table built left out.
+	entriesSkipped = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "entries_skipped",
+		Help:      "Entries of the control plane left out of the serving table, by reason (name, address, no_address).",
+	}, []string{"server", "zone", "source", "reason"})
+
 	// snapshotHeld is 1 while the snapshot keeps the last non-empty table
 	// against an empty sync (the empty-sync rule, persist.Writer).
 	snapshotHeld = promauto.NewGaugeVec(prometheus.GaugeOpts{

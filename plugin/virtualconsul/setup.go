@@ -318,6 +318,9 @@ func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
 		switch s.Result {
 		case SyncOK:
 			v.swap(s.Table)
+			for _, r := range skipReasons {
+				gauges.Of(entriesSkipped, v.servers, v.metricZone, src, r).Set(float64(s.Skipped[r]))
+			}
 			changed.SetToCurrentTime()
 			lastReject = ""
 			log.Infof("Synced %d entries from source %s", s.Table.Len(), src)

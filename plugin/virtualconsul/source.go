@@ -41,6 +41,9 @@ type Sync struct {
 	// Reason labels a SyncError in source_failing_reason: "" for
 	// SyncError itself, or the source's own (acl_filtered, no_leader).
 	Reason string
+	// Skipped counts, for SyncOK, the entries left out of Table by reason
+	// (entries_skipped); nil when none.
+	Skipped map[string]int
 }
 
 // Results of a sync attempt (the result label of the syncs metric).

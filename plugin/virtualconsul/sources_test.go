@@ -205,6 +205,21 @@ func TestParseSources(t *testing.T) {
 	}
 }
 
+// noInlineTable returns a virtual_dns listener whose DNS filter has no
+// inline table: structurally invalid.
+func noInlineTable(t testing.TB) *anypb.Any {
+	cfg, err := anypb.New(&dnsfilter.DnsFilterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := anypb.New(&listener.Listener{Name: "virtual_dns", ListenerFilters: []*listener.ListenerFilter{{
+		Name: dnsFilterName, ConfigType: &listener.ListenerFilter_TypedConfig{TypedConfig: cfg}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // listenerAny returns a Listener resource named name with a DNS filter
 // holding domains.
 func listenerAny(t testing.TB, name string, domains map[string][]string) *anypb.Any {
@@ -251,10 +266,20 @@ func TestListenerEntries(t *testing.T) {
 	if s := (&xdsSource{}).table([]*anypb.Any{other}); s.Result != SyncNoTable || !strings.Contains(s.Err.Error(), "none of the 1 listeners") {
 		t.Fatalf("no virtual_dns listener: %+v", s)
 	}
-	// An invalid table is rejected by the source (and NACKed).
-	bad := listenerAny(t, "virtual_dns", map[string][]string{"web.consul": {"240.0.0.1"}})
-	if s := (&xdsSource{}).table([]*anypb.Any{bad}); s.Result != SyncRejected || !strings.Contains(s.Err.Error(), "not a full-form virtual name") {
-		t.Fatalf("invalid table: %+v", s)
+	// Entries DNS cannot ask for are left out and counted, the rest served.
+	bad := listenerAny(t, "virtual_dns", map[string][]string{"web.consul": {"240.0.0.1"}, "a.b.virtual.default.ns.default.ap.dc1.dc.consul": {"240.0.0.2"},
+		"ip.virtual.default.ns.default.ap.dc1.dc.consul": {"not-an-ip"}, "none.virtual.default.ns.default.ap.dc1.dc.consul": nil,
+		"half.virtual.default.ns.default.ap.dc1.dc.consul": {"x", "240.0.0.5"}, webKey: {"240.0.0.1"}})
+	s := (&xdsSource{}).table([]*anypb.Any{bad})
+	if s.Result != SyncOK || s.Table.Len() != 3 || s.Skipped[skipName] != 1 || s.Skipped[skipAddress] != 1 || s.Skipped[skipNoAddress] != 1 {
+		t.Fatalf("entries DNS cannot ask for: %+v (want ok, 3 entries, one skipped per reason)", s)
+	}
+	if a, _ := s.Table.Lookup("half.virtual.default.ns.default.ap.dc1.dc.consul"); len(a) != 1 || a[0].String() != "240.0.0.5" {
+		t.Fatalf("an entry with one bad address: %v, want its good one", a)
+	}
+	// A structurally invalid response is rejected by the source (and NACKed).
+	if s := (&xdsSource{}).table([]*anypb.Any{noInlineTable(t)}); s.Result != SyncRejected || !strings.Contains(s.Err.Error(), "no inline_dns_table") {
+		t.Fatalf("invalid response: %+v", s)
 	}
 	x := &xdsSource{}
 	if s := x.table([]*anypb.Any{vd}); s.Result != SyncOK {

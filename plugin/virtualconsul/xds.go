@@ -1,6 +1,7 @@
 package virtualconsul
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -47,6 +48,16 @@ const (
 // larger mesh would fail forever. 64 MiB holds ~900,000.
 const defaultMaxMessageSize = 64 << 20
 
+// Keepalive of the ADS connection: a ping every xdsKeepalive (Consul's
+// servers accept one every 15s), unanswered within xdsPingTimeout breaks
+// the stream; a server that refuses pings that often has them doubled up
+// to xdsPingMax (gRPC's default policy accepts one every 5 minutes).
+const (
+	xdsKeepalive   = 15 * time.Second
+	xdsPingTimeout = 15 * time.Second
+	xdsPingMax     = 5 * time.Minute
+)
+
 // The xDS variants: delta (incremental) ADS, which Consul's servers and
 // agents serve (hashicorp/consul#9855), and state-of-the-world ADS, which
 // they refuse ("not implemented") and some control planes alone offer.
@@ -67,12 +78,13 @@ func init() { sourceTypes["xds"] = newXDSSource }
 //	    token_file PATH
 //	    max_message_size SIZE
 //	    protocol auto|delta|sotw
+//	    keepalive DURATION
 //	}
 func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 	if len(args) != 1 {
 		return nil, errors.New("want ADDRESS")
 	}
-	x := &xdsSource{address: args[0], node: "meshdns", maxMsg: defaultMaxMessageSize, protocol: protoAuto}
+	x := &xdsSource{address: args[0], node: "meshdns", maxMsg: defaultMaxMessageSize, protocol: protoAuto, keepalive: xdsKeepalive}
 	if h, err := os.Hostname(); err == nil && h != "" {
 		x.node = h
 	}
@@ -98,6 +110,12 @@ func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 				return c.Errf("source xds: bad max_message_size %q: want a size up to 2g, such as 64m", args[0])
 			}
 			x.maxMsg = int(n)
+		case "keepalive":
+			d, err := time.ParseDuration(args[0])
+			if err != nil || d < 10*time.Second || d > xdsPingMax {
+				return c.Errf("source xds: bad keepalive %q: want a duration from 10s (gRPC's floor) to 5m", args[0])
+			}
+			x.keepalive = d
 		case "protocol":
 			switch args[0] {
 			case protoAuto, protoDelta, protoSotW:
@@ -162,7 +180,8 @@ type xdsSource struct {
 	tls       *tls.Config // nil: plaintext
 	tokenFile string      // "" : the environment's, if any
 	maxMsg    int
-	protocol  string // protoAuto, protoDelta or protoSotW
+	protocol  string        // protoAuto, protoDelta or protoSotW
+	keepalive time.Duration // the keepalive ping interval (keepalive), xdsKeepalive by default
 
 	// Run's goroutine only:
 	using     string        // the protocol the next stream speaks
@@ -173,6 +192,7 @@ type xdsSource struct {
 	nackDelay time.Duration // how long to hold the next NACK of that content
 	last      [32]byte      // hash of the entries of the last table reported
 	built     bool
+	ping      time.Duration // the ping interval once a server refused keepalive's: 0 for keepalive
 }
 
 func (x *xdsSource) Name() string { return "xds" }
@@ -189,6 +209,14 @@ func (x *xdsSource) Run(ctx context.Context, report func(Sync)) {
 			log.Infof("Source xds: %s refuses delta ADS (%v); falling back to state-of-the-world", x.address, err)
 			continue
 		}
+		if got && tooManyPings(err) && cmp.Or(x.ping, x.keepalive) < xdsPingMax {
+			// A server that refuses pings this often (gRPC's default
+			// policy: one every 5 minutes) closed a working stream: ping
+			// half as often from now on and reconnect at once; not a failure.
+			x.ping = min(2*cmp.Or(x.ping, x.keepalive), xdsPingMax)
+			log.Warningf("Source xds: %s refuses keepalive pings this often: pinging every %v", x.address, x.ping)
+			continue
+		}
 		report(Sync{Result: SyncError, Err: x.explain(err)})
 		if got {
 			retry = 0 // the stream worked: start the backoff over
@@ -198,6 +226,12 @@ func (x *xdsSource) Run(ctx context.Context, report func(Sync)) {
 			return
 		}
 	}
+}
+
+// tooManyPings reports whether err is a stream closed by the server's
+// GOAWAY ENHANCE_YOUR_CALM "too_many_pings".
+func tooManyPings(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "too_many_pings")
 }
 
 // refused reports whether err is a server's refusal of the protocol: gRPC's
@@ -259,11 +293,13 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 	if x.tls != nil {
 		creds = credentials.NewTLS(x.tls)
 	}
-	// Keepalive pings find a hung control plane; 5 minutes is as often as
-	// a gRPC server allows by default.
+	// Keepalive pings find a hung control plane: a ping unanswered within
+	// ping+min(ping, 15s) breaks the stream (30s by default, as often as
+	// Consul's servers accept pings: every 15s).
+	ping := cmp.Or(x.ping, x.keepalive)
 	conn, err := grpc.NewClient(x.address, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(x.maxMsg)),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}))
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: ping, Timeout: min(ping, xdsPingTimeout)}))
 	if err != nil {
 		return false, err
 	}
@@ -327,6 +363,9 @@ func (x *xdsSource) table(resources []*anypb.Any) Sync {
 		return Sync{Result: SyncNoTable, Err: fmt.Errorf("xds %s: none of the %d listeners is named %s…: no table to follow (Consul before 1.17 pushes none)",
 			x.address, len(resources), virtualDNSListener)}
 	}
+	// Only a structurally invalid response is NACKed (above); entries DNS
+	// cannot ask for are left out and counted.
+	entries, skipped := usable(entries)
 	h := sha256.New()
 	for _, e := range entries {
 		fmt.Fprintf(h, "%s %s\n", e.Name, strings.Join(e.Addresses, ","))
@@ -340,5 +379,5 @@ func (x *xdsSource) table(resources []*anypb.Any) Sync {
 		return Sync{Result: SyncRejected, Err: err}
 	}
 	x.last, x.built = sum, true
-	return Sync{Result: SyncOK, Table: t}
+	return Sync{Result: SyncOK, Table: t, Skipped: skipped}
 }

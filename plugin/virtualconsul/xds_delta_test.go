@@ -69,7 +69,7 @@ func TestXDSDeltaStream(t *testing.T) {
 	pub, _ := anypb.New(&listener.Listener{Name: "public_listener"})
 	v1 := listenerAny(t, "virtual_dns", map[string][]string{webKey: {"240.0.0.1"}})
 	v2 := listenerAny(t, "virtual_dns", map[string][]string{webKey: {"240.0.0.2"}})
-	bad := listenerAny(t, "virtual_dns", map[string][]string{"web.consul": {"240.0.0.3"}})
+	bad := noInlineTable(t)
 	srv := &scriptedDelta{
 		answers: make(chan *discovery.DeltaDiscoveryRequest, 10),
 		token:   make(chan string, 1),
