@@ -27,6 +27,13 @@ func WriteFile(path string, data []byte) error {
 // through a buffer, so that a large snapshot never has to be held in memory
 // whole. When write fails the target keeps its old content.
 func WriteStream(path string, write func(io.Writer) error) error {
+	return writeStream(path, write, os.Rename)
+}
+
+// writeStream is WriteStream with the final step, the rename of the
+// complete temporary file over path, done by rename (a Writer's checks that
+// its state is still the newest, in one step with the rename).
+func writeStream(path string, write func(io.Writer) error, rename func(tmp, path string) error) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -54,7 +61,7 @@ func WriteStream(path string, write func(io.Writer) error) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("snapshot %s: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := rename(tmp, path); err != nil {
 		return fmt.Errorf("snapshot %s: %w", path, err)
 	}
 	if d, err := os.Open(dir); err == nil {

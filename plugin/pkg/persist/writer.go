@@ -2,7 +2,9 @@ package persist
 
 import (
 	"context"
+	"errors"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,8 +148,11 @@ func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 	}
 	var size int64
 	count := func(out io.Writer) error { return encode(countWriter{out, &size}) }
-	if err := WriteStream(w.Path, count); err != nil {
-		w.Log.Warningf("Writing snapshot %q: %v", w.Path, err)
+	commit := func(tmp, path string) error { return files.commit(path, at, func() error { return os.Rename(tmp, path) }) }
+	if err := writeStream(w.Path, count, commit); err != nil {
+		if !errors.Is(err, errSuperseded) {
+			w.Log.Warningf("Writing snapshot %q: %v", w.Path, err)
+		}
 		return false, time.Time{}
 	}
 	files.wrote(w.Path, n)
@@ -252,6 +257,23 @@ func (f *fileStates) claim(path string, n int, at time.Time, grace time.Duration
 	}
 	s.newest = at
 	return true, time.Time{}, e
+}
+
+// errSuperseded: a newer state was claimed while this one was written; its
+// temporary file is dropped, never renamed over the newer one.
+var errSuperseded = errors.New("superseded by a newer state")
+
+// commit renames a written state applied at at over path (by rename) if no
+// writer of path claimed a newer state meanwhile, in one step with that
+// check across every instance of the path: two writers around a reload
+// cannot rename out of order and leave the older state on disk.
+func (f *fileStates) commit(path string, at time.Time, rename func() error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.get(path).newest.Equal(at) {
+		return errSuperseded
+	}
+	return rename()
 }
 
 // wrote records a claimed state as on disk.

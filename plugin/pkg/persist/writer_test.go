@@ -187,3 +187,35 @@ func TestWriterNewestWins(t *testing.T) {
 		t.Fatalf("writes %d and %d, want 0 and 1", a.Writes(), b.Writes())
 	}
 }
+
+// TestWritersRenameInOrder: two writers of one path around a reload, the
+// older state's encoding still running when the newer one is written: the
+// older is dropped at its rename, never renamed over the newer.
+func TestWritersRenameInOrder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "snap")
+	old, cur := NewWriter(path, clog.NewWithPlugin("test")), NewWriter(path, clog.NewWithPlugin("test"))
+	release := make(chan struct{})
+	started := make(chan struct{})
+	t0 := time.Now()
+	old.Offer(func(w io.Writer) error {
+		close(started)
+		<-release // the old instance's encoding of a large table, still running
+		return state(1)(w)
+	}, 1, t0)
+	done := make(chan struct{})
+	go func() { defer close(done); old.Flush() }()
+	<-started
+	cur.Offer(state(2), 2, t0.Add(time.Millisecond))
+	cur.Flush()
+	close(release)
+	<-done
+	if b, _ := os.ReadFile(path); string(b) != "2" {
+		t.Fatalf("snapshot holds %q, want the newer state 2", b)
+	}
+	if old.Writes() != 0 || cur.Writes() != 1 {
+		t.Fatalf("writes: old %d, new %d, want 0 and 1", old.Writes(), cur.Writes())
+	}
+	if m, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".snap.tmp-*")); len(m) != 0 {
+		t.Fatalf("temporary files left: %v", m)
+	}
+}
