@@ -148,7 +148,9 @@ func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 	}
 	var size int64
 	count := func(out io.Writer) error { return encode(countWriter{out, &size}) }
-	commit := func(tmp, path string) error { return files.commit(path, at, func() error { return os.Rename(tmp, path) }) }
+	commit := func(tmp, path string) error {
+		return files.commit(path, at, func() error { return os.Rename(tmp, path) })
+	}
 	if err := writeStream(w.Path, count, commit); err != nil {
 		if !errors.Is(err, errSuperseded) {
 			w.Log.Warningf("Writing snapshot %q: %v", w.Path, err)
