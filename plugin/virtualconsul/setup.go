@@ -14,7 +14,6 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
-	"github.com/meshdns/meshdns/plugin/pkg/carry"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/pending"
@@ -52,6 +51,7 @@ func setup(c *caddy.Controller) error {
 		carried.Drop(v.carryKey) // what a new instance did not take
 		return v.stop()
 	})
+	carried.Want(v.carryKey) // see carry.go
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		v.Next = next
 		return v
@@ -188,16 +188,12 @@ type lifecycle struct {
 	writer *persist.Writer    // nil without a snapshot
 }
 
-// carried holds the serving tables across a reload (SIGUSR1), by carryKey;
-// tables are immutable, so the two instances may share one.
-var carried carry.Store[*Table]
-
 // handOver, before a reload, leaves the serving table for the instance
 // that replaces this one: a reload during a control-plane outage then keeps
 // answering, with or without a snapshot.
 func (v *VirtualConsul) handOver() error {
 	if t := v.table.Load(); t != nil {
-		carried.Put(v.carryKey, t)
+		carried.Put(v.carryKey, v.sourceKey(), t)
 	} else {
 		carried.Drop(v.carryKey)
 	}
@@ -208,6 +204,7 @@ func (v *VirtualConsul) handOver() error {
 // serves on with its own table, and no stale table waits for a later reload.
 func (v *VirtualConsul) keep() error {
 	carried.Drop(v.carryKey)
+	carried.Failed()
 	return nil
 }
 
@@ -220,7 +217,7 @@ func (v *VirtualConsul) start() error {
 		gauges.Of(sourceFailing, v.servers, v.metricZone, "envoy").Set(0)
 		return nil
 	}
-	if t, ok := carried.Take(v.carryKey); ok {
+	if t, ok := carried.Take(v.carryKey, v.sourceKey()); ok {
 		v.swap(t) // at least as new as the snapshot
 		log.Infof("Carried %d entries across the reload", t.Len())
 	} else if v.snapshot != "" {

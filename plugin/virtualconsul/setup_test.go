@@ -276,6 +276,7 @@ func TestCarry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		carried.Want(v.carryKey) // as setup does
 		return v
 	}
 	old := newVC("consul.:1053")
@@ -300,7 +301,8 @@ func TestCarry(t *testing.T) {
 
 	// A reload that succeeds: the new instance serves the old table at once.
 	_ = old.handOver()
-	other := newVC("consul.:1054") // the same zone in another block
+	other := newVC("consul.:1054") // the same zone and source in another block
+	next := newVC("consul.:1053")  // CoreDNS sets up every block before it starts one
 	if err := other.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +310,6 @@ func TestCarry(t *testing.T) {
 	if other.Ready() {
 		t.Fatal("another server block took the table")
 	}
-	next := newVC("consul.:1053")
 	if err := next.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -316,8 +317,20 @@ func TestCarry(t *testing.T) {
 	if !next.Ready() || next.table.Load() != old.table.Load() {
 		t.Fatal("the table was not carried across the reload")
 	}
-	if _, ok := carried.Take(next.carryKey); ok {
+	if _, ok := carried.Take(next.carryKey, next.sourceKey()); ok {
 		t.Fatal("the carried table was left behind after the new instance took it")
+	}
+
+	// A reload that changes the port and the zones, with the same source:
+	// the table is carried to the new block.
+	_ = next.handOver()
+	moved := newVC("consul.:2053", "mesh.:2053")
+	if err := moved.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer moved.stop()
+	if !moved.Ready() || moved.table.Load() != old.table.Load() {
+		t.Fatal("a reload that changed the port lost the table of the same source")
 	}
 }
 
