@@ -143,6 +143,8 @@ func TestMdnsfallbackTwoHostsGoodbye(t *testing.T) {
 		}
 		return ""
 	})
+	// The goodbye takes effect one second after it arrived (RFC 6762 §10.1).
+	time.Sleep(1100 * time.Millisecond)
 	if st := mb.digStatus(t, "app.weave.local", "A"); st != "NXDOMAIN" {
 		t.Fatalf("B still answers after the goodbye: %s", st)
 	}
@@ -153,12 +155,13 @@ func TestMdnsfallbackTwoHostsGoodbye(t *testing.T) {
 		t.Fatalf("the other name went too: %v", got)
 	}
 	// A stops (SIGTERM): its goodbyes (RFC 6762 §10.1) empty B's cache of
-	// A's names at once, long before their TTLs end.
+	// A's names one second later, long before their TTLs end.
 	answersBefore = mb.metric(t, "coredns_mdnsfallback_mdns_answers_received_total")
 	ma.proc.stop()
 	if n := mb.metric(t, "coredns_mdnsfallback_mdns_answers_received_total"); n <= answersBefore {
 		t.Fatalf("no goodbye from A's stop reached B (answers %v → %v)", answersBefore, n)
 	}
+	time.Sleep(1100 * time.Millisecond)
 	if st := mb.digStatus(t, "late.weave.local", "A"); st != "NXDOMAIN" {
 		t.Fatalf("B still answers A's name after A stopped: %s", st)
 	}
@@ -301,8 +304,11 @@ func TestMdnsfallbackLatency(t *testing.T) {
 		}
 		return ""
 	})
-	// Start meshdns after Avahi's announcements, which it would cache.
-	time.Sleep(2500 * time.Millisecond)
+	// Start meshdns after Avahi's announcements, which it would cache:
+	// Avahi announces each record up to four times, the intervals doubling
+	// from one second, and the names are asked over a second or more (each
+	// query collects answers for 20 ms after the first).
+	time.Sleep(7 * time.Second)
 	// query_rate: this measures the round trip of back-to-back distinct
 	// names, not the query budget (TestRandomNameFlood's)
 	m := a.startMeshdns(t, "        timeout 1s\n        query_rate 10000\n")

@@ -42,33 +42,44 @@ func (r *responder) scheduleAnnounce(name string, now time.Time) {
 	}
 	a.left = announceCount
 	if a.timer == nil {
-		a.timer = time.AfterFunc(r.nextMulticastLocked(name, now).Sub(now), func() { r.fireAnnounce(name) })
+		a.timer = time.AfterFunc(r.nextMulticastLocked(r.localRRs(name), now).Sub(now), func() { r.fireAnnounce(name) })
 	}
 }
 
-// nextMulticastLocked is the earliest time name may be multicast on every
-// interface; r.mu is held.
-func (r *responder) nextMulticastLocked(name string, now time.Time) time.Time {
+// nextMulticastLocked is the earliest time every record of name (rrs)
+// may be multicast on every interface; r.mu is held.
+func (r *responder) nextMulticastLocked(rrs []dns.RR, now time.Time) time.Time {
 	next := now
 	for idx := range r.ifs() {
-		if last, ok := r.lastMcast[mcastKey{name, idx}]; ok && last.Add(mcastInterval).After(next) {
-			next = last.Add(mcastInterval)
+		for _, rr := range rrs {
+			if last, ok := r.lastMcast[rrKey(rr, idx)]; ok && last.Add(mcastInterval).After(next) {
+				next = last.Add(mcastInterval)
+			}
 		}
 	}
 	return next
 }
 
+// localRRs returns the records of the local name, as announced.
+func (r *responder) localRRs(name string) []dns.RR {
+	if e := r.p.db.ix.lookup(name); e != nil {
+		return r.p.entryRRs(e, name, dns.TypeANY)
+	}
+	return nil
+}
+
 // fireAnnounce sends one announcement of name, or waits again when a reply
-// multicast the name meanwhile.
+// multicast one of its records meanwhile.
 func (r *responder) fireAnnounce(name string) {
 	now := time.Now()
+	rrs := r.localRRs(name)
 	r.mu.Lock()
 	a := r.ann[name]
 	if r.closed || a == nil {
 		r.mu.Unlock()
 		return
 	}
-	if next := r.nextMulticastLocked(name, now); next.After(now) {
+	if next := r.nextMulticastLocked(rrs, now); next.After(now) {
 		a.timer = time.AfterFunc(next.Sub(now), func() { r.fireAnnounce(name) })
 		r.mu.Unlock()
 		return
@@ -79,21 +90,16 @@ func (r *responder) fireAnnounce(name string) {
 		delete(r.ann, name)
 	}
 	for idx := range r.ifs() {
-		r.lastMcast[mcastKey{name, idx}] = now
+		r.noteMulticastLocked(rrs, idx, now)
 	}
 	r.mu.Unlock()
-	r.sendAnnouncement(name)
+	r.sendAnnouncement(rrs)
 }
 
-// sendAnnouncement multicasts the name's current records (cache-flush bit
-// set) on every interface; a name deleted meanwhile sends nothing (its
-// goodbye went out with the delete).
-func (r *responder) sendAnnouncement(name string) {
-	e := r.p.db.ix.lookup(name)
-	if e == nil {
-		return
-	}
-	rrs := r.p.entryRRs(e, name, dns.TypeANY, true)
+// sendAnnouncement multicasts the name's current records (no cache-flush
+// bit: every name is shared) on every interface; a name deleted meanwhile
+// sends nothing (its goodbye went out with the delete).
+func (r *responder) sendAnnouncement(rrs []dns.RR) {
 	if len(rrs) == 0 {
 		return
 	}

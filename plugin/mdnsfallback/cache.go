@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -14,13 +13,25 @@ import (
 const (
 	// maxCacheTTL caps the TTL of a heard answer.
 	maxCacheTTL = time.Hour
-	// maxAddrsPerName bounds the addresses one cached name may hold, so a
-	// flood of answers for one name cannot grow memory either.
+	// maxAddrsPerName bounds the addresses one cached (name, type) may
+	// hold, so a flood of answers for one name cannot grow memory either.
 	maxAddrsPerName = 32
 	// flushGrace is RFC 6762 §10.2's one second: a cache-flush record
 	// evicts same-type records received more than this long ago.
 	flushGrace = time.Second
+	// goodbyeGrace is RFC 6762 §10.1's one second: a goodbye (TTL 0)
+	// leaves the record in the cache for one more second, so a peer that
+	// still holds it can correct the goodbye.
+	goodbyeGrace = time.Second
 )
+
+// cacheKey is one cached RRset: a lowercased FQDN and its address family
+// (A or AAAA). The two families of a name are known, expire and are asked
+// for apart.
+type cacheKey struct {
+	name string
+	v6   bool
+}
 
 // cachedAddr is one address heard for a name.
 type cachedAddr struct {
@@ -28,12 +39,14 @@ type cachedAddr struct {
 	ip       net.IP // shared by replies, never mutated
 	expires  time.Time
 	received time.Time
+	ttl      time.Duration // as heard (capped), for the refresh points
+	refresh  int           // refresh points (80, 85, 90, 95 %) already asked for
 }
 
-// cacheEntry is the cache's knowledge of one name: addresses heard, or a
-// negative entry ("nobody answered") until negUntil.
+// cacheEntry is the cache's knowledge of one (name, type): addresses heard,
+// or a negative entry ("nobody answered") until negUntil.
 type cacheEntry struct {
-	name     string
+	key      cacheKey
 	addrs    []cachedAddr
 	negUntil time.Time
 }
@@ -43,72 +56,32 @@ type cacheResult int
 
 const (
 	cacheNone     cacheResult = iota // nothing known
-	cachePositive                    // the name exists (answer may be empty: NODATA)
+	cachePositive                    // addresses of the asked type
 	cacheNegative                    // nobody answered recently
 )
 
-// answerCache is a bounded cache of answers heard over mDNS, keyed by
-// lowercased FQDN. It never holds more than max names of at most
-// maxAddrsPerName addresses each.
-//
-// Names are spread by hash over shards, each its own LRU under its own
-// mutex with a share of the bound, so concurrent queries for different names
-// do not queue on one lock. Small caches have one shard (an exact LRU);
-// larger ones one shard per minShardSize names, up to maxShards.
+// answerCache is a bounded LRU of answers heard over mDNS, keyed by
+// (lowercased FQDN, address family), under one mutex. It never holds more
+// than max entries of at most maxAddrsPerName addresses each. (It was
+// split into hash shards once; the server-level benchmark showed no
+// difference on this machine, see docs/performance.md, so it is one LRU.)
 type answerCache struct {
-	shards []cacheShard
-	mask   uint32
-	n      atomic.Int64 // names held, over all shards
-}
-
-// cacheShard is one LRU of the cache.
-type cacheShard struct {
 	mu  sync.Mutex
 	max int
-	m   map[string]*list.Element // value: *cacheEntry
-	lru *list.List               // front = most recently used
-	n   *atomic.Int64            // the cache's name count
-	_   [24]byte                 // 64 bytes a shard: mutexes on separate cache lines
+	m   map[cacheKey]*list.Element // value: *cacheEntry
+	lru *list.List                 // front = most recently used
 }
-
-const (
-	// minShardSize is the smallest share of the bound a shard gets, so
-	// per-shard LRU order stays close to global LRU order.
-	minShardSize = 256
-	maxShards    = 64
-)
 
 func newAnswerCache(max int) *answerCache {
-	n := 1
-	for n*2 <= maxShards && n*2*minShardSize <= max {
-		n *= 2
-	}
-	c := &answerCache{shards: make([]cacheShard, n), mask: uint32(n - 1)}
-	for i := range c.shards {
-		size := max / n
-		if i < max%n {
-			size++ // the shares add up to max exactly
-		}
-		c.shards[i] = cacheShard{max: size, m: make(map[string]*list.Element), lru: list.New(), n: &c.n}
-	}
-	return c
+	return &answerCache{max: max, m: make(map[cacheKey]*list.Element), lru: list.New()}
 }
 
-// shard returns name's shard (FNV-1a of the name, without allocating).
-func (c *answerCache) shard(name string) *cacheShard {
-	if c.mask == 0 {
-		return &c.shards[0]
-	}
-	h := uint32(2166136261)
-	for i := 0; i < len(name); i++ {
-		h ^= uint32(name[i])
-		h *= 16777619
-	}
-	return &c.shards[h&c.mask]
+// Len returns the number of entries held (positive and negative).
+func (c *answerCache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
 }
-
-// Len returns the number of names held (positive and negative).
-func (c *answerCache) Len() int { return int(c.n.Load()) }
 
 // prune drops expired addresses; it reports whether e still says anything.
 func (e *cacheEntry) prune(now time.Time) bool {
@@ -125,136 +98,183 @@ func (e *cacheEntry) prune(now time.Time) bool {
 	return len(e.addrs) > 0 || now.Before(e.negUntil)
 }
 
-// lookup appends to out the A/AAAA records (as qtype asks, owner qname,
-// TTL the time left) that the cache holds for name.
-func (c *answerCache) lookup(name, qname string, qtype uint16, now time.Time, out []dns.RR) ([]dns.RR, cacheResult) {
-	return c.shard(name).lookup(name, qname, qtype, now, out)
+// keysOf returns the cache keys a question of qtype reads.
+func keysOf(name string, qtype uint16) []cacheKey {
+	switch qtype {
+	case dns.TypeA:
+		return []cacheKey{{name, false}}
+	case dns.TypeAAAA:
+		return []cacheKey{{name, true}}
+	case dns.TypeANY:
+		return []cacheKey{{name, false}, {name, true}}
+	}
+	return nil
 }
 
-func (c *cacheShard) lookup(name, qname string, qtype uint16, now time.Time, out []dns.RR) ([]dns.RR, cacheResult) {
+// lookup appends to out the A/AAAA records (as qtype asks, owner qname,
+// TTL the time left) that the cache holds for name. The result is
+// positive when any asked type has addresses, negative when every asked
+// type is negative, none otherwise. refresh reports that an address
+// passed one of its refresh points (80, 85, 90, 95 % of its TTL, RFC 6762
+// §5.2) since the last lookup said so: a client still asks for the name,
+// so the caller should ask the network again.
+func (c *answerCache) lookup(name, qname string, qtype uint16, now time.Time, out []dns.RR) (rrs []dns.RR, res cacheResult, refresh bool) {
+	keys := keysOf(name, qtype)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el, ok := c.m[name]
-	if !ok {
-		return out, cacheNone
+	neg := 0
+	for _, k := range keys {
+		e := c.get(k, now)
+		switch {
+		case e == nil:
+		case len(e.addrs) == 0:
+			neg++
+		default:
+			res = cachePositive
+			out = appendRRs(out, e, qname, now)
+			refresh = e.dueRefresh(now) || refresh
+		}
 	}
-	e := el.Value.(*cacheEntry)
-	if !e.prune(now) {
-		c.remove(el)
-		return out, cacheNone
+	if res == cacheNone && neg > 0 && neg == len(keys) {
+		res = cacheNegative
 	}
-	c.lru.MoveToFront(el)
-	if len(e.addrs) == 0 {
-		return out, cacheNegative
+	return out, res, refresh
+}
+
+// dueRefresh reports whether an address of e passed a refresh point it
+// was not refreshed for yet, and marks it.
+func (e *cacheEntry) dueRefresh(now time.Time) bool {
+	due := false
+	for i := range e.addrs {
+		a := &e.addrs[i]
+		if a.ttl <= 0 {
+			continue
+		}
+		spent := 100 - int(a.expires.Sub(now)*100/a.ttl) // per cent of the TTL gone
+		point := min((spent-80)/5+1, 4)                  // 1 at 80 %, 2 at 85 %, … 4 at 95 %
+		if spent >= 80 && point > a.refresh {
+			a.refresh, due = point, true
+		}
 	}
+	return due
+}
+
+// appendRRs appends the records of e under qname.
+func appendRRs(out []dns.RR, e *cacheEntry, qname string, now time.Time) []dns.RR {
 	for _, a := range e.addrs {
 		ttl := uint32(a.expires.Sub(now) / time.Second)
 		if ttl == 0 {
 			ttl = 1
 		}
-		if a.addr.Is4() && (qtype == dns.TypeA || qtype == dns.TypeANY) {
-			out = append(out, &dns.A{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: a.ip})
-		} else if a.addr.Is6() && (qtype == dns.TypeAAAA || qtype == dns.TypeANY) {
+		if e.key.v6 {
 			out = append(out, &dns.AAAA{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: a.ip})
+		} else {
+			out = append(out, &dns.A{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: a.ip})
 		}
 	}
-	return out, cachePositive
+	return out
 }
 
-// has reports whether name has live addresses in the cache.
-func (c *answerCache) has(name string, now time.Time) bool {
-	return c.shard(name).has(name, now)
-}
-
-func (c *cacheShard) has(name string, now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	el, ok := c.m[name]
+// get returns the live entry of k, marking it used, or nil; c.mu is held.
+func (c *answerCache) get(k cacheKey, now time.Time) *cacheEntry {
+	el, ok := c.m[k]
 	if !ok {
-		return false
+		return nil
 	}
 	e := el.Value.(*cacheEntry)
-	return e.prune(now) && len(e.addrs) > 0
+	if !e.prune(now) {
+		c.remove(el)
+		return nil
+	}
+	c.lru.MoveToFront(el)
+	return e
 }
 
-// add records an address heard for name. A TTL of 0 is a goodbye and removes
-// the address; flush (the cache-flush bit) evicts older same-family
-// addresses of name first.
-func (c *answerCache) add(name string, addr netip.Addr, ttl uint32, flush bool, now time.Time) {
-	c.shard(name).add(name, addr.Unmap(), ttl, flush, now)
-}
-
-func (c *cacheShard) add(name string, addr netip.Addr, ttl uint32, flush bool, now time.Time) {
+// has reports whether name has live addresses of either family.
+func (c *answerCache) has(name string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el, ok := c.m[name]
+	for _, v6 := range [2]bool{false, true} {
+		if e := c.get(cacheKey{name, v6}, now); e != nil && len(e.addrs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// live reports whether (name, family) has live addresses.
+func (c *answerCache) live(name string, v6 bool, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.get(cacheKey{name, v6}, now)
+	return e != nil && len(e.addrs) > 0
+}
+
+// add records an address heard for name. A TTL of 0 is a goodbye: the
+// address expires one second later (RFC 6762 §10.1); flush (the
+// cache-flush bit) evicts older same-family addresses of name first.
+func (c *answerCache) add(name string, addr netip.Addr, ttl uint32, flush bool, now time.Time) {
+	addr = addr.Unmap()
+	k := cacheKey{name, addr.Is6()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.m[k]
 	if !ok {
 		if ttl == 0 {
 			return
 		}
-		el = c.insert(name)
+		el = c.insert(k)
 	}
 	e := el.Value.(*cacheEntry)
 	e.prune(now)
 	if ttl == 0 {
-		for i, a := range e.addrs {
-			if a.addr == addr {
-				e.addrs = append(e.addrs[:i], e.addrs[i+1:]...)
-				break
+		for i := range e.addrs {
+			if e.addrs[i].addr == addr && e.addrs[i].expires.After(now.Add(goodbyeGrace)) {
+				e.addrs[i].expires = now.Add(goodbyeGrace)
 			}
-		}
-		if len(e.addrs) == 0 {
-			c.remove(el)
 		}
 		return
 	}
-	d := time.Duration(ttl) * time.Second
-	if d > maxCacheTTL {
-		d = maxCacheTTL
-	}
+	d := min(time.Duration(ttl)*time.Second, maxCacheTTL)
 	e.negUntil = time.Time{}
 	if flush {
 		kept := e.addrs[:0]
 		for _, a := range e.addrs {
-			if a.addr.Is4() != addr.Is4() || now.Sub(a.received) <= flushGrace {
+			if now.Sub(a.received) <= flushGrace {
 				kept = append(kept, a)
 			}
 		}
 		e.addrs = kept
 	}
+	c.lru.MoveToFront(el)
 	for i := range e.addrs {
 		if e.addrs[i].addr == addr {
-			e.addrs[i].expires, e.addrs[i].received = now.Add(d), now
-			c.lru.MoveToFront(el)
+			e.addrs[i] = cachedAddr{addr: addr, ip: e.addrs[i].ip, expires: now.Add(d), received: now, ttl: d}
 			return
 		}
 	}
 	if len(e.addrs) >= maxAddrsPerName {
 		// Drop the address that expires first to make room.
-		min := 0
+		first := 0
 		for i := range e.addrs {
-			if e.addrs[i].expires.Before(e.addrs[min].expires) {
-				min = i
+			if e.addrs[i].expires.Before(e.addrs[first].expires) {
+				first = i
 			}
 		}
-		e.addrs = append(e.addrs[:min], e.addrs[min+1:]...)
+		e.addrs = append(e.addrs[:first], e.addrs[first+1:]...)
 	}
-	e.addrs = append(e.addrs, cachedAddr{addr: addr, ip: net.IP(addr.AsSlice()), expires: now.Add(d), received: now})
-	c.lru.MoveToFront(el)
+	e.addrs = append(e.addrs, cachedAddr{addr: addr, ip: net.IP(addr.AsSlice()), expires: now.Add(d), received: now, ttl: d})
 }
 
-// setNegative remembers until `until` that nobody answered for name, unless
-// the cache holds live addresses for it.
-func (c *answerCache) setNegative(name string, until, now time.Time) {
-	c.shard(name).setNegative(name, until, now)
-}
-
-func (c *cacheShard) setNegative(name string, until, now time.Time) {
+// setNegative remembers until `until` that nobody answered for the
+// (name, family), unless the cache holds live addresses for it.
+func (c *answerCache) setNegative(name string, v6 bool, until, now time.Time) {
+	k := cacheKey{name, v6}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el, ok := c.m[name]
+	el, ok := c.m[k]
 	if !ok {
-		el = c.insert(name)
+		el = c.insert(k)
 	}
 	e := el.Value.(*cacheEntry)
 	if e.prune(now) && len(e.addrs) > 0 {
@@ -264,33 +284,29 @@ func (c *cacheShard) setNegative(name string, until, now time.Time) {
 	c.lru.MoveToFront(el)
 }
 
-// forget drops name (a local record now owns it).
+// forget drops both families of name.
 func (c *answerCache) forget(name string) {
-	c.shard(name).forget(name)
-}
-
-func (c *cacheShard) forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.m[name]; ok {
-		c.remove(el)
+	for _, v6 := range [2]bool{false, true} {
+		if el, ok := c.m[cacheKey{name, v6}]; ok {
+			c.remove(el)
+		}
 	}
 }
 
-// insert adds an empty entry for name, evicting the shard's least recently
-// used entry when the shard is full; c.mu is held.
-func (c *cacheShard) insert(name string) *list.Element {
+// insert adds an empty entry for k, evicting the least recently used
+// entry when the cache is full; c.mu is held.
+func (c *answerCache) insert(k cacheKey) *list.Element {
 	for c.lru.Len() >= c.max && c.lru.Len() > 0 {
 		c.remove(c.lru.Back())
 	}
-	el := c.lru.PushFront(&cacheEntry{name: name})
-	c.m[name] = el
-	c.n.Add(1)
+	el := c.lru.PushFront(&cacheEntry{key: k})
+	c.m[k] = el
 	return el
 }
 
-func (c *cacheShard) remove(el *list.Element) {
-	delete(c.m, el.Value.(*cacheEntry).name)
+func (c *answerCache) remove(el *list.Element) {
+	delete(c.m, el.Value.(*cacheEntry).key)
 	c.lru.Remove(el)
-	c.n.Add(-1)
 }

@@ -14,25 +14,78 @@ func TestCacheTTLAndGoodbye(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c.add("a.weave.local.", ip("10.0.0.1"), 10, false, now)
 	c.add("a.weave.local.", ip("fd00::1"), 7200, false, now)
-	rrs, res := c.lookup("a.weave.local.", "A.weave.local.", dns.TypeA, now.Add(3*time.Second), nil)
+	rrs, res, _ := c.lookup("a.weave.local.", "A.weave.local.", dns.TypeA, now.Add(3*time.Second), nil)
 	if res != cachePositive || len(rrs) != 1 || rrs[0].Header().Ttl != 7 || rrs[0].Header().Name != "A.weave.local." {
 		t.Fatalf("lookup A: %v %v", res, rrs)
 	}
-	rrs, _ = c.lookup("a.weave.local.", "a.weave.local.", dns.TypeAAAA, now, nil)
+	rrs, _, _ = c.lookup("a.weave.local.", "a.weave.local.", dns.TypeAAAA, now, nil)
 	if len(rrs) != 1 || rrs[0].Header().Ttl != 3600 {
 		t.Fatalf("TTL not capped at 1h: %v", rrs)
 	}
-	rrs, res = c.lookup("a.weave.local.", "a.weave.local.", dns.TypeA, now.Add(11*time.Second), nil)
-	if res != cachePositive || len(rrs) != 0 {
+	// The A RRset expired: the cache knows nothing of A (the network is
+	// asked again), whatever it knows of AAAA.
+	rrs, res, _ = c.lookup("a.weave.local.", "a.weave.local.", dns.TypeA, now.Add(11*time.Second), nil)
+	if res != cacheNone || len(rrs) != 0 {
 		t.Fatalf("expired A still served: %v %v", res, rrs)
 	}
-	c.add("a.weave.local.", ip("fd00::1"), 0, false, now.Add(12*time.Second)) // goodbye
-	if _, res := c.lookup("a.weave.local.", "a.weave.local.", dns.TypeA, now.Add(12*time.Second), nil); res != cacheNone || c.Len() != 0 {
-		t.Fatalf("goodbye not honoured: %v, len %d", res, c.Len())
+	// A goodbye leaves the address one more second (RFC 6762 §10.1).
+	c.add("a.weave.local.", ip("fd00::1"), 0, false, now.Add(12*time.Second))
+	if _, res, _ := c.lookup("a.weave.local.", "a.weave.local.", dns.TypeAAAA, now.Add(12500*time.Millisecond), nil); res != cachePositive {
+		t.Fatalf("goodbye removed the address at once: %v", res)
+	}
+	if _, res, _ := c.lookup("a.weave.local.", "a.weave.local.", dns.TypeAAAA, now.Add(13*time.Second), nil); res != cacheNone || c.Len() != 0 {
+		t.Fatalf("goodbye not honoured after 1 s: %v, len %d", res, c.Len())
 	}
 	c.add("b.weave.local.", ip("10.0.0.2"), 0, false, now) // goodbye for an unknown name adds nothing
 	if c.Len() != 0 {
 		t.Fatal("goodbye created an entry")
+	}
+}
+
+// TestCachePerType: the two address families of a name are cached apart:
+// a name heard with A only knows nothing of AAAA (the caller asks), and
+// ANY is positive when either is.
+func TestCachePerType(t *testing.T) {
+	c := newAnswerCache(10)
+	now := time.Unix(1000, 0)
+	c.add("a.weave.local.", ip("10.0.0.1"), 60, false, now)
+	if _, res, _ := c.lookup("a.weave.local.", "a.weave.local.", dns.TypeAAAA, now, nil); res != cacheNone {
+		t.Fatalf("AAAA of an A-only name: %v, want none", res)
+	}
+	c.setNegative("a.weave.local.", true, now.Add(5*time.Second), now)
+	if _, res, _ := c.lookup("a.weave.local.", "a.weave.local.", dns.TypeAAAA, now, nil); res != cacheNegative {
+		t.Fatalf("AAAA negative: %v", res)
+	}
+	if rrs, res, _ := c.lookup("a.weave.local.", "a.weave.local.", dns.TypeANY, now, nil); res != cachePositive || len(rrs) != 1 {
+		t.Fatalf("ANY: %v %v", res, rrs)
+	}
+	if !c.live("a.weave.local.", false, now) || c.live("a.weave.local.", true, now) || c.Len() != 2 {
+		t.Fatalf("live A/AAAA wrong, len %d", c.Len())
+	}
+	c.forget("a.weave.local.")
+	if c.Len() != 0 {
+		t.Fatalf("forget left %d entries", c.Len())
+	}
+}
+
+// TestCacheRefreshPoints: a cached address asks to be refreshed once at
+// each of 80, 85, 90 and 95 % of its TTL, and not before.
+func TestCacheRefreshPoints(t *testing.T) {
+	c := newAnswerCache(10)
+	now := time.Unix(1000, 0)
+	c.add("r.weave.local.", ip("10.0.0.1"), 100, false, now)
+	var due []int
+	for s := 0; s < 100; s++ {
+		if _, _, refresh := c.lookup("r.weave.local.", "r.weave.local.", dns.TypeA, now.Add(time.Duration(s)*time.Second), nil); refresh {
+			due = append(due, s)
+		}
+	}
+	if fmt.Sprint(due) != "[80 85 90 95]" {
+		t.Fatalf("refresh points at %v s, want [80 85 90 95]", due)
+	}
+	c.add("r.weave.local.", ip("10.0.0.1"), 100, false, now.Add(96*time.Second)) // the refresh answer starts over
+	if _, _, refresh := c.lookup("r.weave.local.", "r.weave.local.", dns.TypeA, now.Add(97*time.Second), nil); refresh {
+		t.Fatal("refresh due right after a fresh answer")
 	}
 }
 
@@ -43,7 +96,7 @@ func TestCacheFlushBit(t *testing.T) {
 	c.add("a.weave.local.", ip("fd00::1"), 100, false, now)
 	c.add("a.weave.local.", ip("10.0.0.2"), 100, true, now.Add(5*time.Second))
 	c.add("a.weave.local.", ip("10.0.0.3"), 100, true, now.Add(5500*time.Millisecond)) // within 1s: both stay
-	rrs, _ := c.lookup("a.weave.local.", "a.weave.local.", dns.TypeANY, now.Add(6*time.Second), nil)
+	rrs, _, _ := c.lookup("a.weave.local.", "a.weave.local.", dns.TypeANY, now.Add(6*time.Second), nil)
 	if len(rrs) != 3 {
 		t.Fatalf("flush: want 10.0.0.2, 10.0.0.3 and the AAAA, got %v", rrs)
 	}
@@ -52,19 +105,19 @@ func TestCacheFlushBit(t *testing.T) {
 func TestCacheNegative(t *testing.T) {
 	c := newAnswerCache(10)
 	now := time.Unix(1000, 0)
-	c.setNegative("n.weave.local.", now.Add(5*time.Second), now)
-	if _, res := c.lookup("n.weave.local.", "n.weave.local.", dns.TypeA, now.Add(4*time.Second), nil); res != cacheNegative {
+	c.setNegative("n.weave.local.", false, now.Add(5*time.Second), now)
+	if _, res, _ := c.lookup("n.weave.local.", "n.weave.local.", dns.TypeA, now.Add(4*time.Second), nil); res != cacheNegative {
 		t.Fatalf("want negative, got %v", res)
 	}
-	if _, res := c.lookup("n.weave.local.", "n.weave.local.", dns.TypeA, now.Add(6*time.Second), nil); res != cacheNone {
+	if _, res, _ := c.lookup("n.weave.local.", "n.weave.local.", dns.TypeA, now.Add(6*time.Second), nil); res != cacheNone {
 		t.Fatalf("negative outlived negative_ttl: %v", res)
 	}
-	c.setNegative("n.weave.local.", now.Add(5*time.Second), now)
+	c.setNegative("n.weave.local.", false, now.Add(5*time.Second), now)
 	c.add("n.weave.local.", ip("10.0.0.1"), 60, true, now.Add(time.Second)) // an answer replaces it
-	if _, res := c.lookup("n.weave.local.", "n.weave.local.", dns.TypeA, now.Add(2*time.Second), nil); res != cachePositive {
+	if _, res, _ := c.lookup("n.weave.local.", "n.weave.local.", dns.TypeA, now.Add(2*time.Second), nil); res != cachePositive {
 		t.Fatalf("answer did not replace negative: %v", res)
 	}
-	c.setNegative("n.weave.local.", now.Add(9*time.Second), now.Add(2*time.Second)) // never over live addresses
+	c.setNegative("n.weave.local.", false, now.Add(9*time.Second), now.Add(2*time.Second)) // never over live addresses
 	if !c.has("n.weave.local.", now.Add(3*time.Second)) {
 		t.Fatal("negative overrode live addresses")
 	}
@@ -101,40 +154,25 @@ func TestCacheBounds(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		c.add("flood.weave.local.", ip(fmt.Sprintf("10.1.%d.%d", i/256, i%256)), uint32(60+i), false, now)
 	}
-	rrs, _ := c.lookup("flood.weave.local.", "flood.weave.local.", dns.TypeA, now, nil)
+	rrs, _, _ := c.lookup("flood.weave.local.", "flood.weave.local.", dns.TypeA, now, nil)
 	if len(rrs) != maxAddrsPerName {
 		t.Fatalf("addresses per name: %d", len(rrs))
 	}
 }
 
-// mapLen counts the names in the shards' maps (Len is a separate counter).
+// mapLen counts the entries in the map (checking it against the list).
 func (c *answerCache) mapLen() int {
-	n := 0
-	for i := range c.shards {
-		s := &c.shards[i]
-		s.mu.Lock()
-		if s.lru.Len() != len(s.m) {
-			panic("shard list and map disagree")
-		}
-		n += len(s.m)
-		s.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lru.Len() != len(c.m) {
+		panic("list and map disagree")
 	}
-	return n
+	return len(c.m)
 }
 
-// TestCacheShards: a large cache is sharded, the shares add up to the
-// bound, and it never holds more than the bound, also under concurrent use.
-func TestCacheShards(t *testing.T) {
-	for _, tc := range []struct{ max, shards int }{{1, 1}, {100, 1}, {511, 1}, {512, 2}, {4096, 16}, {1 << 20, maxShards}} {
-		c := newAnswerCache(tc.max)
-		sum := 0
-		for i := range c.shards {
-			sum += c.shards[i].max
-		}
-		if len(c.shards) != tc.shards || sum != tc.max {
-			t.Errorf("max %d: %d shards holding %d, want %d holding %d", tc.max, len(c.shards), sum, tc.shards, tc.max)
-		}
-	}
+// TestCacheConcurrent: the cache never holds more than its bound, also
+// under concurrent use.
+func TestCacheConcurrent(t *testing.T) {
 	c := newAnswerCache(1000)
 	now := time.Unix(1000, 0)
 	var wg sync.WaitGroup
@@ -150,16 +188,13 @@ func TestCacheShards(t *testing.T) {
 					c.forget(name)
 				}
 				if i%11 == 0 {
-					c.setNegative("neg"+name, now.Add(time.Second), now)
+					c.setNegative("neg"+name, i%2 == 0, now.Add(time.Second), now)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if c.Len() > 1000 || c.Len() != c.mapLen() {
-		t.Fatalf("len %d, maps %d, bound 1000", c.Len(), c.mapLen())
-	}
-	if c.Len() < 900 {
-		t.Fatalf("shards badly balanced: %d of 1000 used", c.Len())
+	if c.Len() != 1000 || c.Len() != c.mapLen() {
+		t.Fatalf("len %d, map %d, bound 1000", c.Len(), c.mapLen())
 	}
 }

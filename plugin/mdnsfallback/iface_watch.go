@@ -1,7 +1,10 @@
 package mdnsfallback
 
 import (
+	"fmt"
 	"net"
+	"os"
+	"strings"
 	"time"
 )
 
@@ -25,6 +28,7 @@ func (r *responder) watchInterfaces(done <-chan struct{}) {
 		case <-t.C:
 		}
 		r.checkInterfaces(net.InterfaceByName)
+		r.checkShared()
 	}
 }
 
@@ -67,5 +71,37 @@ func (r *responder) checkInterfaces(byName func(string) (*net.Interface, error))
 		r.ifmu.Lock()
 		r.ifaces = next
 		r.ifmu.Unlock()
+	}
+}
+
+// udpTable is the kernel's table of IPv4 UDP sockets in this network
+// namespace.
+const udpTable = "/proc/net/udp"
+
+// portSockets counts the sockets bound to UDP port in a /proc/net/udp
+// table (its local_address column is ADDR:PORT, both in hex).
+func portSockets(table []byte, port int) int {
+	want := fmt.Sprintf(":%04X", port)
+	n := 0
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 1 && strings.HasSuffix(f[1], want) {
+			n++
+		}
+	}
+	return n
+}
+
+// checkShared sets r.shared when another socket than ours is bound to
+// port 5353 here (Avahi): queries then ask for multicast replies. An
+// unreadable table keeps the last answer.
+func (r *responder) checkShared() {
+	b, err := os.ReadFile(udpTable)
+	if err != nil {
+		return
+	}
+	shared := portSockets(b, mdnsPort) > 1
+	if r.shared.Swap(shared) != shared {
+		log.Infof("Port %d shared with another mDNS stack: %t (queries ask for %s replies)", mdnsPort, shared, map[bool]string{true: "multicast", false: "unicast"}[shared])
 	}
 }

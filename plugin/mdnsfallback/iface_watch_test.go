@@ -34,3 +34,20 @@ func TestCheckInterfaces(t *testing.T) {
 		t.Fatalf("after eth1 lost multicast: %v", got)
 	}
 }
+
+// TestPortSockets: the sockets on port 5353 are counted from a
+// /proc/net/udp table (Avahi's and ours: shared).
+func TestPortSockets(t *testing.T) {
+	const table = `   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops
+  123: 00000000:14E9 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1 2 ffff 0
+  124: 00000000:14E9 00000000:0000 07 00000000:00000000 00:00000000 00000000   105        0 3 2 ffff 0
+  200: 0100007F:041D 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4 2 ffff 0
+  201: 0100007F:14E90 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4 2 ffff 0
+`
+	if n := portSockets([]byte(table), 5353); n != 2 {
+		t.Fatalf("port 5353: %d sockets, want 2", n)
+	}
+	if n := portSockets([]byte(table), 1053); n != 1 {
+		t.Fatalf("port 1053: %d sockets, want 1", n)
+	}
+}

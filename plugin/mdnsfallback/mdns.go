@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,6 +24,11 @@ const (
 	legacyMaxTTL  = 10      // §6.7: TTL cap in replies to legacy (non-5353) queriers
 	mcastInterval = time.Second
 	maxPacket     = 9000
+	// A multicast reply holding shared records waits a random
+	// 20–120 ms, so that the replies of the hosts sharing the name do not
+	// collide (RFC 6762 §6). Every record meshdns sends is shared.
+	sharedDelayMin = 20 * time.Millisecond
+	sharedDelayMax = 120 * time.Millisecond
 )
 
 var mdnsGroup = netip.MustParseAddr("224.0.0.251")
@@ -78,6 +85,7 @@ type outPacket struct {
 	ifIndex int
 	to      netip.AddrPort
 	msg     *dns.Msg
+	delay   time.Duration // sent this long after it was made
 }
 
 // responder answers mDNS questions for local names, caches the answers it
@@ -94,6 +102,12 @@ type responder struct {
 	ann       map[string]*announcement // names with announcements due (announce.go)
 	closed    bool                     // no more announcements
 
+	// shared: another socket is bound to port 5353 here (Avahi), so
+	// queries ask for multicast replies (QM): a unicast reply to a shared
+	// port reaches one socket only (RFC 6762 §15.1). Set by the
+	// interface watcher from /proc/net/udp.
+	shared atomic.Bool
+
 	pc      *ipv4.PacketConn
 	conn    net.PacketConn
 	done    chan struct{}
@@ -102,8 +116,12 @@ type responder struct {
 	sent func(outPacket) // tests: sees every packet sent
 }
 
+// mcastKey is one record on one interface: the once-a-second multicast
+// limit is per record (RFC 6762 §6), so an AAAA question right after a
+// multicast A answer for the same name is answered.
 type mcastKey struct {
 	name    string
+	addr    netip.Addr
 	ifIndex int
 }
 
@@ -161,6 +179,7 @@ func (r *responder) open() error {
 	_ = pc.SetTTL(255)
 	_ = pc.SetMulticastLoopback(true)
 	r.pc, r.conn, r.done, r.watched = pc, conn, make(chan struct{}), make(chan struct{})
+	r.checkShared()
 	go r.readLoop()
 	go r.watchInterfaces(r.done)
 	return nil
@@ -212,6 +231,14 @@ func (r *responder) send(o outPacket) {
 	if r.sent != nil {
 		r.sent(o)
 	}
+	if o.delay > 0 {
+		time.AfterFunc(o.delay, func() { r.write(o) })
+		return
+	}
+	r.write(o)
+}
+
+func (r *responder) write(o outPacket) {
 	b, err := o.msg.Pack()
 	if err != nil || r.pc == nil {
 		return
@@ -255,17 +282,21 @@ func (r *responder) handleTo(b []byte, src netip.AddrPort, dst netip.Addr, ifInd
 		return nil
 	}
 	if m.Response {
+		if src.Port() != mdnsPort { // RFC 6762 §6: MUST be ignored
+			mdnsDropped.WithLabelValues("source_port").Inc()
+			return nil
+		}
 		r.learn(m, now)
 		return nil
 	}
 	return r.answer(m, src, !dst.IsMulticast(), iface.ifi.Index, now)
 }
 
-// learn caches the A/AAAA records of a response for names inside the zones
-// that are not local, and wakes the queries waiting for them.
+// learn caches the A/AAAA records of a response for names inside the
+// zones, local ones too (a name answers the union of its local records and
+// every other host's), and tells the queries waiting for them.
 func (r *responder) learn(m *dns.Msg, now time.Time) {
 	p := r.p
-	ix := p.db.ix
 	var woke []string
 	for _, sec := range [][]dns.RR{m.Answer, m.Extra} {
 		for _, rr := range sec {
@@ -291,9 +322,6 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 				mdnsDropped.WithLabelValues("out_of_zone").Inc()
 				continue
 			}
-			if ix.lookup(name) != nil {
-				continue // never override a local record
-			}
 			mdnsAnswers.Inc()
 			p.stats.answers.Add(1)
 			p.cache.add(name, addr, h.Ttl, h.Class&cacheFlushBit != 0, now)
@@ -305,7 +333,7 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 	}
 	p.setCacheGauge()
 	for _, n := range woke {
-		p.inflight.finish(n)
+		p.inflight.answered(n, now)
 	}
 }
 
@@ -316,7 +344,6 @@ func (r *responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex 
 	legacy := src.Port() != mdnsPort
 	ix := r.p.db.ix
 	var mcast, ucast []dns.RR
-	var mcastNames []string
 	var legacyQ []dns.Question
 	for _, q := range m.Question {
 		if q.Qclass&^quBit != dns.ClassINET && q.Qclass&^quBit != dns.ClassANY {
@@ -330,7 +357,7 @@ func (r *responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex 
 		if e == nil {
 			continue
 		}
-		rrs := r.p.entryRRs(e, q.Name, q.Qtype, !legacy)
+		rrs := r.p.entryRRs(e, q.Name, q.Qtype)
 		rrs = suppressKnown(rrs, m.Answer)
 		if len(rrs) == 0 {
 			continue
@@ -347,10 +374,7 @@ func (r *responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex 
 		case q.Qclass&quBit != 0 || direct:
 			ucast = append(ucast, rrs...)
 		default:
-			if r.mayMulticast(name, ifIndex, now) {
-				mcast = append(mcast, rrs...)
-				mcastNames = append(mcastNames, name)
-			}
+			mcast = append(mcast, r.notRecent(rrs, ifIndex, now)...)
 		}
 	}
 	var out []outPacket
@@ -363,9 +387,10 @@ func (r *responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex 
 		out = append(out, outPacket{ifIndex: ifIndex, to: src, msg: resp})
 	}
 	if len(mcast) > 0 {
-		r.noteMulticast(mcastNames, ifIndex, now)
+		r.noteMulticast(mcast, ifIndex, now)
 		resp := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: mcast}
-		out = append(out, outPacket{ifIndex: ifIndex, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: resp})
+		delay := sharedDelayMin + rand.N(sharedDelayMax-sharedDelayMin)
+		out = append(out, outPacket{ifIndex: ifIndex, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: resp, delay: delay})
 	}
 	for _, o := range out {
 		mdnsResponses.WithLabelValues(kindOf(o, legacy)).Inc()
@@ -418,18 +443,41 @@ func equalAddr(a, b dns.RR) bool {
 	return false
 }
 
-// mayMulticast enforces one multicast per name and interface per second
-// (RFC 6762 §6), which also bounds what a query flood can make us send.
-func (r *responder) mayMulticast(name string, ifIndex int, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	last, ok := r.lastMcast[mcastKey{name, ifIndex}]
-	return !ok || now.Sub(last) >= mcastInterval
+// rrKey is the multicast-limit key of a local A/AAAA record.
+func rrKey(rr dns.RR, ifIndex int) mcastKey {
+	var a netip.Addr
+	switch v := rr.(type) {
+	case *dns.A:
+		a, _ = netip.AddrFromSlice(v.A.To4())
+	case *dns.AAAA:
+		a, _ = netip.AddrFromSlice(v.AAAA.To16())
+	}
+	return mcastKey{lowerName(rr.Header().Name), a, ifIndex}
 }
 
-func (r *responder) noteMulticast(names []string, ifIndex int, now time.Time) {
+// notRecent keeps the records not multicast on ifIndex in the last second
+// (RFC 6762 §6: per record and interface), which also bounds what a query
+// flood can make us send.
+func (r *responder) notRecent(rrs []dns.RR, ifIndex int, now time.Time) []dns.RR {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	kept := rrs[:0]
+	for _, rr := range rrs {
+		if last, ok := r.lastMcast[rrKey(rr, ifIndex)]; !ok || now.Sub(last) >= mcastInterval {
+			kept = append(kept, rr)
+		}
+	}
+	return kept
+}
+
+// noteMulticast remembers that rrs were multicast on ifIndex at now.
+func (r *responder) noteMulticast(rrs []dns.RR, ifIndex int, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.noteMulticastLocked(rrs, ifIndex, now)
+}
+
+func (r *responder) noteMulticastLocked(rrs []dns.RR, ifIndex int, now time.Time) {
 	if len(r.lastMcast) > 4096 {
 		for k, t := range r.lastMcast {
 			if now.Sub(t) >= mcastInterval {
@@ -437,22 +485,29 @@ func (r *responder) noteMulticast(names []string, ifIndex int, now time.Time) {
 			}
 		}
 	}
-	for _, n := range names {
-		r.lastMcast[mcastKey{n, ifIndex}] = now
+	for _, rr := range rrs {
+		r.lastMcast[rrKey(rr, ifIndex)] = now
 	}
 }
 
 // query multicasts one question pair (A and AAAA) for name on every
 // interface, from the unconnected port-5353 socket: replies, multicast or
 // unicast from the responder's own address, come back through readLoop.
-// The questions ask for unicast replies (QU, RFC 6762 §5.4): each query is
-// a cold-cache one-shot, and a responder may hold back a multicast reply
-// for a record it multicast less than a second ago (Avahi does), which
-// would cost the whole timeout.
-func (r *responder) query(name string) {
+// The questions ask for unicast replies (QU, RFC 6762 §5.4) while meshdns
+// is the only socket on port 5353 here: a responder may hold back a
+// multicast reply for a record it multicast less than a second ago (Avahi
+// does). Where another stack shares the port they ask for multicast
+// replies (QM): a unicast reply would reach one of the sockets only
+// (RFC 6762 §15.1), maybe not ours: qm is r.shared, read once by the
+// caller.
+func (r *responder) query(name string, qm bool) {
+	class := uint16(dns.ClassINET)
+	if !qm {
+		class |= quBit
+	}
 	m := &dns.Msg{Question: []dns.Question{
-		{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET | quBit},
-		{Name: name, Qtype: dns.TypeAAAA, Qclass: dns.ClassINET | quBit},
+		{Name: name, Qtype: dns.TypeA, Qclass: class},
+		{Name: name, Qtype: dns.TypeAAAA, Qclass: class},
 	}}
 	for idx := range r.ifs() {
 		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
@@ -483,89 +538,5 @@ func (r *responder) goodbye(recs []Record) {
 			mdnsResponses.WithLabelValues("goodbye").Inc()
 		}
 		rrs = rrs[n:]
-	}
-}
-
-// call is one mDNS query in flight; every DNS request for the same name
-// waits on the same call.
-type call struct {
-	done  chan struct{}
-	timer *time.Timer
-}
-
-// inflight shares mDNS queries between concurrent requests, bounded in
-// how many names may be in flight at once.
-type inflight struct {
-	mu  sync.Mutex
-	m   map[string]*call
-	max int
-}
-
-func newInflight(max int) *inflight { return &inflight{m: map[string]*call{}, max: max} }
-
-// join returns the call for name and whether the caller must send the
-// query; nil when too many queries are in flight. A new call ends after
-// timeout, running onTimeout first, unless an answer finishes it before.
-func (f *inflight) join(name string, timeout time.Duration, onTimeout func()) (*call, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if c, ok := f.m[name]; ok {
-		return c, false
-	}
-	if len(f.m) >= f.max {
-		return nil, false
-	}
-	c := &call{done: make(chan struct{})}
-	c.timer = time.AfterFunc(timeout, func() { f.finishCall(name, c, onTimeout) })
-	f.m[name] = c
-	return c, true
-}
-
-// finish completes the call for name, if any; it reports whether it did.
-func (f *inflight) finish(name string) bool {
-	f.mu.Lock()
-	c, ok := f.m[name]
-	if ok {
-		delete(f.m, name)
-		c.timer.Stop()
-	}
-	f.mu.Unlock()
-	if ok {
-		close(c.done)
-	}
-	return ok
-}
-
-// abandon ends c, the call for name, at once, without its timeout's
-// action: the query was never sent.
-func (f *inflight) abandon(name string, c *call) {
-	c.timer.Stop()
-	f.finishCall(name, c, nil)
-}
-
-// finishCall completes c on its timeout if it is still the call for name.
-func (f *inflight) finishCall(name string, c *call, onTimeout func()) {
-	f.mu.Lock()
-	if f.m[name] != c {
-		f.mu.Unlock()
-		return
-	}
-	delete(f.m, name)
-	f.mu.Unlock()
-	if onTimeout != nil {
-		onTimeout()
-	}
-	close(c.done)
-}
-
-// stop ends every call in flight (shutdown).
-func (f *inflight) stop() {
-	f.mu.Lock()
-	calls := f.m
-	f.m = map[string]*call{}
-	f.mu.Unlock()
-	for _, c := range calls {
-		c.timer.Stop()
-		close(c.done)
 	}
 }

@@ -58,19 +58,28 @@ func TestResponderAnswers(t *testing.T) {
 	r := testResponder(p)
 	now := time.Unix(1000, 0)
 
-	// QM: one multicast answer with the cache-flush bit, then rate-limited.
+	// QM: one multicast answer without the cache-flush bit (every name is
+	// shared), delayed 20–120 ms (RFC 6762 §6), then rate-limited per record.
 	out := r.handle(pack(t, question("WEB.weave.local.", dns.TypeA, dns.ClassINET)), peer, testIfIndex, now)
 	if len(out) != 1 || out[0].to != netip.MustParseAddrPort("224.0.0.251:5353") || out[0].ifIndex != testIfIndex {
 		t.Fatalf("QM: %+v", out)
 	}
 	m := out[0].msg
+	if out[0].delay < sharedDelayMin || out[0].delay >= sharedDelayMax {
+		t.Fatalf("QM answer delayed %v", out[0].delay)
+	}
 	if !m.Response || !m.Authoritative || m.Id != 0 || len(m.Question) != 0 || len(m.Answer) != 1 ||
-		m.Answer[0].Header().Class != dns.ClassINET|cacheFlushBit || m.Answer[0].Header().Ttl != 30 ||
+		m.Answer[0].Header().Class != dns.ClassINET || m.Answer[0].Header().Ttl != 30 ||
 		m.Answer[0].Header().Name != "WEB.weave.local." {
 		t.Fatalf("QM answer: %v", m)
 	}
 	if out := r.handle(pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET)), peer, testIfIndex, now.Add(500*time.Millisecond)); len(out) != 0 {
 		t.Fatalf("multicast twice within a second: %v", out)
+	}
+	// The limit is per record: the AAAA is answered right after the A.
+	out = r.handle(pack(t, question("web.weave.local.", dns.TypeAAAA, dns.ClassINET)), peer, testIfIndex, now.Add(500*time.Millisecond))
+	if len(out) != 1 || len(out[0].msg.Answer) != 1 || out[0].msg.Answer[0].Header().Rrtype != dns.TypeAAAA {
+		t.Fatalf("AAAA within a second of the A: %v", out)
 	}
 	if out := r.handle(pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET)), peer, testIfIndex, now.Add(1100*time.Millisecond)); len(out) != 1 {
 		t.Fatalf("no multicast after a second: %v", out)
@@ -78,7 +87,7 @@ func TestResponderAnswers(t *testing.T) {
 
 	// QU: unicast to the querier, not rate-limited.
 	out = r.handle(pack(t, question("web.weave.local.", dns.TypeANY, dns.ClassINET|quBit)), peer, testIfIndex, now.Add(1200*time.Millisecond))
-	if len(out) != 1 || out[0].to != peer || len(out[0].msg.Answer) != 2 || out[0].msg.Answer[1].Header().Class != dns.ClassINET|cacheFlushBit {
+	if len(out) != 1 || out[0].to != peer || len(out[0].msg.Answer) != 2 || out[0].msg.Answer[1].Header().Class != dns.ClassINET || out[0].delay != 0 {
 		t.Fatalf("QU: %+v", out)
 	}
 
@@ -141,15 +150,15 @@ func TestResponderLearns(t *testing.T) {
 	now := time.Now()
 	msg := answerMsg(
 		aRR("Peer.weave.local.", "10.250.0.2", 120, true),
-		aRR("web.weave.local.", "10.250.0.66", 120, true), // local name: never overridden
+		aRR("web.weave.local.", "10.250.0.66", 120, true), // local name: cached too, answered with the local records
 		aRR("printer.local.", "10.250.0.9", 120, true),    // outside the zone
 	)
 	msg.Extra = []dns.RR{&dns.AAAA{Hdr: dns.RR_Header{Name: "peer.weave.local.", Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 120}, AAAA: net.ParseIP("fd00::2")}}
 	r.handle(pack(t, msg), peer, testIfIndex, now)
-	if !p.cache.has("peer.weave.local.", now) || p.cache.has("web.weave.local.", now) || p.cache.has("printer.local.", now) || p.cache.Len() != 1 {
+	if !p.cache.has("peer.weave.local.", now) || !p.cache.has("web.weave.local.", now) || p.cache.has("printer.local.", now) || p.cache.Len() != 3 {
 		t.Fatalf("cache: %d entries", p.cache.Len())
 	}
-	rrs, _ := p.cache.lookup("peer.weave.local.", "peer.weave.local.", dns.TypeANY, now, nil)
+	rrs, _, _ := p.cache.lookup("peer.weave.local.", "peer.weave.local.", dns.TypeANY, now, nil)
 	if len(rrs) != 2 {
 		t.Fatalf("peer: %v", rrs)
 	}
@@ -158,9 +167,17 @@ func TestResponderLearns(t *testing.T) {
 	if p.cache.has("evil.weave.local.", now) {
 		t.Fatal("off-link answer cached")
 	}
-	// A goodbye removes the address; the other stays.
+	// A response from a source port other than 5353 is ignored (RFC 6762 §6).
+	r.handle(pack(t, answerMsg(aRR("port.weave.local.", "10.250.0.2", 120, false))), netip.MustParseAddrPort("10.250.0.2:40000"), testIfIndex, now)
+	if p.cache.has("port.weave.local.", now) {
+		t.Fatal("response from port 40000 cached")
+	}
+	// A goodbye removes the address one second later; the other stays.
 	r.handle(pack(t, answerMsg(aRR("peer.weave.local.", "10.250.0.2", 0, false))), peer, testIfIndex, now)
-	rrs, _ = p.cache.lookup("peer.weave.local.", "peer.weave.local.", dns.TypeANY, now, nil)
+	if rrs, _, _ = p.cache.lookup("peer.weave.local.", "peer.weave.local.", dns.TypeANY, now.Add(900*time.Millisecond), nil); len(rrs) != 2 {
+		t.Fatalf("goodbye removed the address within the second: %v", rrs)
+	}
+	rrs, _, _ = p.cache.lookup("peer.weave.local.", "peer.weave.local.", dns.TypeANY, now.Add(1001*time.Millisecond), nil)
 	if len(rrs) != 1 || rrs[0].Header().Rrtype != dns.TypeAAAA {
 		t.Fatalf("after goodbye: %v", rrs)
 	}
@@ -198,7 +215,7 @@ func TestGoodbyeOnDelete(t *testing.T) {
 	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
 	out := waitPackets(&s, 1, time.Second)
 	if len(out) != 1 || out[0].to.Addr() != mdnsGroup || len(out[0].msg.Answer) != 1 ||
-		out[0].msg.Answer[0].Header().Class != dns.ClassINET|cacheFlushBit || out[0].msg.Answer[0].Header().Ttl != 30 {
+		out[0].msg.Answer[0].Header().Class != dns.ClassINET || out[0].msg.Answer[0].Header().Ttl != 30 {
 		t.Fatalf("announcement: %+v", out)
 	}
 	r.stopAnnouncements() // the repeats are TestAnnounceCoalesced's
@@ -282,15 +299,21 @@ func TestQueryPacket(t *testing.T) {
 	r := testResponder(p)
 	var s sink
 	r.sent = s.add
-	r.query("peer.weave.local.")
-	out := s.take()
-	if len(out) != 1 || out[0].to != netip.MustParseAddrPort("224.0.0.251:5353") {
-		t.Fatalf("query: %+v", out)
-	}
-	m := out[0].msg
-	if m.Response || m.Id != 0 || len(m.Question) != 2 || m.Question[0].Qtype != dns.TypeA || m.Question[1].Qtype != dns.TypeAAAA ||
-		m.Question[0].Qclass != dns.ClassINET|quBit {
-		t.Fatalf("query packet: %v", m)
+	for _, qm := range []bool{false, true} {
+		r.query("peer.weave.local.", qm)
+		out := s.take()
+		if len(out) != 1 || out[0].to != netip.MustParseAddrPort("224.0.0.251:5353") {
+			t.Fatalf("query: %+v", out)
+		}
+		class := uint16(dns.ClassINET | quBit) // QU while meshdns is alone on port 5353
+		if qm {
+			class = dns.ClassINET
+		}
+		m := out[0].msg
+		if m.Response || m.Id != 0 || len(m.Question) != 2 || m.Question[0].Qtype != dns.TypeA || m.Question[1].Qtype != dns.TypeAAAA ||
+			m.Question[0].Qclass != class || m.Question[1].Qclass != class {
+			t.Fatalf("query packet (qm %v): %v", qm, m)
+		}
 	}
 }
 

@@ -1,17 +1,19 @@
 // Package mdnsfallback is a CoreDNS plugin after the Weave DNS design: a
 // local record database fed over HTTP answers names in its zones at once,
 // answers other hosts' multicast DNS questions for them, and asks the
-// network over mDNS (RFC 6762) for names it does not hold, caching what it
-// hears in a bounded, sharded LRU.
+// network over mDNS (RFC 6762) for names, caching what it hears in a
+// bounded LRU. Every name is shared: it answers the union of the local
+// records and the records every other host answered.
 //
 // Invariants: names are keyed as lowercased FQDNs; ServeDNS reads the
-// record database through lock-free copy-on-write shards; the mDNS cache
-// never holds a name that has a local record's answer and never more than
-// `cache` names.
+// record database through lock-free copy-on-write shards; records sent
+// over mDNS never carry the cache-flush bit; the mDNS cache never holds
+// more than `cache` (name, address family) entries.
 package mdnsfallback
 
 import (
 	"context"
+	"math/rand/v2"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -147,7 +149,7 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 
 	if e := p.db.ix.lookup(name); e != nil {
 		p.count(server, resLocal)
-		return p.reply(w, r, zone, p.entryRRs(e, qname, qtype, false))
+		return p.reply(w, r, zone, p.withRemote(e, name, qname, qtype))
 	}
 	if name == zone.Zone { // the apex: its SOA, NODATA for anything else, never mDNS
 		if qtype == dns.TypeSOA {
@@ -155,25 +157,61 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 		}
 		return p.reply(w, r, zone, nil)
 	}
+	return p.serveRemote(ctx, w, r, zone, server, name)
+}
 
-	now := time.Now()
-	answer, res := p.cache.lookup(name, qname, qtype, now, nil)
-	if res == cacheNone {
-		_, res = p.neg.lookup(name, qname, qtype, now, nil)
-	}
-	switch res {
-	case cachePositive:
-		p.count(server, resCache)
-		return p.reply(w, r, zone, answer)
-	case cacheNegative:
-		p.count(server, resNegative)
-		return p.nxdomain(ctx, w, r, zone, qname)
-	}
-
+// withRemote returns the local records of e as qtype asks, with the
+// addresses other hosts answered for the name (a name shared by several
+// hosts answers the union), shuffled. When nothing is known of the other
+// hosts, or a cached address passed a refresh point, the network is asked
+// in the background: the local answer never waits.
+func (p *MDNSFallback) withRemote(e *nameEntry, name, qname string, qtype uint16) []dns.RR {
+	answer := p.entryRRs(e, qname, qtype)
 	resp := p.mdns.Load()
 	if resp == nil {
+		return answer
+	}
+	now := time.Now()
+	remote, res, refresh := p.cache.lookup(name, qname, qtype, now, nil)
+	if res == cacheNone {
+		_, res, _ = p.neg.lookup(name, qname, qtype, now, nil)
+	}
+	if res == cacheNone || refresh {
+		p.askInBackground(resp, name)
+	}
+	for _, rr := range remote {
+		if !holds(answer, rr) {
+			answer = append(answer, rr)
+		}
+	}
+	shuffle(answer)
+	return answer
+}
+
+// serveRemote answers a name with no local record: from the cache, else
+// by asking the network.
+func (p *MDNSFallback) serveRemote(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone *soa.Names, server, name string) (int, error) {
+	qname, qtype := r.Question[0].Name, r.Question[0].Qtype
+	now := time.Now()
+	answer, res, refresh := p.cache.lookup(name, qname, qtype, now, nil)
+	if res == cacheNone {
+		_, res, _ = p.neg.lookup(name, qname, qtype, now, nil)
+	}
+	resp := p.mdns.Load()
+	switch res {
+	case cachePositive:
+		if refresh && resp != nil {
+			p.askInBackground(resp, name)
+		}
+		p.count(server, resCache)
+		return p.reply(w, r, zone, shuffle(answer))
+	case cacheNegative:
+		p.count(server, resNegative)
+		return p.noAnswer(ctx, w, r, zone, name, now)
+	}
+	if resp == nil {
 		p.count(server, resMiss)
-		return p.nxdomain(ctx, w, r, zone, qname)
+		return p.noAnswer(ctx, w, r, zone, name, now)
 	}
 	switch p.resolve(ctx, resp, name) {
 	case resolveBusy:
@@ -181,15 +219,45 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 		return dns.RcodeServerFailure, nil // too many mDNS queries in flight, or the query budget spent
 	case resolveRecent:
 		p.count(server, resMiss)
-		return p.nxdomain(ctx, w, r, zone, qname) // asked less than a second ago, and nobody answered
+		return p.noAnswer(ctx, w, r, zone, name, time.Now()) // asked less than a second ago, and nobody answered
 	}
-	answer, res = p.cache.lookup(name, qname, qtype, time.Now(), nil)
+	now = time.Now()
+	answer, res, _ = p.cache.lookup(name, qname, qtype, now, nil)
 	if res == cachePositive {
 		p.count(server, resMDNS)
-		return p.reply(w, r, zone, answer)
+		return p.reply(w, r, zone, shuffle(answer))
 	}
 	p.count(server, resMiss)
-	return p.nxdomain(ctx, w, r, zone, qname)
+	return p.noAnswer(ctx, w, r, zone, name, now)
+}
+
+// noAnswer is NODATA when the name has addresses of the other type, else
+// NXDOMAIN (or the next plugin).
+func (p *MDNSFallback) noAnswer(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone *soa.Names, name string, now time.Time) (int, error) {
+	if p.cache.has(name, now) {
+		return p.reply(w, r, zone, nil)
+	}
+	return p.nxdomain(ctx, w, r, zone, r.Question[0].Name)
+}
+
+// holds reports whether rrs hold an address record equal to rr.
+func holds(rrs []dns.RR, rr dns.RR) bool {
+	for _, x := range rrs {
+		if equalAddr(x, rr) {
+			return true
+		}
+	}
+	return false
+}
+
+// shuffle puts the records in random order, as Weave's nameserver did,
+// so clients that take the first address spread over the hosts of a
+// shared name.
+func shuffle(rrs []dns.RR) []dns.RR {
+	if len(rrs) > 1 {
+		rand.Shuffle(len(rrs), func(i, j int) { rrs[i], rrs[j] = rrs[j], rrs[i] })
+	}
+	return rrs
 }
 
 // setCacheGauge sets cache_entries: the names answered and the negative
@@ -208,26 +276,12 @@ const (
 // A new query must pass the limiter; one it holds back ends the call at
 // once, without a negative entry (nobody was asked).
 func (p *MDNSFallback) resolve(ctx context.Context, resp *responder, name string) int {
-	c, leader := p.inflight.join(name, p.cfg.timeout, func() {
-		now := time.Now()
-		if p.cfg.negativeTTL > 0 && !p.cache.has(name, now) {
-			p.neg.setNegative(name, now.Add(p.cfg.negativeTTL), now)
-			p.setCacheGauge()
-		}
-	})
-	if c == nil {
+	c, why := p.ask(resp, name)
+	switch {
+	case c == nil && why == limitedName:
+		return resolveRecent
+	case c == nil:
 		return resolveBusy
-	}
-	if leader {
-		if ok, why := p.limiter.allow(name, time.Now()); !ok {
-			mdnsLimited.WithLabelValues(why).Inc()
-			p.inflight.abandon(name, c)
-			if why == limitedName {
-				return resolveRecent
-			}
-			return resolveBusy
-		}
-		resp.query(name)
 	}
 	select {
 	case <-c.done:
@@ -235,6 +289,42 @@ func (p *MDNSFallback) resolve(ctx context.Context, resp *responder, name string
 	}
 	return resolveAsked
 }
+
+// ask sends a query for name unless one is in flight (then it joins it),
+// and returns the call; nil and why when the query was held back.
+// When the call ends, each address family nobody answered is remembered
+// as such for negative_ttl.
+func (p *MDNSFallback) ask(resp *responder, name string) (*call, string) {
+	qm := resp.shared.Load()
+	c, leader := p.inflight.join(name, p.cfg.timeout, qm, func() {
+		now := time.Now()
+		if p.cfg.negativeTTL <= 0 {
+			return
+		}
+		for _, v6 := range [2]bool{false, true} {
+			if !p.cache.live(name, v6, now) {
+				p.neg.setNegative(name, v6, now.Add(p.cfg.negativeTTL), now)
+			}
+		}
+		p.setCacheGauge()
+	})
+	if c == nil {
+		return nil, limitedRate
+	}
+	if leader {
+		if ok, why := p.limiter.allow(name, time.Now()); !ok {
+			mdnsLimited.WithLabelValues(why).Inc()
+			p.inflight.abandon(name, c)
+			return nil, why
+		}
+		resp.query(name, qm)
+	}
+	return c, ""
+}
+
+// askInBackground asks the network for name without waiting (a local
+// name's other hosts, a refresh).
+func (p *MDNSFallback) askInBackground(resp *responder, name string) { p.ask(resp, name) }
 
 // Request results, the values of the result label.
 const (
@@ -333,13 +423,12 @@ func (p *MDNSFallback) inReverse(a netip.Addr) bool {
 	return false
 }
 
-// entryRRs builds the A/AAAA records of a local entry under qname. mdns
-// sets the cache-flush bit (records are unique to this host).
-func (p *MDNSFallback) entryRRs(e *nameEntry, qname string, qtype uint16, mdns bool) []dns.RR {
-	class := uint16(dns.ClassINET)
-	if mdns {
-		class |= cacheFlushBit
-	}
+// entryRRs builds the A/AAAA records of a local entry under qname. They
+// never carry the cache-flush bit, in DNS or in mDNS: every name is shared
+// by design (containers of one service on several hosts share a name), so
+// a host's records must not evict another host's from peer caches.
+func (p *MDNSFallback) entryRRs(e *nameEntry, qname string, qtype uint16) []dns.RR {
+	const class = dns.ClassINET
 	wantA := qtype == dns.TypeA || qtype == dns.TypeANY
 	wantAAAA := qtype == dns.TypeAAAA || qtype == dns.TypeANY
 	n := 0

@@ -49,7 +49,7 @@ func TestServeDNS(t *testing.T) {
 	put(t, p, "c3", "fd00::3", "v6.weave.local", 0)
 	now := time.Now()
 	p.cache.add("far.weave.local.", netip.MustParseAddr("10.40.0.1"), 120, true, now)
-	p.cache.setNegative("gone.weave.local.", now.Add(time.Minute), now)
+	p.cache.setNegative("gone.weave.local.", false, now.Add(time.Minute), now)
 
 	cases := []test.Case{
 		{Qname: "web.weave.local.", Qtype: dns.TypeA, Answer: []dns.RR{
@@ -210,6 +210,72 @@ func TestServeDNSMDNSQuery(t *testing.T) {
 	code, _ := p.ServeDNS(context.Background(), dnstest.NewRecorder(&test.ResponseWriter{}), m)
 	if code != dns.RcodeRefused || time.Since(start) > 10*time.Millisecond || p.stats.queries.Load() != 2 {
 		t.Fatalf("reverse query waited or queried: rcode %d after %v", code, time.Since(start))
+	}
+}
+
+// TestServeDNSSharedName: a name held by several hosts answers every
+// host's addresses. A query collects the answers of the collection window
+// (the second host answers 60 ms after the first); a name with a local
+// record answers the local addresses and the ones heard from other hosts;
+// an AAAA question for a name heard with A only asks the network, and
+// answers NODATA when nobody holds an AAAA.
+func TestServeDNSSharedName(t *testing.T) {
+	p := newTestPlugin(func(c *config) { c.timeout = time.Second })
+	r := testResponder(p)
+	p.mdns.Store(r)
+	hear := func(name, addr, from string) {
+		ans := answerMsg(aRR(name, addr, 120, false))
+		r.handle(pack(t, ans), netip.MustParseAddrPort(from+":5353"), testIfIndex, time.Now())
+	}
+	serve := func(name string, qtype uint16) *dns.Msg {
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		p.ServeDNS(context.Background(), rec, m)
+		return rec.Msg
+	}
+	go func() {
+		for p.stats.queries.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(5 * time.Millisecond)
+		hear("shared.weave.local.", "10.250.0.2", "10.250.0.2")
+		time.Sleep(60 * time.Millisecond)
+		hear("shared.weave.local.", "10.250.0.3", "10.250.0.3")
+	}()
+	// QM (Avahi shares the port): the second host answers 60 ms after the
+	// first, inside the collection window.
+	r.shared.Store(true)
+	start := time.Now()
+	m := serve("shared.weave.local.", dns.TypeA)
+	if took := time.Since(start); len(m.Answer) != 2 || took < collectWindow || took > 900*time.Millisecond {
+		t.Fatalf("shared name after %v: %v", took, m)
+	}
+	r.shared.Store(false)
+
+	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	hear("web.weave.local.", "10.250.0.4", "10.250.0.4")
+	seen := map[string]bool{}
+	for range 50 {
+		m = serve("web.weave.local.", dns.TypeA)
+		if len(m.Answer) != 2 {
+			t.Fatalf("local name held on another host too: %v", m)
+		}
+		seen[m.Answer[0].(*dns.A).A.String()] = true
+	}
+	if len(seen) != 2 {
+		t.Fatalf("answers not shuffled: first address always %v", seen)
+	}
+
+	// Heard from an announcement (A only): AAAA asks the network.
+	hear("ann.weave.local.", "10.250.0.5", "10.250.0.5")
+	sent := p.stats.queries.Load()
+	p.cfg.timeout = 30 * time.Millisecond
+	if m = serve("ann.weave.local.", dns.TypeAAAA); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 {
+		t.Fatalf("AAAA of an A-only name: %v", m)
+	}
+	if p.stats.queries.Load() == sent {
+		t.Fatal("AAAA of a name heard with A only answered NODATA without asking")
 	}
 }
 

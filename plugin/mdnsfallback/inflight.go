@@ -1,0 +1,118 @@
+package mdnsfallback
+
+import (
+	"sync"
+	"time"
+)
+
+// The collection window. A query that asked for unicast replies (QU)
+// collects answers until collectTail after the first one: responders send
+// unicast replies at once. One that asked for multicast replies (QM: a
+// stack beside meshdns shares port 5353) collects until collectWindow
+// after it was sent, and at least collectTail after the first answer: the
+// responders of a shared record each wait 20–120 ms before they multicast
+// it, so that their replies do not collide (RFC 6762 §6). Never past the
+// query's timeout. The answer is then every host's addresses heard, not
+// the first host's alone.
+const (
+	collectWindow = 125 * time.Millisecond
+	collectTail   = 20 * time.Millisecond
+)
+
+// call is one mDNS query in flight; every DNS request for the same name
+// waits on the same call. Invariant: done is closed exactly once, by
+// whoever removes the call from the table.
+type call struct {
+	done     chan struct{}
+	timer    *time.Timer
+	started  time.Time
+	timeout  time.Duration
+	qm       bool // the query asked for multicast replies
+	answered bool // an answer arrived: the timer now ends the collection
+}
+
+// inflight shares mDNS queries between concurrent requests, bounded in
+// how many names may be in flight at once.
+type inflight struct {
+	mu  sync.Mutex
+	m   map[string]*call
+	max int
+}
+
+func newInflight(max int) *inflight { return &inflight{m: map[string]*call{}, max: max} }
+
+// join returns the call for name and whether the caller must send the
+// query; nil when too many queries are in flight. A new call ends after
+// timeout, or once the collection window after an answer has passed,
+// running onDone first; qm says the query asks for multicast replies.
+func (f *inflight) join(name string, timeout time.Duration, qm bool, onDone func()) (*call, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.m[name]; ok {
+		return c, false
+	}
+	if len(f.m) >= f.max {
+		return nil, false
+	}
+	c := &call{done: make(chan struct{}), started: time.Now(), timeout: timeout, qm: qm}
+	c.timer = time.AfterFunc(timeout, func() { f.finishCall(name, c, onDone) })
+	f.m[name] = c
+	return c, true
+}
+
+// answered notes an answer for name at now: the call, if any, ends at the
+// end of its collection window. It reports whether a call was waiting.
+func (f *inflight) answered(name string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.m[name]
+	if !ok {
+		return false
+	}
+	if !c.answered {
+		c.answered = true
+		end := now.Add(collectTail)
+		if win := c.started.Add(collectWindow); c.qm && win.After(end) {
+			end = win
+		}
+		if limit := c.started.Add(c.timeout); end.After(limit) {
+			end = limit
+		}
+		c.timer.Reset(max(end.Sub(now), 0))
+	}
+	return true
+}
+
+// abandon ends c, the call for name, at once, without its onDone: the
+// query was never sent.
+func (f *inflight) abandon(name string, c *call) {
+	c.timer.Stop()
+	f.finishCall(name, c, nil)
+}
+
+// finishCall completes c if it is still the call for name.
+func (f *inflight) finishCall(name string, c *call, onDone func()) {
+	f.mu.Lock()
+	if f.m[name] != c {
+		f.mu.Unlock()
+		return
+	}
+	delete(f.m, name)
+	f.mu.Unlock()
+	if onDone != nil {
+		onDone()
+	}
+	close(c.done)
+}
+
+// stop ends every call in flight (shutdown).
+func (f *inflight) stop() {
+	f.mu.Lock()
+	calls := f.m
+	f.m = map[string]*call{}
+	f.mu.Unlock()
+	for _, c := range calls {
+		c.timer.Stop()
+		close(c.done)
+	}
+}
