@@ -36,6 +36,8 @@ type Config struct {
 	MaxEndpoints int    // endpoints per EndpointSlice, at most
 	DualStack    bool   // IPv6 and dual-stack cluster IPs besides IPv4 ones
 	Zone         string // the cluster domain, default cluster.local
+	Pods         int    // Pods (pods.go); 0: none, and no Pod steps
+	Terminating  bool   // some new Pods are terminating already (in-process use only)
 }
 
 // Small is a cluster of ten namespaces and forty Services: fast enough for
@@ -72,6 +74,7 @@ type Cluster struct {
 	Namespaces []*corev1.Namespace
 	Services   []*corev1.Service
 	Slices     []*discoveryv1.EndpointSlice
+	Pods       []*corev1.Pod // with Config.Pods
 
 	cfg  Config
 	used map[string]bool // every cluster IP, pod address and object key ever handed out
@@ -104,7 +107,7 @@ func (o Op) String() string {
 	return fmt.Sprintf("op(%d)", int(o))
 }
 
-// Change is one change Step made: Obj is a *corev1.Namespace, a
+// Change is one change Step made: Obj is a *corev1.Namespace, a *corev1.Pod,
 // *corev1.Service or a *discoveryv1.EndpointSlice — a copy the caller may
 // modify (an Update carries the whole new object, a Delete the deleted one).
 type Change struct {
@@ -136,6 +139,9 @@ func Generate(seed int64, cfg Config) *Cluster {
 		ns := c.pickNamespace(r)
 		c.Slices = append(c.Slices, c.newSlice(r, ns, c.uniqueName("service", ns, "ghost"), nil))
 	}
+	for i := 0; i < cfg.Pods; i++ {
+		c.Pods = append(c.Pods, c.newPod(r, c.pickNamespace(r)))
+	}
 	return c
 }
 
@@ -149,6 +155,7 @@ func (c *Cluster) Clone() *Cluster {
 	d.Namespaces = slices.Clone(c.Namespaces)
 	d.Services = slices.Clone(c.Services)
 	d.Slices = slices.Clone(c.Slices)
+	d.Pods = slices.Clone(c.Pods)
 	d.gone = slices.Clone(c.gone)
 	d.used = make(map[string]bool, len(c.used))
 	for k := range c.used {

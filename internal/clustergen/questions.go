@@ -98,6 +98,7 @@ func Questions(c *Cluster, cfg Config, r *rand.Rand) []Question {
 		c.sliceQuestions(qs, sl, z)
 	}
 	c.podQuestions(qs, z)
+	c.podAddrQuestions(qs, z)
 	c.reverseQuestions(qs)
 	return qs.list
 }

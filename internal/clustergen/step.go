@@ -11,10 +11,14 @@ import (
 // one the API server accepts as an update of the object's last version:
 // Services and slices are added, updated and deleted (a deleted Service's
 // slices stay until steps of their own delete them, as with a Service
-// deleted while its EndpointSlices are being collected); namespaces are
+// deleted while its EndpointSlices are being collected); with Pods, a
+// quarter of the steps change Pods (podStep); namespaces are
 // only added — a real API server keeps a deleted namespace Terminating
 // until a namespace controller empties it.
 func (c *Cluster) Step(r *rand.Rand) Change {
+	if c.cfg.Pods > 0 && r.Intn(4) == 0 {
+		return c.podStep(r)
+	}
 	for {
 		switch n := r.Intn(100); {
 		case n < 4:

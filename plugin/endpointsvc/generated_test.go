@@ -8,10 +8,14 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin/test"
+
 	"github.com/meshdns/meshdns/internal/clustergen"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/kubefix"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/kubesource"
 
+	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,11 +33,12 @@ import (
 // fakeCluster is a fake clientset holding a generated cluster's objects.
 type fakeCluster struct {
 	client *fake.Clientset
-	rv     int // the resourceVersion of the next write, as an API server counts
+	rv     int             // the resourceVersion of the next write, as an API server counts
+	listed map[string]bool // the Pods (namespace/name) the API server lists for the phase field selector
 }
 
 func newFakeCluster(t *testing.T, c *clustergen.Cluster) *fakeCluster {
-	f := &fakeCluster{client: fake.NewClientset()}
+	f := &fakeCluster{client: fake.NewClientset(), listed: map[string]bool{}}
 	for _, o := range c.Namespaces {
 		f.apply(t, clustergen.Change{Op: clustergen.Add, Obj: o.DeepCopy()})
 	}
@@ -43,7 +48,32 @@ func newFakeCluster(t *testing.T, c *clustergen.Cluster) *fakeCluster {
 	for _, o := range c.Slices {
 		f.apply(t, clustergen.Change{Op: clustergen.Add, Obj: o.DeepCopy()})
 	}
+	for _, o := range c.Pods {
+		f.apply(t, clustergen.Change{Op: clustergen.Add, Obj: o.DeepCopy()})
+	}
 	return f
+}
+
+// applyPod makes a Pod change as the source's watch sees it: the fake
+// clientset has no field selectors, so a Pod the phase selector leaves out
+// is not created, and one that an update takes out of it is deleted (the
+// API server's watch sends it as deleted).
+func (f *fakeCluster) applyPod(ctx context.Context, op clustergen.Op, o *corev1.Pod) error {
+	key, api := o.Namespace+"/"+o.Name, f.client.CoreV1().Pods(o.Namespace)
+	in := op != clustergen.Delete && podListed(o)
+	switch {
+	case in && f.listed[key]:
+		_, err := api.Update(ctx, o, metav1.UpdateOptions{})
+		return err
+	case in:
+		f.listed[key] = true
+		_, err := api.Create(ctx, o, metav1.CreateOptions{})
+		return err
+	case f.listed[key]:
+		delete(f.listed, key)
+		return api.Delete(ctx, o.Name, metav1.DeleteOptions{})
+	}
+	return nil
 }
 
 // apply makes change ch in the fake cluster, with a new resourceVersion.
@@ -61,6 +91,8 @@ func (f *fakeCluster) apply(t *testing.T, ch clustergen.Change) {
 		err = write(ch.Op, o, f.client.CoreV1().Services(o.Namespace), ctx)
 	case *discoveryv1.EndpointSlice:
 		err = write(ch.Op, o, f.client.DiscoveryV1().EndpointSlices(o.Namespace), ctx)
+	case *corev1.Pod:
+		err = f.applyPod(ctx, ch.Op, o)
 	}
 	if err != nil {
 		t.Fatalf("%v %T: %v", ch.Op, ch.Obj, err)
@@ -94,7 +126,18 @@ func write[T interface {
 // snapshot at snap ("" none) and the fake upstream.
 func kubePlugin(t *testing.T, client kubernetes.Interface, snap string) *Endpointsvc {
 	t.Helper()
-	e := ourPlugin(t, nil)
+	return kubePluginWith(t, client, snap, ourCorefile)
+}
+
+// kubePluginWith is kubePlugin with another Corefile block.
+func kubePluginWith(t *testing.T, client kubernetes.Interface, snap, corefile string) *Endpointsvc {
+	t.Helper()
+	e, err := parse(caddy.NewTestController("dns", corefile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.schema.(*dnsSchema).srv.Upstream = outside{}
+	e.Next = test.NextHandler(dns.RcodeRefused, nil)
 	src := e.source.(*kubesource.Source)
 	src.NewClient = func() (kubernetes.Interface, error) {
 		if client == nil {

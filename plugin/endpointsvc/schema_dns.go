@@ -15,7 +15,8 @@ import (
 // dnsSchema is schema kubernetes: the Kubernetes DNS specification,
 // answered as CoreDNS's kubernetes plugin answers it, from k8sdns's table.
 type dnsSchema struct {
-	srv k8sdns.Server
+	srv         k8sdns.Server
+	noEndpoints bool // noendpoints: tables hold no EndpointSlices (whatever the state has)
 }
 
 func (d *dnsSchema) name() string { return "kubernetes" }
@@ -31,6 +32,16 @@ func (d *dnsSchema) build(st feed.State) modelTable {
 		log.Errorf("%v", errSchemaState(d, st))
 		c = &k8sdns.Cluster{}
 	}
+	if d.noEndpoints && len(c.Slices) > 0 {
+		cc := *c
+		cc.Slices = nil
+		c = &cc
+	}
+	if !d.srv.PodsVerified && len(c.Pods) > 0 {
+		cc := *c
+		cc.Pods = nil // the pod index only with pods verified
+		c = &cc
+	}
 	return k8sdns.Build(c)
 }
 
@@ -41,7 +52,26 @@ func (d *dnsSchema) patch(cur modelTable, p feed.Patch) (modelTable, feed.State)
 		log.Errorf("%v", errSchemaState(d, p))
 		return cur, nil
 	}
+	if d.noEndpoints || !d.srv.PodsVerified {
+		kp = d.filter(kp)
+	}
 	return t.Patched(kp), nil
+}
+
+// filter drops from a patch what the options keep out of tables: slices
+// (noendpoints), the pod index (without pods verified).
+func (d *dnsSchema) filter(p *k8sdns.Patch) *k8sdns.Patch {
+	q := *p
+	if !d.srv.PodsVerified {
+		q.Pods = nil
+	}
+	if d.noEndpoints {
+		q.Changes = make([]k8sdns.Change, len(p.Changes))
+		for i, c := range p.Changes {
+			q.Changes[i] = k8sdns.Change{Key: c.Key, Service: c.Service}
+		}
+	}
+	return &q
 }
 
 func (d *dnsSchema) serve(ctx context.Context, state request.Request, zi int, t *table) reply {

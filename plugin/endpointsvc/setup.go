@@ -35,6 +35,7 @@ const (
 	defaultFileInterval = 5 * time.Second
 	minInterval         = 100 * time.Millisecond
 	maxTTL              = 86400
+	resolvConf          = "/etc/resolv.conf" // the search list autopath appends (pods verified)
 )
 
 func setup(c *caddy.Controller) error {
@@ -144,6 +145,9 @@ func (o *options) schema(c *caddy.Controller, e *Endpointsvc) error {
 		if o.podsSeen {
 			return c.Err("pods needs 'schema kubernetes'")
 		}
+		if len(o.dnsOnly) > 0 {
+			return c.Errf("%s needs 'schema kubernetes'", o.dnsOnly[0])
+		}
 		if !o.zonesGiven {
 			e.Zones = []string{defaultZone}
 		}
@@ -164,7 +168,13 @@ func (o *options) schema(c *caddy.Controller, e *Endpointsvc) error {
 	if primary < 0 {
 		return c.Errf("schema kubernetes needs a zone that is not a reverse zone (such as cluster.local), got %v", e.Zones)
 	}
-	e.schema = &dnsSchema{srv: k8sdns.Server{Zones: e.Zones, Primary: primary, TTL: o.ttl, PodsInsecure: o.podsInsecure}}
+	e.schema = &dnsSchema{srv: k8sdns.Server{Zones: e.Zones, Primary: primary, TTL: o.ttl, PodsInsecure: o.podsInsecure,
+		PodsVerified: o.podsVerified, EndpointPodNames: o.dnsOpts.podNames, IgnoreEmptyService: o.dnsOpts.ignoreEmpty},
+		noEndpoints: o.dnsOpts.noEndpoints}
+	if o.podsVerified {
+		e.schema.(*dnsSchema).srv.Search = searchFromResolvConf(resolvConf)
+	}
+	e.startupTimeout = o.dnsOpts.startup
 	return nil
 }
 
@@ -196,8 +206,8 @@ func carryKey(c *caddy.Controller, e *Endpointsvc, o *options) string {
 	if cfg := dnsserver.GetConfig(c); cfg != nil {
 		server = fmt.Sprintf("%v:%s", cfg.ListenHosts, cfg.Port)
 	}
-	return fmt.Sprintf("%s %s %v schema=%s unhealthy=%v endpoint=%v pods=%v source=%s", pluginName, server, e.Zones,
-		e.schema.name(), o.includeUnhealthy, o.endpointMode, o.podsInsecure, e.source.Key())
+	return fmt.Sprintf("%s %s %v schema=%s unhealthy=%v endpoint=%v pods=%v/%v noendpoints=%v source=%s", pluginName, server, e.Zones,
+		e.schema.name(), o.includeUnhealthy, o.endpointMode, o.podsInsecure, o.podsVerified, o.dnsOpts.noEndpoints, e.source.Key())
 }
 
 // isReverseZone reports whether zone (a lowercased FQDN) is in in-addr.arpa.

@@ -33,7 +33,10 @@ type options struct {
 	includeUnhealthy bool
 	endpointMode     bool
 	podsInsecure     bool
+	podsVerified     bool
 	ttl              uint32
+	dnsOnly          []string // options only schema kubernetes reads, for the error message
+	dnsOpts          dnsOptions
 
 	kubeOnly       []string // options of source kubernetes seen, for the error message
 	orchOnly       []string // options of source orch seen
@@ -65,6 +68,9 @@ func (o *options) option(c *caddy.Controller, e *Endpointsvc) error {
 		return o.orchOption(c, v)
 	case "namespace", "addresses", "include_unhealthy", "schema", "pods":
 		return o.schemaOption(c, v)
+	case "endpoint_pod_names", "ignore", "noendpoints", "startup_timeout":
+		o.dnsOnly = append(o.dnsOnly, v)
+		return o.dnsOption(c, e, v)
 	case "ttl", "snapshot", "empty_grace", "fallthrough":
 		return o.servingOption(c, e, v)
 	case "publish":
@@ -246,10 +252,10 @@ func (o *options) schemaOption(c *caddy.Controller, v string) error {
 		}
 	case "pods":
 		switch a[0] {
-		case "disabled", "insecure":
-			o.podsInsecure = a[0] == "insecure"
+		case "disabled", "insecure", "verified":
+			o.podsInsecure, o.podsVerified = a[0] == "insecure", a[0] == "verified"
 		default:
-			return c.Errf("bad pods %q: want disabled or insecure", a[0])
+			return c.Errf("bad pods %q: want disabled, insecure or verified", a[0])
 		}
 		o.podsSeen = true
 	}
@@ -304,6 +310,7 @@ func (o *options) source(c *caddy.Controller, e *Endpointsvc) error {
 		// the follower, made by replication
 	case o.kube != nil:
 		o.kube.NodeAddress, o.kube.Labels, o.kube.Namespaces = o.nodeAddress, o.selector, o.namespaces
+		o.kube.Pods, o.kube.NoEndpoints = o.podsVerified, o.dnsOpts.noEndpoints
 		if o.publish != nil {
 			o.publish.kube, e.publishing = *o.kube, o.publish
 		}

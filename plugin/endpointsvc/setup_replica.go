@@ -2,6 +2,7 @@ package endpointsvc
 
 import (
 	"net"
+	"net/netip"
 
 	"github.com/coredns/caddy"
 
@@ -158,7 +159,11 @@ func (e *Endpointsvc) tap(m modelTable, p feed.Patch) {
 		for i, c := range kp.Changes {
 			keys[i] = c.Key
 		}
-		e.replicating.leader.Patched(t, keys, kp.SetNamespaces)
+		pods := make([]netip.Addr, len(kp.Pods))
+		for i, pa := range kp.Pods {
+			pods[i] = pa.Addr
+		}
+		e.replicating.leader.Patched(t, keys, kp.SetNamespaces, pods...)
 		return
 	}
 	e.replicating.leader.Rebuilt(t)

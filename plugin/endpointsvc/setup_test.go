@@ -94,7 +94,26 @@ func TestParse(t *testing.T) {
 		}},
 		{in: "endpointsvc {\nsource kubernetes\nschema kubedns\n}", err: `bad schema "kubedns": want orch or kubernetes`},
 		{in: "endpointsvc {\nsource kubernetes\npods insecure\n}", err: "pods needs 'schema kubernetes'"},
-		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\npods verified\n}", err: `bad pods "verified"`},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\npods verified\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			d := e.schema.(*dnsSchema)
+			if !d.srv.PodsVerified || d.srv.PodsInsecure || !e.source.(*kubesource.Source).Config().Pods {
+				t.Errorf("pods verified: verified %v insecure %v, source %+v", d.srv.PodsVerified, d.srv.PodsInsecure, e.source.(*kubesource.Source).Config())
+			}
+		}},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\npods trusted\n}", err: `bad pods "trusted": want disabled, insecure or verified`},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\nendpoint_pod_names\nignore empty_service\nnoendpoints\nstartup_timeout 7s\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			d := e.schema.(*dnsSchema)
+			if !d.srv.EndpointPodNames || !d.srv.IgnoreEmptyService || !d.noEndpoints || e.startupTimeout != 7*time.Second ||
+				!e.source.(*kubesource.Source).Config().NoEndpoints {
+				t.Errorf("options: pod names %v ignore %v noendpoints %v startup %v", d.srv.EndpointPodNames, d.srv.IgnoreEmptyService, d.noEndpoints, e.startupTimeout)
+			}
+		}},
+		{in: "endpointsvc {\nsource kubernetes\nendpoint_pod_names\n}", err: "endpoint_pod_names needs 'schema kubernetes'"},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\nignore empty_services\n}", err: `bad ignore "empty_services": want empty_service`},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\nnoendpoints x\n}", err: "Wrong argument count"},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\nendpoint_pod_names x\n}", err: "Wrong argument count"},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\nstartup_timeout soon\n}", err: `bad startup_timeout "soon"`},
+		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\nstartup_timeout\n}", err: "Wrong argument count"},
 		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\naddresses endpoint\n}", err: "addresses does not apply to 'schema kubernetes'"},
 		{in: "endpointsvc {\nsource kubernetes\nschema kubernetes\nnamespace prod\n}", err: "namespace does not apply to 'schema kubernetes'"},
 		{in: "endpointsvc in-addr.arpa {\nsource kubernetes\nschema kubernetes\n}", err: "needs a zone that is not a reverse zone"},
@@ -195,6 +214,8 @@ func TestCarryKeyCoversTheSource(t *testing.T) {
 		base + "namespaces shop\n",
 		base + "namespaces shop other\n",
 		base + "pods insecure\n",
+		base + "pods verified\n",
+		base + "noendpoints\n",
 		"source kubernetes /etc/kubeconfig other\nschema kubernetes\n",
 		"source kubernetes /etc/other\nschema kubernetes\n",
 		"source kubernetes /etc/kubeconfig ctx\n",

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/kubernetes"
 	"github.com/coredns/coredns/plugin/kubernetes/object"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
@@ -49,6 +50,7 @@ type stockAPI struct {
 	svcs []*object.Service
 	eps  []*object.Endpoints
 	nss  map[string]*object.Namespace
+	pods []*object.Pod // pods verified
 }
 
 func newStockAPI(c *clustergen.Cluster) *stockAPI {
@@ -74,7 +76,9 @@ func (a *stockAPI) ServiceImportList() []*object.ServiceImport { return nil }
 func (a *stockAPI) SvcImportIndex(string) []*object.ServiceImport {
 	return nil
 }
-func (a *stockAPI) PodIndex(string) []*object.Pod                    { return nil }
+func (a *stockAPI) PodIndex(ip string) []*object.Pod {
+	return filter(a.pods, func(p *object.Pod) bool { return slices.Contains(p.PodIPs, ip) })
+}
 func (a *stockAPI) McEpIndex(string) []*object.MultiClusterEndpoints { return nil }
 func (a *stockAPI) Run()                                             {}
 func (a *stockAPI) HasSynced() bool                                  { return true }
@@ -218,7 +222,12 @@ func canonical(m *dns.Msg) string {
 // the number of questions compared and of deliberate differences.
 func compareWithStock(t *testing.T, c *clustergen.Cluster, qs []clustergen.Question, ours *Endpointsvc, max int) (asked, deliberate int) {
 	t.Helper()
-	stock := stockPlugin(t, c)
+	return compareWithStockPlugin(t, c, qs, stockPlugin(t, c), ours, max)
+}
+
+// compareWithStockPlugin is compareWithStock with the stock plugin given.
+func compareWithStockPlugin(t *testing.T, c *clustergen.Cluster, qs []clustergen.Question, stock plugin.Handler, ours *Endpointsvc, max int) (asked, deliberate int) {
+	t.Helper()
 	conflicts := c.CNAMEConflicts()
 	bad := 0
 	for _, q := range qs {

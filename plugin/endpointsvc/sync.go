@@ -26,7 +26,11 @@ type syncer struct {
 	snapshotPath string
 	emptyGrace   time.Duration   // the empty-sync rule's grace (persist.Writer)
 	snapshot     *persist.Writer // nil without snapshotPath; set by start
-	carryKey     string          // identifies this instance's table across a reload
+	// startupTimeout (startup_timeout) makes start-up wait for a table, up
+	// to that long, as the kubernetes plugin waits for its sync; 0: wait
+	// firstSyncWait for the source's first result, a failure too
+	startupTimeout time.Duration
+	carryKey       string // identifies this instance's table across a reload
 
 	mu     sync.Mutex // serialises table builds; never taken by ServeDNS
 	serial uint32
@@ -212,13 +216,28 @@ func (e *Endpointsvc) start(src feed.Source) {
 		defer e.wg.Done()
 		e.schema.background(ctx, e.rebuild)
 	}()
-	if e.tbl.Load() == nil {
+	e.waitFirst()
+}
+
+// waitFirst holds start-up until there is something to serve: the
+// source's first result (firstSyncWait at most), or with startup_timeout
+// a table (that long at most).
+func (e *Endpointsvc) waitFirst() {
+	if e.tbl.Load() != nil {
+		return
+	}
+	if e.startupTimeout == 0 {
 		t := time.NewTimer(firstSyncWait)
 		defer t.Stop()
 		select {
 		case <-e.first:
 		case <-t.C:
 		}
+		return
+	}
+	deadline := time.Now().Add(e.startupTimeout)
+	for e.tbl.Load() == nil && time.Now().Before(deadline) {
+		time.Sleep(min(50*time.Millisecond, time.Until(deadline)))
 	}
 }
 

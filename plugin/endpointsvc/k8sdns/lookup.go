@@ -29,26 +29,49 @@ type item struct {
 	podNS string
 }
 
-// label is the DNS label of the item's endpoint: its hostname, or its
-// address with dashes.
-func (it *item) label() string {
-	if h := it.slice.Hostname(int(it.ep)); h != "" {
+// label is the DNS label of the item's endpoint (podNames:
+// endpoint_pod_names).
+func (it *item) label(podNames bool) string {
+	if it.host != "" {
+		return it.slice.label(int(it.ep), podNames, it.host)
+	}
+	return it.slice.label(int(it.ep), podNames, it.ip.String())
+}
+
+// label is endpoint i's DNS label, as the kubernetes plugin makes it: its
+// hostname; else, with podNames (endpoint_pod_names), the name of its
+// target Pod when that is shorter than 64 (the kubernetes plugin keeps no
+// longer one); else address with dashes.
+func (sl *Slice) label(i int, podNames bool, address string) string {
+	if h := sl.Hostname(i); h != "" {
 		return h
 	}
-	if it.host != "" {
-		return endpointLabel(it.host)
+	if n := sl.podName(i, podNames); n != "" {
+		return n
 	}
-	return endpointLabel(it.ip.String())
+	return endpointLabel(address)
+}
+
+// podName is endpoint i's target Pod name when podNames and it may be a
+// label (shorter than 64), else "".
+func (sl *Slice) podName(i int, podNames bool) string {
+	if !podNames {
+		return ""
+	}
+	if n := sl.TargetRef(i); len(n) < 64 {
+		return n
+	}
+	return ""
 }
 
 // target is the item's SRV target (and the owner of its additional
 // address record) in zone (the query's spelling of it).
-func (it *item) target(zone string) string {
+func (it *item) target(zone string, podNames bool) string {
 	switch {
 	case it.podNS != "":
 		return it.pod + "." + it.podNS + ".pod." + zone
 	case it.slice != nil:
-		return it.label() + "." + it.svc.Name + "." + it.svc.Namespace + ".svc." + zone
+		return it.label(podNames) + "." + it.svc.Name + "." + it.svc.Namespace + ".svc." + zone
 	}
 	return it.svc.Name + "." + it.svc.Namespace + ".svc." + zone
 }
@@ -60,7 +83,7 @@ func (s *Server) records(t *Table, r *nameReq) ([]item, error) {
 		return nil, errName
 	}
 	if r.pod {
-		return s.pods(r)
+		return s.pods(t, r)
 	}
 	if r.service == "" {
 		return nil, nil // a namespace: NODATA
@@ -71,13 +94,15 @@ func (s *Server) records(t *Table, r *nameReq) ([]item, error) {
 	}
 	var items []item
 	switch svc := e.svc; {
+	case s.IgnoreEmptyService && svc.Kind == ClusterIP && e.ready == 0:
+		return nil, errName // ignore empty_service: as if the Service did not exist
 	case svc.Kind == ExternalName:
 		if r.endpoint != "" || r.port != "" || r.protocol != "" || net.ParseIP(svc.ExternalName) != nil {
 			return nil, errName // an address is no CNAME target
 		}
 		items = []item{{host: svc.ExternalName, port: -1, svc: svc, ep: -1}}
 	case svc.Kind == Headless || r.endpoint != "":
-		items = e.endpointItems(r)
+		items = e.endpointItems(r, s.EndpointPodNames)
 	default:
 		found := false
 		for _, p := range portsOrNone(svc.Ports) {
@@ -101,7 +126,7 @@ func (s *Server) records(t *Table, r *nameReq) ([]item, error) {
 
 // endpointItems are the items of the ready endpoints of e's slices that
 // r's endpoint label (if any) names, one per address and matching port.
-func (e *entry) endpointItems(r *nameReq) []item {
+func (e *entry) endpointItems(r *nameReq, podNames bool) []item {
 	var want netip.Addr // the label read as an address, when it is the dashed form of one
 	if r.endpoint != "" {
 		if a := labelAddr(r.endpoint); a.IsValid() && strings.EqualFold(endpointLabel(a.String()), r.endpoint) {
@@ -123,7 +148,7 @@ func (e *entry) endpointItems(r *nameReq) []item {
 				} else {
 					it.ip = sl.Addr(i, j)
 				}
-				if r.endpoint != "" && !it.isLabel(r.endpoint, want) {
+				if r.endpoint != "" && !it.isLabel(r.endpoint, want, podNames) {
 					continue
 				}
 				for _, p := range ports {
@@ -141,9 +166,12 @@ func (e *entry) endpointItems(r *nameReq) []item {
 // isLabel reports whether the item's endpoint label is l
 // (case-insensitively); want is l read as an address when l is the dashed
 // form of one, so that addresses are compared without making labels.
-func (it *item) isLabel(l string, want netip.Addr) bool {
+func (it *item) isLabel(l string, want netip.Addr, podNames bool) bool {
 	if h := it.slice.Hostname(int(it.ep)); h != "" {
 		return strings.EqualFold(h, l)
+	}
+	if n := it.slice.podName(int(it.ep), podNames); n != "" {
+		return strings.EqualFold(n, l)
 	}
 	if it.host != "" {
 		return strings.EqualFold(endpointLabel(it.host), l)
@@ -153,22 +181,20 @@ func (it *item) isLabel(l string, want netip.Addr) bool {
 
 // pods answers <a-b-c-d>.<namespace>.pod names: with pods insecure the
 // address written in the label, whether or not such a pod exists (the
-// kubernetes plugin's "pods insecure"), in any namespace that exists;
-// with pods disabled nothing exists there.
-func (s *Server) pods(r *nameReq) ([]item, error) {
-	if !s.PodsInsecure {
+// kubernetes plugin's "pods insecure"), in any namespace that exists; with
+// pods verified the address when a Pod of that namespace has it
+// (verifiedPods); with pods disabled nothing exists there.
+func (s *Server) pods(t *Table, r *nameReq) ([]item, error) {
+	if !s.PodsInsecure && !s.PodsVerified {
 		return nil, errName
 	}
 	if r.service == "" {
 		return nil, nil
 	}
-	var text string
-	if strings.Count(r.service, "-") == 3 && !strings.Contains(r.service, "--") {
-		text = strings.ReplaceAll(r.service, "-", ".")
-	} else {
-		text = strings.ReplaceAll(r.service, "-", ":")
+	if s.PodsVerified {
+		return t.verifiedPods(r.service, r.namespace)
 	}
-	ip := net.ParseIP(text) // as the kubernetes plugin parses it
+	ip := net.ParseIP(podText(r.service)) // as the kubernetes plugin parses it
 	if ip == nil {
 		return nil, errName
 	}

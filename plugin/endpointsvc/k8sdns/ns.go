@@ -88,11 +88,7 @@ func (q *query) nsOfSlice(sl *Slice) []nsRecord {
 			}
 			for j := range sl.Endpoints[i].Len() {
 				a := sl.Addr(i, j)
-				label := sl.Hostname(i)
-				if label == "" {
-					label = endpointLabel(a.String())
-				}
-				out = append(out, nsRecord{label + "." + name, a})
+				out = append(out, nsRecord{sl.label(i, q.s.EndpointPodNames, a.String()) + "." + name, a})
 			}
 		}
 		return out

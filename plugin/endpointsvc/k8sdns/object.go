@@ -334,6 +334,9 @@ type Cluster struct {
 	Namespaces []string
 	Services   []*Service
 	Slices     []*Slice
+	// Pods is the pod index (pods verified): the namespaces of the
+	// running Pods of each address; nil without it.
+	Pods []PodAddr
 
 	// Origin is where a replicated cluster stands in its replication
 	// stream (package replica: "<epoch>/<generation>"); "" for a cluster

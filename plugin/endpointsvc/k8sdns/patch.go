@@ -13,6 +13,9 @@ type Patch struct {
 	// Namespaces replaces the namespace list when SetNamespaces.
 	Namespaces    []string
 	SetNamespaces bool
+	// Pods are the pod index's changed addresses, each with its whole new
+	// list of namespaces (none: gone), each address at most once.
+	Pods []PodAddr
 	// Origin is the patched table's Origin (Cluster.Origin).
 	Origin string
 
@@ -33,7 +36,7 @@ type Change struct {
 	Slices  []*Slice
 }
 
-// Len is the number of names the patch changes.
+// Len is the number of names the patch changes (pod addresses apart).
 func (p *Patch) Len() int { return len(p.Changes) }
 
 // Snapshot writes the source's whole state.
@@ -87,5 +90,6 @@ func (t *Table) Patched(p *Patch) *Table {
 		}
 	}
 	n.names, n.rev = names.Map(), rev.Map()
+	n.pods = patchPods(t.pods, p.Pods)
 	return n
 }

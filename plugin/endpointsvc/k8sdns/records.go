@@ -110,6 +110,9 @@ func (t *Table) Whole() *Cluster {
 		}
 		c.Slices = append(c.Slices, e.slices...)
 	}
+	if t.pods.Len() > 0 {
+		c.Pods = t.Pods()
+	}
 	return c
 }
 
@@ -132,6 +135,11 @@ func (t *Table) Snapshot(w io.Writer) error {
 			if err := sw.Slice(sl); err != nil {
 				return err
 			}
+		}
+	}
+	if t.pods.Len() > 0 {
+		if err := sw.Pods(t.Pods()); err != nil {
+			return err
 		}
 	}
 	return sw.Close()

@@ -35,11 +35,7 @@ func (q *query) ptr(name, owner string) ([]dns.RR, error) {
 	var out []dns.RR
 	for _, r := range rs.list() {
 		sl := r.sl()
-		label := sl.Hostname(int(r.ep))
-		if label == "" {
-			label = endpointLabel(ip.Unmap().String())
-		}
-		target := label + "." + sl.Service + "." + sl.Namespace + ".svc." + primary
+		target := sl.label(int(r.ep), q.s.EndpointPodNames, ip.Unmap().String()) + "." + sl.Service + "." + sl.Namespace + ".svc." + primary
 		if !hasPTR(out, target) {
 			out = append(out, &dns.PTR{Hdr: q.hdr(owner, dns.TypePTR), Ptr: target})
 		}

@@ -20,8 +20,13 @@ type Server struct {
 	Zones        []string // lowercased FQDNs
 	Primary      int      // the zone PTR targets are in (the first forward zone)
 	TTL          uint32
-	PodsInsecure bool     // answer <a-b-c-d>.<ns>.pod.<zone>
+	PodsInsecure bool     // answer <a-b-c-d>.<ns>.pod.<zone> with the address in the name
+	PodsVerified bool     // answer it when a Pod of <ns> has that address (the table's pod index)
 	Upstream     Upstream // looks CNAME targets outside the zone up; nil: none
+	Search       []string // the server's own search list (its resolv.conf), lowercased FQDNs: AutoPath's tail
+
+	EndpointPodNames   bool // endpoint_pod_names: an endpoint without hostname is named by its Pod
+	IgnoreEmptyService bool // ignore empty_service: a ClusterIP Service without ready endpoints is NXDOMAIN
 
 	localIPs atomic.Pointer[[]netip.Addr] // the server's own addresses (SetLocalIPs)
 }
@@ -373,7 +378,7 @@ func (q *query) srv(name, owner string) (answer, extra []dns.RR, err error) {
 		if it.port == -1 {
 			continue
 		}
-		target := it.target(q.zoneq)
+		target := it.target(q.zoneq, q.s.EndpointPodNames)
 		if once(srvKey{target: target, port: it.port}) {
 			answer = append(answer, &dns.SRV{Hdr: q.hdr(owner, dns.TypeSRV), Weight: weight, Port: uint16(it.port), Target: target})
 		}

@@ -23,8 +23,12 @@ import (
 //	 "services":[{"namespace":"shop","name":"web","kind":"ClusterIP",
 //	   "cluster_ips":["10.96.0.20"],"ports":[{"name":"http","protocol":"TCP","port":80}]}],
 //	 "slices":[{"namespace":"shop","name":"web-x1","service":"web","type":"IPv4",
-//	   "ports":[…],"addresses":[["10.244.1.5"]],"nodes":["n1"],"pods":["web-1"],"conditions":["yyn"]}]}
+//	   "ports":[…],"addresses":[["10.244.1.5"]],"nodes":["n1"],"pods":["web-1"],"conditions":["yyn"]}],
+//	 "pods":{"shop":["10.244.1.5","10.244.1.6"]}}
 //
+// "pods", the pod index of pods verified (the addresses of each
+// namespace's running Pods, one per Pod), is left out without one; a
+// snapshot written before it existed loads with no pod index.
 // A replicated cluster (the replica source's) also keeps where it stands
 // in the replication stream, "origin":"<epoch>/<generation>" (Origin).
 // A snapshot of an older meshdns (a state document, or the compact form
@@ -37,6 +41,10 @@ type snapDoc struct {
 	Namespaces []string    `json:"namespaces"`
 	Services   []snapSvc   `json:"services"`
 	Slices     []snapSlice `json:"slices"`
+	// Pods is the pod index (pods verified), by namespace: the addresses
+	// of its running Pods, one per Pod. Left out without one; a snapshot
+	// without it (of an older meshdns) loads with no pod index.
+	Pods map[string][]string `json:"pods,omitempty"`
 }
 
 type snapSvc struct {
@@ -113,6 +121,11 @@ func (doc *snapDoc) cluster() (*Cluster, error) {
 		}
 		c.Slices = append(c.Slices, sl)
 	}
+	pods, err := decodePods(doc.Pods)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	c.Pods = pods
 	return c, nil
 }
 
@@ -224,6 +237,11 @@ func (c *Cluster) Snapshot(w io.Writer) error {
 			return err
 		}
 	}
+	if len(c.Pods) > 0 {
+		if err := sw.Pods(c.Pods); err != nil {
+			return err
+		}
+	}
 	return sw.Close()
 }
 
@@ -234,6 +252,7 @@ type SnapshotWriter struct {
 	*jsonw.Writer
 	services int // written so far; -1 once the slices began
 	slices   int
+	pods     bool // the pod index was written: only Close may follow
 }
 
 // NewSnapshotWriter starts a snapshot of a cluster with namespaces.
@@ -315,6 +334,9 @@ func appendService(b []byte, s *Service) []byte {
 
 // Slice writes a slice.
 func (sw *SnapshotWriter) Slice(sl *Slice) error {
+	if sw.pods {
+		return errors.New("snapshot: a slice after the pods")
+	}
 	if sw.services >= 0 {
 		sw.Buf = append(sw.Buf, "],\n\"slices\":["...)
 		sw.services = -1
@@ -431,7 +453,10 @@ func (sw *SnapshotWriter) Close() error {
 	if sw.services >= 0 {
 		sw.Buf = append(sw.Buf, "],\n\"slices\":["...)
 	}
-	sw.Buf = append(sw.Buf, "]}\n"...)
+	if !sw.pods {
+		sw.Buf = append(sw.Buf, ']')
+	}
+	sw.Buf = append(sw.Buf, "}\n"...)
 	return sw.Flush(true)
 }
 

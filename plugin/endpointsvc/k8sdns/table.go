@@ -14,9 +14,10 @@ import (
 // what the patch touches (its maps are persistent: pmap), and it is never
 // changed afterwards.
 type Table struct {
-	namespaces map[string]struct{}       // the namespaces that exist; replaced whole when they change
-	names      *pmap.Map[Key, *entry]    // a Service, or the slices labelled with a name no Service has
-	rev        *pmap.Map[[16]byte, refs] // address (IPv4 v4-mapped) → what it is: PTR
+	namespaces map[string]struct{}         // the namespaces that exist; replaced whole when they change
+	names      *pmap.Map[Key, *entry]      // a Service, or the slices labelled with a name no Service has
+	rev        *pmap.Map[[16]byte, refs]   // address (IPv4 v4-mapped) → what it is: PTR
+	pods       *pmap.Map[[16]byte, podNSs] // pods verified: address (IPv4 v4-mapped) → its Pods' namespaces
 
 	services  int // entries with a Service
 	endpoints int // ready endpoints of those entries' slices
@@ -135,6 +136,7 @@ func Build(c *Cluster) *Table {
 	}
 	t.names = pmap.Of(Key.compare, keys, entries)
 	t.rev = reverseIndex(addrs)
+	t.pods = podIndex(c.Pods)
 	return t
 }
 

@@ -1,6 +1,7 @@
 package kubesource
 
 import (
+	"net/netip"
 	"sync"
 
 	"k8s.io/client-go/tools/cache"
@@ -14,6 +15,7 @@ type stores struct {
 	slices cache.Indexer
 	nodes  cache.Store // schema orch only
 	nss    cache.Store // schema kubernetes only
+	pods   *podIndex   // pods verified only
 }
 
 // byService is the slice indexer's index of the Service a slice is
@@ -29,6 +31,9 @@ func sliceService(obj any) ([]string, error) {
 
 // slicesOf returns the slices labelled with name ("namespace/name").
 func (st stores) slicesOf(name string) []*kSlice {
+	if st.slices == nil {
+		return nil // noendpoints
+	}
 	objs, _ := st.slices.ByIndex(byService, name)
 	out := make([]*kSlice, 0, len(objs))
 	for _, o := range objs {
@@ -56,10 +61,13 @@ func (st stores) service(name string) *kService {
 type changes struct {
 	names      map[string]bool
 	nodes      map[string]bool
+	pods       map[netip.Addr]bool // addresses of Pods that came, went or changed
 	namespaces bool
 }
 
-func (c *changes) empty() bool { return len(c.names) == 0 && len(c.nodes) == 0 && !c.namespaces }
+func (c *changes) empty() bool {
+	return len(c.names) == 0 && len(c.nodes) == 0 && len(c.pods) == 0 && !c.namespaces
+}
 
 // dirty collects the changes; the handlers of all informers write it, the
 // source's goroutine takes it.
@@ -102,6 +110,18 @@ func (d *dirty) name(n string) {
 		d.c.names = map[string]bool{}
 	}
 	d.c.names[n] = true
+}
+
+// markAddrs records Pod addresses.
+func (d *dirty) markAddrs(addrs []netip.Addr) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.c.pods == nil {
+		d.c.pods = map[netip.Addr]bool{}
+	}
+	for _, a := range addrs {
+		d.c.pods[a] = true
+	}
 }
 
 // take returns what changed and starts over.

@@ -34,12 +34,23 @@ func (m *dnsModel) whole(st stores) feed.State {
 			c.Services = append(c.Services, &s.svc)
 		}
 	}
-	for _, o := range st.slices.List() {
+	for _, o := range sliceObjects(st) {
 		if sl, ok := o.(*kSlice); ok && !sl.skip && sl.sl.Service != "" {
 			c.Slices = append(c.Slices, &sl.sl)
 		}
 	}
+	if st.pods != nil {
+		c.Pods = st.pods.all()
+	}
 	return c
+}
+
+// sliceObjects are the slice store's objects (none with noendpoints).
+func sliceObjects(st stores) []any {
+	if st.slices == nil {
+		return nil
+	}
+	return st.slices.List()
 }
 
 // patch is the changed names' Services and slices, and the namespace
@@ -62,6 +73,13 @@ func (m *dnsModel) patch(st stores, c changes, whole func() feed.State) feed.Pat
 	}
 	if c.namespaces {
 		p.Namespaces, p.SetNamespaces = m.namespaceList(st.nss), true
+	}
+	if st.pods != nil && len(c.pods) > 0 {
+		p.Pods = make([]k8sdns.PodAddr, 0, len(c.pods))
+		for a := range c.pods {
+			p.Pods = append(p.Pods, st.pods.get(a))
+		}
+		slices.SortFunc(p.Pods, func(a, b k8sdns.PodAddr) int { return a.Addr.Compare(b.Addr) })
 	}
 	return p
 }
@@ -100,7 +118,7 @@ func (m *dnsModel) snapshot(w io.Writer, st stores) error {
 		}
 	}
 	var sls []*kSlice
-	for _, o := range st.slices.List() {
+	for _, o := range sliceObjects(st) {
 		if sl, ok := o.(*kSlice); ok && !sl.skip && sl.sl.Service != "" {
 			sls = append(sls, sl)
 		}
@@ -109,6 +127,13 @@ func (m *dnsModel) snapshot(w io.Writer, st stores) error {
 	for _, sl := range sls {
 		if err := sw.Slice(&sl.sl); err != nil {
 			return err
+		}
+	}
+	if st.pods != nil {
+		if ps := st.pods.all(); len(ps) > 0 {
+			if err := sw.Pods(ps); err != nil {
+				return err
+			}
 		}
 	}
 	return sw.Close()

@@ -33,6 +33,8 @@ type Config struct {
 	Labels      string   // label selector of the Services ("": all)
 	Namespaces  []string // only these namespaces, lowercased (nil: all)
 	NodeAddress []string // node address types, in preference order, lowercased (schema orch)
+	Pods        bool     // watch Pods for the pod index (pods verified; schema kubernetes)
+	NoEndpoints bool     // do not watch EndpointSlices (noendpoints; schema kubernetes)
 }
 
 // Source is the kubernetes source of one schema.
@@ -96,8 +98,8 @@ func (k *Source) Name() string { return "kubernetes" }
 
 // Key implements feed.Source.
 func (k *Source) Key() string {
-	return fmt.Sprintf("kubernetes %q %q model=%s labels=%q namespaces=%q node_address=%q",
-		k.cfg.Kubeconfig, k.cfg.Context, k.model.name(), k.cfg.Labels, k.cfg.Namespaces, k.cfg.NodeAddress)
+	return fmt.Sprintf("kubernetes %q %q model=%s labels=%q namespaces=%q node_address=%q pods=%v noendpoints=%v",
+		k.cfg.Kubeconfig, k.cfg.Context, k.model.name(), k.cfg.Labels, k.cfg.Namespaces, k.cfg.NodeAddress, k.cfg.Pods, k.cfg.NoEndpoints)
 }
 
 // Settings of the kubernetes source.

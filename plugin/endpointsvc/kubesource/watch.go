@@ -28,6 +28,7 @@ type watcher struct {
 	kick    chan struct{} // an event came (1 buffered)
 	errs    chan error    // a list or watch failed (1 buffered)
 	denied  *deniedLog
+	pods    *podIndex // pods verified; nil without
 }
 
 // watch makes the informers of the schema's objects (not started), with
@@ -40,16 +41,69 @@ func (k *Source) watch(client kubernetes.Interface) *watcher {
 	}
 	w := &watcher{factory: informers.NewSharedInformerFactoryWithOptions(client, 0, opts...), changed: &dirty{},
 		kick: make(chan struct{}, 1), errs: make(chan error, 1), denied: &deniedLog{}}
+	infs := k.informers(w, ns)
+	// The handlers' registrations are synced once the stores are and every
+	// initial add has been delivered, so the first build sees them all and
+	// no late add triggers a second one.
+	handler := w.handler(&k.Stats)
+	for _, x := range infs {
+		// Setting these fails only on a started informer; ours are new.
+		_ = x.inf.SetTransform(x.fn)
+		_ = x.inf.SetWatchErrorHandlerWithContext(w.onError)
+		h := cache.ResourceEventHandler(handler)
+		if x.handler != nil {
+			h = x.handler
+		}
+		if reg, err := x.inf.AddEventHandler(h); err == nil {
+			w.regs = append(w.regs, reg)
+		}
+	}
+	if len(w.regs) != len(infs) {
+		w.regs = nil // a registration failed (only on a stopped informer): never synced
+	}
+	return w
+}
+
+// informers makes the informers of the schema's objects in namespace ns
+// ("" all) and sets w's stores.
+func (k *Source) informers(w *watcher, ns string) []slimInformer {
 	in := k.inNamespaces()
 	svcInf := w.factory.InformerFor(&corev1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return corev1informers.NewFilteredServiceInformer(c, ns, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
 			o.LabelSelector = k.cfg.Labels
 		})
 	})
-	// No namespace index (the stock informers' costs a set entry per
-	// object); slices are indexed by their Service, which a patch reads.
-	// Schema kubernetes selects slices with the labels too, as the
-	// kubernetes plugin does.
+	w.stores = stores{svcs: svcInf.GetStore()}
+	infs := []slimInformer{{inf: svcInf, fn: reuse(svcInf.GetStore(), transformService(in))}}
+	if k.model.watchNodes() || !k.cfg.NoEndpoints {
+		infs = append(infs, k.sliceInformer(w, ns, in))
+	}
+	if k.model.watchNodes() {
+		nodeInf := w.factory.InformerFor(&corev1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return corev1informers.NewNodeInformer(c, resync, cache.Indexers{})
+		})
+		w.stores.nodes = nodeInf.GetStore()
+		return append(infs, slimInformer{inf: nodeInf, fn: reuse(nodeInf.GetStore(), transformNode)})
+	}
+	nsInf := w.factory.InformerFor(&corev1.Namespace{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return corev1informers.NewNamespaceInformer(c, resync, cache.Indexers{})
+	})
+	w.stores.nss = nsInf.GetStore()
+	infs = append(infs, slimInformer{inf: nsInf, fn: reuse(nsInf.GetStore(), transformNamespace)})
+	if k.cfg.Pods {
+		podInf := w.factory.InformerFor(&corev1.Pod{}, k.podInformer)
+		w.pods = newPodIndex()
+		w.stores.pods = w.pods
+		infs = append(infs, slimInformer{inf: podInf, fn: transformPod(podInf.GetStore()), handler: w.podHandler(&k.Stats)})
+	}
+	return infs
+}
+
+// sliceInformer makes the EndpointSlice informer. No namespace index (the
+// stock informers' costs a set entry per object); slices are indexed by
+// their Service, which a patch reads. Schema kubernetes selects slices
+// with the labels too, as the kubernetes plugin does.
+func (k *Source) sliceInformer(w *watcher, ns string, in map[string]bool) slimInformer {
 	sliceLabels := ""
 	if !k.model.watchNodes() {
 		sliceLabels = k.cfg.Labels
@@ -59,37 +113,8 @@ func (k *Source) watch(client kubernetes.Interface) *watcher {
 			o.LabelSelector = sliceLabels
 		})
 	})
-	w.stores = stores{svcs: svcInf.GetStore(), slices: sliceInf.GetIndexer()}
-	infs := []slimInformer{{svcInf, transformService(in)}, {sliceInf, transformSlice(in)}}
-	if k.model.watchNodes() {
-		nodeInf := w.factory.InformerFor(&corev1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return corev1informers.NewNodeInformer(c, resync, cache.Indexers{})
-		})
-		w.stores.nodes = nodeInf.GetStore()
-		infs = append(infs, slimInformer{nodeInf, transformNode})
-	} else {
-		nsInf := w.factory.InformerFor(&corev1.Namespace{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return corev1informers.NewNamespaceInformer(c, resync, cache.Indexers{})
-		})
-		w.stores.nss = nsInf.GetStore()
-		infs = append(infs, slimInformer{nsInf, transformNamespace})
-	}
-	// The handlers' registrations are synced once the stores are and every
-	// initial add has been delivered, so the first build sees them all and
-	// no late add triggers a second one.
-	handler := w.handler(&k.Stats)
-	for _, x := range infs {
-		// Setting these fails only on a started informer; ours are new.
-		_ = x.inf.SetTransform(reuse(x.inf.GetStore(), x.fn))
-		_ = x.inf.SetWatchErrorHandlerWithContext(w.onError)
-		if reg, err := x.inf.AddEventHandler(handler); err == nil {
-			w.regs = append(w.regs, reg)
-		}
-	}
-	if len(w.regs) != len(infs) {
-		w.regs = nil // a registration failed (only on a stopped informer): never synced
-	}
-	return w
+	w.stores.slices = sliceInf.GetIndexer()
+	return slimInformer{inf: sliceInf, fn: reuse(sliceInf.GetStore(), transformSlice(in))}
 }
 
 // reuse wraps a transform: when the store already holds a slim object
@@ -117,10 +142,12 @@ func reuse(store cache.Store, fn cache.TransformFunc) cache.TransformFunc {
 	}
 }
 
-// slimInformer is an informer and the transform to its slim objects.
+// slimInformer is an informer, the transform to its slim objects and its
+// own handler (nil: the watcher's).
 type slimInformer struct {
-	inf cache.SharedIndexInformer
-	fn  cache.TransformFunc
+	inf     cache.SharedIndexInformer
+	fn      cache.TransformFunc
+	handler cache.ResourceEventHandler
 }
 
 // handler collects what the events change and kicks the loop.

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/netip"
+	"slices"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
@@ -34,6 +37,7 @@ type applier struct {
 	seen    map[k8sdns.Key]int // changes' index by name
 	nss     []string
 	setNSs  bool
+	pods    map[netip.Addr][]string // pod addresses changed (pods verified)
 }
 
 // line applies one line (without its newline).
@@ -51,6 +55,11 @@ func (a *applier) line(b []byte) error {
 		return errors.New("trailing data after the JSON object")
 	}
 	switch {
+	case c.Pods != nil:
+		if c.Epoch != nil || c.Gen != nil || c.Full != nil || c.Synced || c.Namespaces != nil {
+			return errors.New("a pods line wants pods only")
+		}
+		return a.podsLine(*c.Pods)
 	case c.Epoch != nil:
 		if c.Gen == nil || c.Full == nil || c.Synced || c.Namespaces != nil {
 			return errors.New("a header wants epoch, gen and full only")
@@ -135,8 +144,42 @@ func (a *applier) namespaces(nss []string) error {
 	return nil
 }
 
+// podsLine takes the pod addresses of a pods line: a whole state's, or
+// changes (an address with no namespace is gone).
+func (a *applier) podsLine(m map[string][]string) error {
+	if !a.started {
+		return errors.New("pods before the header")
+	}
+	if a.pods == nil {
+		a.pods = make(map[netip.Addr][]string, len(m))
+	}
+	for s, nss := range m {
+		ip, err := netip.ParseAddr(s)
+		if err != nil || ip.Zone() != "" || slices.Contains(nss, "") {
+			return fmt.Errorf("pods: bad address %q or namespace", s)
+		}
+		a.pods[ip.Unmap()] = slices.Sorted(slices.Values(nss))
+	}
+	return nil
+}
+
+// podAddrs are the pod addresses received, in address order (whole: the
+// gone ones left out).
+func (a *applier) podAddrs(whole bool) []k8sdns.PodAddr {
+	out := make([]k8sdns.PodAddr, 0, len(a.pods))
+	for ip, nss := range a.pods {
+		if !whole || len(nss) > 0 {
+			out = append(out, k8sdns.PodAddr{Addr: ip, Namespaces: nss})
+		}
+	}
+	slices.SortFunc(out, func(x, y k8sdns.PodAddr) int { return x.Addr.Compare(y.Addr) })
+	return out
+}
+
 // pending reports whether part of a state has arrived.
-func (a *applier) pending() bool { return a.full != nil || len(a.changes) > 0 || a.setNSs }
+func (a *applier) pending() bool {
+	return a.full != nil || len(a.changes) > 0 || a.setNSs || len(a.pods) > 0
+}
 
 // synced hands the state received to the sink: a whole state as an
 // update, changes as a patch of the served table.
@@ -151,6 +194,9 @@ func (a *applier) synced(gen uint64) error {
 	switch {
 	case a.full != nil:
 		a.full.Origin = o
+		if len(a.pods) > 0 {
+			a.full.Pods = a.podAddrs(true)
+		}
 		a.sink.Update(a.full)
 		a.stats.Full.Add(1)
 	case a.pending() || gen != a.gen:
@@ -159,7 +205,7 @@ func (a *applier) synced(gen uint64) error {
 	default:
 		a.sink.Unchanged()
 	}
-	a.gen, a.full, a.changes, a.seen, a.nss, a.setNSs = gen, nil, nil, nil, nil, false
+	a.gen, a.full, a.changes, a.seen, a.nss, a.setNSs, a.pods = gen, nil, nil, nil, nil, false, nil
 	return nil
 }
 
@@ -167,7 +213,7 @@ func (a *applier) synced(gen uint64) error {
 func (a *applier) patch(o string) *k8sdns.Patch {
 	served := a.served
 	return &k8sdns.Patch{
-		Changes: a.changes, Namespaces: a.nss, SetNamespaces: a.setNSs, Origin: o,
+		Changes: a.changes, Namespaces: a.nss, SetNamespaces: a.setNSs, Origin: o, Pods: a.podAddrs(false),
 		Whole: func() *k8sdns.Cluster {
 			if t := served(); t != nil {
 				return t.Whole()

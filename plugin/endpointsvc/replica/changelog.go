@@ -2,6 +2,7 @@ package replica
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
@@ -28,16 +29,20 @@ type logEntry struct {
 	gen        uint64
 	keys       []k8sdns.Key
 	namespaces bool
+	pods       []netip.Addr // pod index addresses changed (pods verified)
 }
+
+// size is what an entry counts against maxLogKeys.
+func (e *logEntry) size() int { return len(e.keys) + len(e.pods) }
 
 // add appends generation e.gen (the next one) and forgets the oldest
 // entries beyond the bounds.
 func (l *changeLog) add(e logEntry) {
 	l.entries = append(l.entries, e)
-	l.keys += len(e.keys)
+	l.keys += e.size()
 	drop := 0
 	for drop < len(l.entries) && (len(l.entries)-drop > maxLogEntries || l.keys > maxLogKeys) {
-		l.keys -= len(l.entries[drop].keys)
+		l.keys -= l.entries[drop].size()
 		l.floor = l.entries[drop].gen
 		drop++
 	}
@@ -60,6 +65,18 @@ func (l *changeLog) since(gen, latest uint64) (keys []k8sdns.Key, namespaces, ok
 	}
 	slices.SortFunc(keys, compareKeys)
 	return slices.Compact(keys), namespaces, true
+}
+
+// podsSince returns the pod addresses changed after generation gen,
+// sorted and each once (gen inside the log: since said ok).
+func (l *changeLog) podsSince(gen uint64) []netip.Addr {
+	i, _ := slices.BinarySearchFunc(l.entries, gen+1, func(e logEntry, g uint64) int { return cmp.Compare(e.gen, g) })
+	var out []netip.Addr
+	for _, e := range l.entries[i:] {
+		out = append(out, e.pods...)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 // clone is a copy that later adds do not change (for a reload).

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,16 +75,17 @@ func (l *Leader) Gen() uint64 {
 	return l.cur.gen
 }
 
-// Patched records t, which a patch of the names keys (and of the
-// namespaces, when namespaces) made of the last table.
-func (l *Leader) Patched(t *k8sdns.Table, keys []k8sdns.Key, namespaces bool) {
+// Patched records t, which a patch of the names keys (of the namespaces,
+// when namespaces, and of the pod index's addresses pods) made of the last
+// table.
+func (l *Leader) Patched(t *k8sdns.Table, keys []k8sdns.Key, namespaces bool, pods ...netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cur == nil {
 		l.first(t)
 		return
 	}
-	l.set(t, keys, namespaces)
+	l.set(t, logEntry{keys: keys, namespaces: namespaces, pods: pods})
 }
 
 // Rebuilt records t, a table built whole (or carried over a reload): the
@@ -99,7 +101,7 @@ func (l *Leader) Rebuilt(t *k8sdns.Table) {
 		return
 	}
 	keys, namespaces := t.Changed(l.cur.table)
-	l.set(t, keys, namespaces)
+	l.set(t, logEntry{keys: keys, namespaces: namespaces, pods: t.ChangedPods(l.cur.table)})
 }
 
 // first makes t generation 1; l.mu is held.
@@ -112,18 +114,19 @@ func (l *Leader) first(t *k8sdns.Table) {
 	l.signal()
 }
 
-// set makes t the next generation, unless it changes nothing; l.mu is
-// held.
-func (l *Leader) set(t *k8sdns.Table, keys []k8sdns.Key, namespaces bool) {
+// set makes t the next generation with change e (its gen is set here),
+// unless it changes nothing; l.mu is held.
+func (l *Leader) set(t *k8sdns.Table, e logEntry) {
 	if l.frozen {
 		return
 	}
-	if len(keys) == 0 && !namespaces {
+	if len(e.keys) == 0 && !e.namespaces && len(e.pods) == 0 {
 		l.cur = &state{gen: l.cur.gen, table: t} // the same content
 		return
 	}
 	gen := l.cur.gen + 1
-	l.log.add(logEntry{gen: gen, keys: keys, namespaces: namespaces})
+	e.gen = gen
+	l.log.add(e)
 	l.cur = &state{gen: gen, table: t}
 	l.signal()
 }
@@ -196,16 +199,20 @@ func (l *Leader) next(epoch string, gen uint64, first bool) step {
 	l.mu.Lock()
 	st, wake, mine := l.cur, l.wake, l.epoch
 	var keys []k8sdns.Key
+	var pods []netip.Addr
 	var namespaces, ok bool
 	if epoch == mine {
 		keys, namespaces, ok = l.log.since(gen, st.gen)
+		if ok {
+			pods = l.log.podsSince(gen)
+		}
 	}
 	l.mu.Unlock()
 	s := step{epoch: mine, to: st.gen, wake: wake}
 	switch {
 	case ok && !first && gen == st.gen:
 	case ok:
-		s.body = l.enc.batch(l, gen, st, keys, namespaces)
+		s.body = l.enc.batch(l, gen, st, change{keys: keys, namespaces: namespaces, pods: pods})
 	default:
 		s.body, s.full = l.enc.full(l, st), true
 	}
@@ -227,19 +234,35 @@ type encoder struct {
 	lastFull  weak.Pointer[encoded]
 }
 
-// batch encodes the records of keys (and the namespaces) in st's table
-// and the synced line of st.gen: the changes from generation from.
-func (e *encoder) batch(l *Leader, from uint64, st *state, keys []k8sdns.Key, namespaces bool) *encoded {
+// change is what a batch carries: names, whether the namespaces changed,
+// pod index addresses.
+type change struct {
+	keys       []k8sdns.Key
+	namespaces bool
+	pods       []netip.Addr
+}
+
+// batch encodes the records of c's names (the namespaces, the pod
+// addresses) in st's table and the synced line of st.gen: the changes
+// from generation from.
+func (e *encoder) batch(l *Leader, from uint64, st *state, c change) *encoded {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.lastBatch != nil && e.from == from && e.to == st.gen {
 		return e.lastBatch
 	}
 	var b []byte
-	if namespaces {
+	if c.namespaces {
 		b = appendNamespaces(b, st.table.Namespaces())
 	}
-	for _, k := range keys {
+	if len(c.pods) > 0 {
+		ps := make([]k8sdns.PodAddr, len(c.pods))
+		for i, a := range c.pods {
+			ps[i] = k8sdns.PodAddr{Addr: a, Namespaces: st.table.PodNamespaces(a)}
+		}
+		b = appendPods(b, ps)
+	}
+	for _, k := range c.keys {
 		b = k8sdns.AppendChange(b, st.table.Name(k))
 		b = append(b, '\n')
 	}
@@ -256,7 +279,10 @@ func (e *encoder) full(l *Leader, st *state) *encoded {
 	if enc := e.lastFull.Value(); enc != nil && e.fullGen == st.gen {
 		return enc
 	}
-	b := appendNamespaces(make([]byte, 0, 256*st.table.Names()), st.table.Namespaces())
+	b := appendNamespaces(make([]byte, 0, 256*st.table.Names()+32*st.table.PodCount()), st.table.Namespaces())
+	if st.table.PodCount() > 0 {
+		b = appendPods(b, st.table.Pods())
+	}
 	for c := range st.table.All() {
 		b = k8sdns.AppendChange(b, c)
 		b = append(b, '\n')
@@ -265,6 +291,33 @@ func (e *encoder) full(l *Leader, st *state) *encoded {
 	e.fullGen, e.lastFull = st.gen, weak.Make(enc)
 	l.Stats.Encoded.Add(1)
 	return enc
+}
+
+// appendPods appends a pods line: each address with the namespaces of its
+// Pods (none: no Pod has it any more).
+func appendPods(b []byte, ps []k8sdns.PodAddr) []byte {
+	b = append(b, `{"pods":{`...)
+	for i, p := range ps {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = p.Addr.AppendTo(b)
+		b = append(b, `":`...)
+		b = appendStrings(b, p.Namespaces)
+	}
+	return append(b, "}}\n"...)
+}
+
+func appendStrings(b []byte, a []string) []byte {
+	b = append(b, '[')
+	for i, s := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonw.AppendString(b, s)
+	}
+	return append(b, ']')
 }
 
 func appendNamespaces(b []byte, nss []string) []byte {

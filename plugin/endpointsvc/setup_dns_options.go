@@ -1,0 +1,63 @@
+package endpointsvc
+
+import (
+	"strings"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin"
+
+	"github.com/miekg/dns"
+)
+
+// dnsOptions are the kubernetes plugin's options that schema kubernetes
+// reads besides pods, ttl, namespaces and labels, with its semantics.
+type dnsOptions struct {
+	podNames    bool          // endpoint_pod_names
+	ignoreEmpty bool          // ignore empty_service
+	noEndpoints bool          // noendpoints
+	startup     time.Duration // startup_timeout; 0: not given
+}
+
+// dnsOption reads endpoint_pod_names, ignore empty_service, noendpoints
+// and startup_timeout.
+func (o *options) dnsOption(c *caddy.Controller, _ *Endpointsvc, v string) error {
+	a := c.RemainingArgs()
+	switch v {
+	case "endpoint_pod_names", "noendpoints":
+		if len(a) != 0 {
+			return c.ArgErr()
+		}
+		if v == "noendpoints" {
+			o.dnsOpts.noEndpoints = true
+		} else {
+			o.dnsOpts.podNames = true
+		}
+	case "ignore":
+		if len(a) != 1 || a[0] != "empty_service" {
+			return c.Errf("bad ignore %q: want empty_service", strings.Join(a, " "))
+		}
+		o.dnsOpts.ignoreEmpty = true
+	case "startup_timeout":
+		if len(a) != 1 {
+			return c.ArgErr()
+		}
+		d, err := time.ParseDuration(a[0])
+		if err != nil || d <= 0 {
+			return c.Errf("bad startup_timeout %q: want a positive duration", a[0])
+		}
+		o.dnsOpts.startup = d
+	}
+	return nil
+}
+
+// searchFromResolvConf is the machine's search list, lowercased FQDNs, as
+// the kubernetes plugin reads it for autopath's tail (nil without one).
+func searchFromResolvConf(path string) []string {
+	rc, err := dns.ClientConfigFromFile(path)
+	if err != nil {
+		return nil
+	}
+	plugin.Zones(rc.Search).Normalize()
+	return rc.Search
+}

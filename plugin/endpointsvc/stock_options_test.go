@@ -1,0 +1,205 @@
+package endpointsvc
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin/kubernetes"
+	"github.com/coredns/coredns/plugin/kubernetes/object"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/coredns/coredns/request"
+
+	"github.com/meshdns/meshdns/internal/clustergen"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/kubefix"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// The kubernetes plugin's options that schema kubernetes reads, each
+// compared with the stock plugin under the same option on generated
+// clusters with Pods (hostNetwork Pods sharing their node's addresses
+// across namespaces, Pending, Succeeded, Failed and terminating Pods):
+// every generated question, and the autopath search path of every client
+// address. Our side runs the kubernetes source over a fake clientset (its
+// informers, transforms and patches); the stock side gets the same
+// objects in its slim form through the fake API connection.
+
+// optionCases are the option lines, each compared on its own and the
+// Pod-reading ones with pods verified.
+var optionCases = []string{
+	"pods verified",
+	"pods verified\n endpoint_pod_names",
+	"pods insecure\n endpoint_pod_names",
+	"pods verified\n ignore empty_service",
+	"pods verified\n noendpoints",
+	"pods verified\n namespaces shop svc dns-version",
+	"pods verified\n startup_timeout 2s",
+	"pods disabled",
+}
+
+// podCluster is a generated cluster with Pods, some terminating.
+func podCluster(seed int64) (*clustergen.Cluster, clustergen.Config) {
+	cfg := clustergen.Small()
+	cfg.Pods, cfg.Terminating = 40, true
+	return clustergen.Generate(seed, cfg), cfg
+}
+
+// stockWith is the stock plugin with the options over the cluster's
+// objects, its Pods as its Pod informer has them: no Succeeded, Failed or
+// Unknown Pod (its field selector), no Pod first seen terminating.
+func stockWith(t testing.TB, cl *clustergen.Cluster, opts string) *kubernetes.Kubernetes {
+	t.Helper()
+	c := caddy.NewTestController("dns", "kubernetes cluster.local in-addr.arpa ip6.arpa {\n "+opts+"\n fallthrough in-addr.arpa ip6.arpa\n ttl 30\n}")
+	c.Next()
+	k, err := kubernetes.ParseStanza(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// InitKubeCache sets what the options imply (pods verified: the Pod
+	// cache autopath reads) and makes a controller, which no one runs: the
+	// fake API connection replaces it
+	k.ClientConfig = clientcmd.NewDefaultClientConfig(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"x": {Server: "https://127.0.0.1:1"}},
+		Contexts:       map[string]*clientcmdapi.Context{"x": {Cluster: "x"}},
+		CurrentContext: "x",
+	}, nil)
+	if _, _, err := k.InitKubeCache(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a := newStockAPI(cl)
+	if strings.Contains(opts, "noendpoints") {
+		a.eps = nil // no endpoint informer
+	}
+	for _, p := range cl.Pods {
+		if !podListed(p) {
+			continue
+		}
+		if o, err := object.ToPod(p.DeepCopy()); err == nil {
+			a.pods = append(a.pods, o.(*object.Pod))
+		}
+	}
+	k.APIConn = a
+	k.Upstream = outside{}
+	k.Next = test.NextHandler(dns.RcodeRefused, nil)
+	return k
+}
+
+// podListed reports whether the API server lists p for the stock plugin's
+// (and the source's) field selector.
+func podListed(p *corev1.Pod) bool {
+	switch p.Status.Phase {
+	case corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown:
+		return false
+	}
+	return true
+}
+
+// oursWith is schema kubernetes with the options over a fake clientset of
+// the cluster.
+func oursWith(t *testing.T, f *fakeCluster, opts string) *Endpointsvc {
+	t.Helper()
+	return kubePluginWith(t, f.client, "", "endpointsvc cluster.local in-addr.arpa ip6.arpa {\n source kubernetes\n schema kubernetes\n "+
+		opts+"\n fallthrough in-addr.arpa ip6.arpa\n ttl 30\n}")
+}
+
+// TestOptionsAgainstStock: for each option case and seed, every question
+// and every client's search path as the stock plugin's; then after 30
+// random steps (Pods among them), patched, again.
+func TestOptionsAgainstStock(t *testing.T) {
+	for _, opts := range optionCases {
+		for _, seed := range genSeeds(t, 2) {
+			t.Run(fmt.Sprintf("%s/%d", strings.ReplaceAll(opts, "\n ", ","), seed), func(t *testing.T) {
+				c, cfg := podCluster(seed)
+				f := newFakeCluster(t, c)
+				ours := oursWith(t, f, opts)
+				r := rand.New(rand.NewSource(seed))
+				compareOptions(t, c, cfg, r, ours, opts)
+				for range 30 {
+					f.apply(t, c.Step(r))
+				}
+				kubefix.Eventually(t, func() string {
+					return diffOptions(c, clustergen.Questions(c, cfg, rand.New(rand.NewSource(seed))), ours, opts)
+				})
+				compareOptions(t, c, cfg, r, ours, opts)
+			})
+		}
+	}
+}
+
+// compareOptions compares the answers and the search paths.
+func compareOptions(t *testing.T, c *clustergen.Cluster, cfg clustergen.Config, r *rand.Rand, ours *Endpointsvc, opts string) {
+	t.Helper()
+	n, d := compareWithStockPlugin(t, c, clustergen.Questions(c, cfg, r), stockWith(t, c, opts), ours, 10)
+	paths := compareAutoPath(t, c, stockWith(t, c, opts), ours)
+	t.Logf("%d questions compared (%d deliberate differences), %d search paths", n, d, paths)
+}
+
+// diffOptions is the first question ours answers unlike the stock plugin
+// ("" none), for waiting until the patches arrived.
+func diffOptions(c *clustergen.Cluster, qs []clustergen.Question, ours *Endpointsvc, opts string) string {
+	stock := stockWith(&testing.T{}, c, opts)
+	conflicts := c.CNAMEConflicts()
+	for _, q := range qs {
+		want, reply := serve(stock, q)
+		got, ourReply := serve(ours, q)
+		if got != want && !conflicts.Deliberate(q, reply, ourReply) {
+			return fmt.Sprintf("%s:\n  stock: %s\n  ours:  %s", q, want, got)
+		}
+	}
+	return ""
+}
+
+// compareAutoPath asks both plugins for the search path of every client
+// address, for a name in the zone and one outside it. An address of Pods
+// in several namespaces gives the stock plugin's any one of them (its
+// index's order); ours must give the first, and the stock plugin one of
+// them.
+func compareAutoPath(t *testing.T, c *clustergen.Cluster, stock *kubernetes.Kubernetes, ours *Endpointsvc) int {
+	t.Helper()
+	n := 0
+	for _, addr := range c.ClientAddrs() {
+		for _, qname := range []string{"web.shop.svc.cluster.local.", "api.example.com.shop.svc.cluster.local.", "example.com.", "5.1.244.10.in-addr.arpa."} {
+			m := new(dns.Msg)
+			m.SetQuestion(qname, dns.TypeA)
+			state := request.Request{W: &test.ResponseWriter{RemoteIP: addr}, Req: m}
+			want, got := stock.AutoPath(state), ours.AutoPath(state)
+			n++
+			if nss := podNamespaces(c, addr); len(nss) > 1 && len(want) > 0 && len(got) > 0 {
+				if !slices.Contains(nss, strings.Split(want[0], ".")[0]) || !strings.HasPrefix(got[0], nss[0]+".") || !slices.Equal(got[1:], want[1:]) {
+					t.Errorf("client %s (Pods in %v), %s: search path %q, stock %q", addr, nss, qname, got, want)
+				}
+				continue
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("client %s, %s: search path %q, stock %q", addr, qname, got, want)
+			}
+		}
+	}
+	return n
+}
+
+// podNamespaces are the distinct namespaces of the listed, not
+// terminating Pods with address addr, sorted.
+func podNamespaces(c *clustergen.Cluster, addr string) []string {
+	var out []string
+	for _, p := range c.Pods {
+		if !podListed(p) || p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, ip := range p.Status.PodIPs {
+			if ip.IP == addr && !slices.Contains(out, p.Namespace) {
+				out = append(out, p.Namespace)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
