@@ -203,3 +203,53 @@ func podNamespaces(c *clustergen.Cluster, addr string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestAutoPathFromSnapshot: pods verified and autopath during an outage.
+// A live instance over a generated cluster with Pods, patched by 20
+// steps, writes its snapshot;
+// one started from it while the API server is unreachable answers every
+// question, pod names included, and gives every client the search path
+// the live one gave.
+func TestAutoPathFromSnapshot(t *testing.T) {
+	c, cfg := podCluster(5)
+	qs := clustergen.Questions(c, cfg, rand.New(rand.NewSource(5)))
+	corefile := "endpointsvc cluster.local in-addr.arpa ip6.arpa {\n source kubernetes\n schema kubernetes\n pods verified\n fallthrough in-addr.arpa ip6.arpa\n ttl 30\n}"
+	snap := t.TempDir() + "/snap.json"
+	f := newFakeCluster(t, c)
+	live := kubePluginWith(t, f.client, snap, corefile)
+	r := rand.New(rand.NewSource(5))
+	for range 20 { // the snapshot is then the source's, written after patches
+		f.apply(t, c.Step(r))
+	}
+	qs = clustergen.Questions(c, cfg, r)
+	kubefix.Eventually(t, func() string { return diffOptions(c, qs, live, "pods verified") })
+	want, wantPaths := answers(live, qs), searchPaths(live, c)
+	live.stop()
+	restarted := kubePluginWith(t, nil, snap, corefile)
+	if d := firstDiff(qs, answers(restarted, qs), want); d != "" {
+		t.Fatalf("after the restart from the snapshot, %s", d)
+	}
+	found := 0
+	for i, p := range searchPaths(restarted, c) {
+		if !slices.Equal(p, wantPaths[i]) {
+			t.Errorf("client %s: search path %q from the snapshot, %q live", c.ClientAddrs()[i], p, wantPaths[i])
+		}
+		if len(p) > 0 {
+			found++
+		}
+	}
+	if found < 10 {
+		t.Errorf("only %d clients have a search path: the cluster has too few Pods to tell", found)
+	}
+}
+
+// searchPaths are e's search paths of every client address of c.
+func searchPaths(e *Endpointsvc, c *clustergen.Cluster) [][]string {
+	var out [][]string
+	for _, addr := range c.ClientAddrs() {
+		m := new(dns.Msg)
+		m.SetQuestion("web.shop.svc.cluster.local.", dns.TypeA)
+		out = append(out, e.AutoPath(request.Request{W: &test.ResponseWriter{RemoteIP: addr}, Req: m}))
+	}
+	return out
+}

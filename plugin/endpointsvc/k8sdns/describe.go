@@ -58,6 +58,9 @@ func (t *Table) Describe() string {
 	for _, x := range revs {
 		fmt.Fprintf(&b, "rev %s %v\n", x.a, x.refs)
 	}
+	for _, p := range t.Pods() {
+		fmt.Fprintf(&b, "pod %s %v\n", p.Addr, p.Namespaces)
+	}
 	return b.String()
 }
 

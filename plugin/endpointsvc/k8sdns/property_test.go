@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand"
+	"net/netip"
 	"os"
 	"strconv"
 	"testing"
@@ -31,7 +32,19 @@ func seeds(normal int) []int64 {
 }
 
 func model(c *clustergen.Cluster) *k8sdns.Cluster {
-	return kubesource.DNSCluster(c.Namespaces, c.Services, c.Slices)
+	m := kubesource.DNSCluster(c.Namespaces, c.Services, c.Slices)
+	if len(c.Pods) > 0 {
+		m.Pods = kubesource.DNSPods(c.Pods)
+	}
+	return m
+}
+
+// configs are the generator's configurations the properties run with:
+// without Pods, and with Pods (pods verified's index), some terminating.
+func configs() map[string]clustergen.Config {
+	withPods := clustergen.Small()
+	withPods.Pods, withPods.Terminating = 40, true
+	return map[string]clustergen.Config{"": clustergen.Small(), "pods": withPods}
 }
 
 // patchOf is the patch a source sends for change ch of c (after it):
@@ -51,6 +64,8 @@ func patchOf(c *clustergen.Cluster, ch clustergen.Change, labels map[string]stri
 		if old, ok := labels[o.Namespace+"/"+o.Name]; ok {
 			touched[k8sdns.Key{Namespace: o.Namespace, Name: old}] = true
 		}
+	case *corev1.Pod:
+		p.Pods = podsAt(model(c), o) // a Pod's addresses are set once: the change's are all it touched
 	}
 	m := model(c)
 	for k := range touched {
@@ -70,6 +85,22 @@ func patchOf(c *clustergen.Cluster, ch clustergen.Change, labels map[string]stri
 	return p
 }
 
+// podsAt are the pod index entries of o's addresses in m (none: gone).
+func podsAt(m *k8sdns.Cluster, o *corev1.Pod) []k8sdns.PodAddr {
+	var out []k8sdns.PodAddr
+	for _, ip := range o.Status.PodIPs {
+		a := netip.MustParseAddr(ip.IP)
+		e := k8sdns.PodAddr{Addr: a}
+		for _, p := range m.Pods {
+			if p.Addr == a {
+				e.Namespaces = p.Namespaces
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 func sliceLabels(c *clustergen.Cluster) map[string]string {
 	m := map[string]string{}
 	for _, sl := range c.Slices {
@@ -79,24 +110,29 @@ func sliceLabels(c *clustergen.Cluster) map[string]string {
 }
 
 // TestPatchedEqualsBuilt: after every random step of a generated cluster
-// (Services and slices added, changed, moved and deleted, namespaces
+// (Services, slices and Pods added, changed, moved and deleted, namespaces
 // added), the table patched with that step's names equals the table built
 // whole from the cluster.
 func TestPatchedEqualsBuilt(t *testing.T) {
-	for _, seed := range seeds(4) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			c := clustergen.Generate(seed, clustergen.Small())
-			r := rand.New(rand.NewSource(seed))
-			tbl := k8sdns.Build(model(c))
-			for step := range 200 {
-				labels := sliceLabels(c)
-				ch := c.Step(r)
-				tbl = tbl.Patched(patchOf(c, ch, labels))
-				if got, want := tbl.Describe(), k8sdns.Build(model(c)).Describe(); got != want {
-					t.Fatalf("step %d (%v %T): patched table differs from the whole build:\n%s\nwant:\n%s", step, ch.Op, ch.Obj, got, want)
-				}
-			}
-		})
+	for name, cfg := range configs() {
+		for _, seed := range seeds(4) {
+			t.Run(fmt.Sprint(name, seed), func(t *testing.T) { patchedEqualsBuilt(t, seed, cfg) })
+		}
+	}
+}
+
+// patchedEqualsBuilt runs 200 steps of seed's cluster.
+func patchedEqualsBuilt(t *testing.T, seed int64, cfg clustergen.Config) {
+	c := clustergen.Generate(seed, cfg)
+	r := rand.New(rand.NewSource(seed))
+	tbl := k8sdns.Build(model(c))
+	for step := range 200 {
+		labels := sliceLabels(c)
+		ch := c.Step(r)
+		tbl = tbl.Patched(patchOf(c, ch, labels))
+		if got, want := tbl.Describe(), k8sdns.Build(model(c)).Describe(); got != want {
+			t.Fatalf("step %d (%v %T): patched table differs from the whole build:\n%s\nwant:\n%s", step, ch.Op, ch.Obj, got, want)
+		}
 	}
 }
 
@@ -104,7 +140,11 @@ func TestPatchedEqualsBuilt(t *testing.T) {
 // a cluster whose table equals the live one.
 func TestSnapshotRoundTrip(t *testing.T) {
 	for _, seed := range seeds(4) {
-		c := model(clustergen.Generate(seed, clustergen.Small()))
+		cfg := configs()[""]
+		if seed%2 == 0 {
+			cfg = configs()["pods"]
+		}
+		c := model(clustergen.Generate(seed, cfg))
 		var buf bytes.Buffer
 		if err := c.Snapshot(&buf); err != nil {
 			t.Fatal(err)

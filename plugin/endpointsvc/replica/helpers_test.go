@@ -85,7 +85,11 @@ func (s *fakeSink) gen() uint64 {
 // model is a generated cluster's Kubernetes DNS model, as the kubernetes
 // source maps it.
 func model(c *clustergen.Cluster) *k8sdns.Cluster {
-	return kubesource.DNSCluster(c.Namespaces, c.Services, c.Slices)
+	m := kubesource.DNSCluster(c.Namespaces, c.Services, c.Slices)
+	if len(c.Pods) > 0 {
+		m.Pods = kubesource.DNSPods(c.Pods)
+	}
+	return m
 }
 
 // serveLeader serves l on a loopback port until the test ends; it
