@@ -450,6 +450,18 @@ func (x *xdsServer) Acked(version string) bool {
 // (full-form name → addresses).
 func (x *xdsServer) Set(version string, domains map[string][]string) {
 	x.t.Helper()
+	x.setTable(version, domains, true)
+}
+
+// SetInvalid publishes version with a virtual_dns listener whose DNS filter
+// has no inline table: structurally invalid, which meshdns NACKs.
+func (x *xdsServer) SetInvalid(version string) {
+	x.t.Helper()
+	x.setTable(version, nil, false)
+}
+
+func (x *xdsServer) setTable(version string, domains map[string][]string, inline bool) {
+	x.t.Helper()
 	var vds []*dnstable.DnsTable_DnsVirtualDomain
 	for name, addrs := range domains {
 		vds = append(vds, &dnstable.DnsTable_DnsVirtualDomain{
@@ -459,14 +471,15 @@ func (x *xdsServer) Set(version string, domains map[string][]string) {
 			}},
 		})
 	}
-	cfg, err := anypb.New(&dnsfilter.DnsFilterConfig{
-		StatPrefix: "virtual_dns",
-		ServerConfig: &dnsfilter.DnsFilterConfig_ServerContextConfig{
+	filter := &dnsfilter.DnsFilterConfig{StatPrefix: "virtual_dns"}
+	if inline {
+		filter.ServerConfig = &dnsfilter.DnsFilterConfig_ServerContextConfig{
 			ConfigSource: &dnsfilter.DnsFilterConfig_ServerContextConfig_InlineDnsTable{
 				InlineDnsTable: &dnstable.DnsTable{VirtualDomains: vds},
 			},
-		},
-	})
+		}
+	}
+	cfg, err := anypb.New(filter)
 	if err != nil {
 		x.t.Fatal(err)
 	}

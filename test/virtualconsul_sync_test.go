@@ -221,7 +221,20 @@ func xdsScenario(t *testing.T, x *xdsServer, corefile string) *Server {
 		return ""
 	})
 
-	x.Set("v3", map[string][]string{vcFull("web"): {"240.0.0.10"}, "bad..name": {"240.0.0.11"}})
+	// Names DNS cannot ask for are left out and counted; the rest serves.
+	x.Set("v2b", map[string][]string{vcFull("web"): {"240.0.0.9"}, vcFull("db"): {"240.0.0.3"}, "bad..name": {"240.0.0.11"}, "web.consul": {"240.0.0.12"}})
+	Eventually(t, 5*time.Second, func() string {
+		if !x.Acked("v2b") {
+			return "v2b (two names DNS cannot ask for) not ACKed"
+		}
+		if n := s.Metric("coredns_virtualconsul_entries_skipped", `source="xds"`, `reason="name"`); n != 2 {
+			return fmt.Sprintf("entries_skipped{reason=name} = %v, want 2", n)
+		}
+		return ""
+	})
+
+	// A structurally invalid response is NACKed and not applied.
+	x.SetInvalid("v3")
 	Eventually(t, 5*time.Second, func() string {
 		if x.nacks.Load() == 0 {
 			return "v3 not NACKed"

@@ -170,6 +170,10 @@ type consulSource struct {
 	// client already.
 	dc        string
 	selfAsked bool
+	// prev: the entries of the last round, by name; retained: those kept
+	// although no catalog entry gives them (consul_retain.go).
+	prev     map[string]Entry
+	retained map[string]bool
 
 	probeEvery, probeTimeout time.Duration // tests shorten them (0: the defaults)
 }
@@ -355,6 +359,9 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	default:
 		s.pendingWait = pause.Double(s.pendingWait, consulPendingWait, consulPendingMax)
 	}
+	if entries, err = s.retain(qctx, client.Raw(), entries, meta.LastIndex != index); err != nil {
+		return 0, Sync{}, err
+	}
 	sort.Slice(entries, func(i, j int) bool {
 		if entries[i].Name != entries[j].Name {
 			return entries[i].Name < entries[j].Name
@@ -362,7 +369,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 		return entries[i].Addresses[0] < entries[j].Addresses[0]
 	})
 	h := sha256.New()
-	fmt.Fprintf(h, "dc %s\n", dc)
+	fmt.Fprintf(h, "dc %s skipped %d\n", dc, skipped)
 	for _, e := range entries {
 		fmt.Fprintf(h, "%s %s\n", e.Name, e.Addresses[0])
 	}

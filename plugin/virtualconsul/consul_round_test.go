@@ -56,8 +56,10 @@ func (f *roundFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			parts = append(parts, fmt.Sprintf("%q: []", n))
 		}
 		fmt.Fprint(w, "{"+strings.Join(parts, ",")+"}")
-	case isSvc:
+	case isSvc && f.reads[name] != "":
 		fmt.Fprint(w, f.reads[name])
+	case isSvc:
+		fmt.Fprint(w, `[]`)
 	default:
 		http.NotFound(w, r)
 	}
@@ -165,4 +167,25 @@ func TestConsulSourceEmptyReadPending(t *testing.T) {
 	f.reads["web-sidecar-proxy"] = proxyRead("dc1", "web", "240.0.0.1") // the index does not move
 	f.mu.Unlock()
 	awaitSync(t, got, "the re-read VIP", func(sy Sync) bool { return sy.Result == SyncOK && sy.Table.Len() == 1 })
+}
+
+// TestConsulSourceRetainsWhileInstances: as Consul frees a VIP only when
+// its service's last instance leaves, an entry whose sidecar left is kept
+// while the service has an instance, and dropped once it has none.
+func TestConsulSourceRetainsWhileInstances(t *testing.T) {
+	f := &roundFake{dc: "dc1", reads: map[string]string{
+		"web-sidecar-proxy": proxyRead("dc1", "web", "240.0.0.1"),
+		"web":               `[{"ServiceID": "web", "ServiceName": "web"}]`,
+	}}
+	got := runSource(t, f, &consulSource{})
+	awaitSync(t, got, "first table", func(sy Sync) bool { return sy.Result == SyncOK && sy.Table.Len() == 1 })
+	f.set(func(f *roundFake) { delete(f.reads, "web-sidecar-proxy") })
+	awaitSync(t, got, "a round after the sidecar left", func(sy Sync) bool { return sy.Result == SyncUnchanged })
+	f.set(func(f *roundFake) { f.reads["api"] = `[{"ServiceID": "api"}]` }) // the catalog moves: checked again
+	awaitSync(t, got, "another round", func(sy Sync) bool { return sy.Result == SyncUnchanged })
+	f.set(func(f *roundFake) { delete(f.reads, "web") })
+	sy := awaitSync(t, got, "the VIP freed", func(sy Sync) bool { return sy.Result == SyncOK })
+	if sy.Table.Len() != 0 {
+		t.Fatalf("after web's last instance left: %d entries, want 0", sy.Table.Len())
+	}
 }

@@ -367,6 +367,7 @@ func (x *xdsSource) table(resources []*anypb.Any) Sync {
 	// cannot ask for are left out and counted.
 	entries, skipped := usable(entries)
 	h := sha256.New()
+	fmt.Fprintf(h, "skipped %d %d %d\n", skipped[skipName], skipped[skipAddress], skipped[skipNoAddress]) // a change shows in entries_skipped
 	for _, e := range entries {
 		fmt.Fprintf(h, "%s %s\n", e.Name, strings.Join(e.Addresses, ","))
 	}
