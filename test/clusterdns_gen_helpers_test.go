@@ -1,7 +1,9 @@
 package test
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -72,8 +74,41 @@ func genApply(t *testing.T, k *kubeAPI, ch clustergen.Change) error {
 			return err
 		}
 		return api.Delete(ctx, o.Name, metav1.DeleteOptions{})
+	case *corev1.Pod:
+		return genApplyPod(ctx, k, ch.Op, o)
 	}
 	return fmt.Errorf("change of a %T", ch.Obj)
+}
+
+// genApplyPod writes a Pod as its kubelet would have it: the object, then
+// its status (which a create drops). The namespace's default
+// ServiceAccount is made first (no controller manager runs: the admission
+// plugin wants it). A deletion is immediate (no kubelet confirms a
+// graceful one).
+func genApplyPod(ctx context.Context, k *kubeAPI, op clustergen.Op, o *corev1.Pod) error {
+	api := k.Client.CoreV1().Pods(o.Namespace)
+	if op == clustergen.Delete {
+		zero := int64(0)
+		return api.Delete(ctx, o.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	}
+	cur, err := api.Get(ctx, o.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: "default"}}
+		if _, err := k.Client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		cur, err = api.Create(ctx, o, metav1.CreateOptions{})
+	case err == nil && !maps.Equal(cur.Labels, o.Labels):
+		cur.Labels = o.Labels
+		cur, err = api.Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	cur.Status = o.Status
+	_, err = api.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+	return err
 }
 
 // genCreate creates every object of c, namespaces first.
