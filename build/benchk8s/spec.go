@@ -488,8 +488,11 @@ type specRun struct {
 func runSpec(dir string, api *apiServer) {
 	t0 := time.Now()
 	o := populateSpec(api.client)
-	fmt.Printf("objects: %d namespaces, %d Services (%d ClusterIP, %d headless with endpoint hostnames, %d ExternalName), %d EndpointSlices with %d ready endpoints, %d Nodes; created in %v\n",
-		*namespacesN, *services, len(o.clusterIP), len(o.headless), len(o.external), o.slices, o.endpoints, *nodes, time.Since(t0).Round(time.Millisecond))
+	if *podsN > 0 {
+		populatePods(api.client, *podsN)
+	}
+	fmt.Printf("objects: %d namespaces, %d Services (%d ClusterIP, %d headless with endpoint hostnames, %d ExternalName), %d EndpointSlices with %d ready endpoints, %d Nodes, %d Pods; created in %v\n",
+		*namespacesN, *services, len(o.clusterIP), len(o.headless), len(o.external), o.slices, o.endpoints, *nodes, *podsN, time.Since(t0).Round(time.Millisecond))
 	if *hold > 0 {
 		fmt.Printf("kubeconfig %s (held for %v)\n", api.kubeconfig, *hold)
 		time.Sleep(*hold)
@@ -543,6 +546,17 @@ func runSpec(dir string, api *apiServer) {
 // specVariants are the two server blocks compared: the shipped stanza and
 // the stock plugin with the same options.
 func specVariants(kc string) map[string]string {
+	if *podsN > 0 { // both with pods verified: each watches every Pod
+		v := specVariantsInsecure(kc)
+		for k, b := range v {
+			v[k] = strings.Replace(b, "pods insecure", "pods verified", 1)
+		}
+		return v
+	}
+	return specVariantsInsecure(kc)
+}
+
+func specVariantsInsecure(kc string) map[string]string {
 	return map[string]string{
 		"endpointsvc": "    endpointsvc cluster.local in-addr.arpa ip6.arpa {\n        source kubernetes " + kc + "\n        schema kubernetes\n        pods insecure\n        snapshot endpointsvc.snapshot.json\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }\n",
 		"kubernetes":  "    kubernetes cluster.local in-addr.arpa ip6.arpa {\n        kubeconfig " + kc + "\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }\n",
