@@ -38,6 +38,17 @@
 # synced line (p50, p99). -streams and -changes (BENCH_ARGS) change the
 # counts.
 #
+# BENCH_PODS=N (spec): N Pods too (50000 for issue 24's figures), shaped
+# like a Deployment's, every twentieth hostNetwork; both plugins then run
+# with pods verified, and watch every Pod.
+#
+# BENCH_MIX=glibc: the queries the server receives per lookup of an outside
+# name from a glibc client (getent ahosts in a mount namespace whose
+# /etc/resolv.conf is a Pod's: ndots:5, the kubelet's three search names;
+# the client's address is a Pod's), against meshdns on 127.88.0.1:53 with
+# endpointsvc and with the stock plugin, each with and without autopath.
+# Needs unshare, mount and getent; a small cluster (50 Services).
+#
 # BENCH_MIX=headless: endpointsvc's orch schema (addresses endpoint) on
 # 5,000 headless Services with one EndpointSlice of 10 ready endpoints each:
 # time to sync, RSS after sync and live Go heap, A QPS (goals: RSS <= 0.5x,
@@ -64,4 +75,4 @@ cd "$repo"
 # shellcheck disable=SC2086 # BENCH_ARGS is a list of flags
 go run ./build/benchk8s -mix "$mix" -meshdns "$bin" -apiserver "$apiserver" -etcd "$etcd" -dnsload "$shared/dnsload" \
   -secs "$secs" -rounds "${BENCH_ROUNDS:-2}" -namespaces "${BENCH_NAMESPACES:-50}" \
-  -services "${BENCH_SERVICES:-5000}" -endpoints "${BENCH_ENDPOINTS:-10}" -nodes "${BENCH_NODES:-500}" ${BENCH_ARGS:-}
+  -services "${BENCH_SERVICES:-5000}" -endpoints "${BENCH_ENDPOINTS:-10}" -nodes "${BENCH_NODES:-500}" -pods "${BENCH_PODS:-0}" ${BENCH_ARGS:-}
