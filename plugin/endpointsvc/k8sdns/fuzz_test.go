@@ -70,6 +70,13 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add(legacy)
 	f.Add([]byte(`{"format":"meshdns-state-compact/1","nodes":[],"services":[{"service":{"id":"s","name":"a","namespace":"node","status":"active","headless":true},"groups":[{"desired":"running","actual":"healthy","tasks":[["","10.0.0.1","h"]]}]}]}`))
 	f.Add([]byte(`{"format":"meshdns-k8sdns/1","namespaces":["a"],"services":[],"slices":[{"namespace":"a","name":"x","service":"s","type":"IPv6","addresses":[["fd00::1","fd00::2"]],"conditions":["y-n"]}]}`))
+	f.Add([]byte(`{"format":"meshdns-k8sdns/1","namespaces":["a"],"services":[],"slices":[],"pods":{"a":["10.0.0.1","::ffff:10.0.0.2","10.0.0.1"],"b":["fd00::1"]}}`))
+	b.Reset()
+	cfg.Pods = 6
+	if err := model(clustergen.Generate(3, cfg)).Snapshot(&b); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b.Bytes())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := k8sdns.DecodeSnapshot(b)
 		if err != nil {
