@@ -25,7 +25,8 @@ import (
 // a question sent from such an address is a question of that Pod: the
 // autopath plugin in front of each server finds the client's namespace
 // through its provider. The phases: live, then after 30 random steps
-// (Pods among them), patched.
+// (Pods among them), patched; with autopath also restart: meshdns
+// restarted from its snapshot while the API server is frozen.
 
 // podsCases are the option sets, each a run of its own: the first with
 // autopath (its provider needs pods verified).
@@ -78,10 +79,20 @@ func podsRun(t *testing.T, opts string, autopath, labelOff bool) {
 	}
 	podsMark(t, k, 1, ours, stock)
 	qs = genMergeQuestions(clustergen.Questions(c, cfg, r), qs)
-	genPhase{11, "patched", c, qs, true, false}.compare(t, ours.DNS(), stock.DNS(), nil)
-	if autopath {
-		podsCompareAutopath(t, c, clients, ours.DNS(), stock.DNS())
+	_, stockAnswers := genPhase{11, "patched", c, qs, true, false}.compare(t, ours.DNS(), stock.DNS(), nil)
+	if !autopath {
+		return
 	}
+	podsCompareAutopath(t, c, clients, ours.DNS(), stock.DNS())
+	// the API server frozen, meshdns restarted: pod names and autopath from
+	// its snapshot, as the stock plugin (still running) answers from its
+	// caches
+	k.Freeze()
+	defer k.Thaw()
+	ours.Stop()
+	t.Logf("restarted during the outage, ready after %v", genRestart(t, ours))
+	genPhase{11, "restart", c, qs, true, false}.compare(t, ours.DNS(), "", stockAnswers) // the stock answers of the patched phase: its cache holds them
+	podsCompareAutopath(t, c, clients, ours.DNS(), stock.DNS())
 }
 
 // podsMark is genMark for every option set (noendpoints and namespaces
