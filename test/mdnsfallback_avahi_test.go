@@ -131,3 +131,50 @@ func TestMdnsfallbackInterfaceRecreated(t *testing.T) {
 		t.Fatal("a reload happened")
 	}
 }
+
+// TestMdnsfallbackAvahiFirstSameHost: Avahi holds port 5353 on host A
+// before meshdns starts there, its two names published before meshdns
+// starts. meshdns sees the port shared and asks for multicast replies
+// (QM): a unicast reply to the shared port would reach one socket only
+// (RFC 6762 §15.1); it sends the same questions as a one-shot query from
+// an ephemeral port too, which Avahi answers by unicast to meshdns alone
+// (its multicast replies do not reliably loop back to its own host), with
+// TTLs capped at 10 s. Both names are asked every half second for 25 s,
+// past that lifetime: every answer arrives. (Avahi's multicast answers,
+// when they do reach meshdns, carry 120 s: the test does not wait that
+// long.) PTR: meshdns
+// on B holds 10.32.9.9; A asks its reverse name and gets the name over
+// mDNS.
+func TestMdnsfallbackAvahiFirstSameHost(t *testing.T) {
+	RequireTool(t, "dig", "dnsutils")
+	RequireTool(t, "curl", "curl")
+	RequireTool(t, "avahi-publish", "avahi-utils")
+	a, b := newHostPair(t)
+	bus := startDBus(t)
+	a.startAvahi(t, bus, "")
+	names := []string{"beside1.weave.local", "beside2.weave.local"}
+	for i, n := range names {
+		p := startBG(t, a, bus, "avahi-publish", "-a", "-R", n, fmt.Sprintf("10.37.0.%d", i+1))
+		p.waitLog(t, "Established", 15*time.Second)
+	}
+	mb := b.startMeshdns(t, "")
+	if code, body := mb.api(t, "PUT", "/name/cp/10.32.9.9", "-d", "domain=pt.weave.local"); code != 200 {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	ma := a.startMeshdnsBlock(t, "weave.local.:1053 32.10.in-addr.arpa.", "        reverse 10.32.0.0/12\n")
+	ma.proc.waitLog(t, "shared with another mDNS stack: true", 5*time.Second)
+	end := time.Now().Add(25 * time.Second)
+	for i := 0; time.Now().Before(end); i++ {
+		n := names[i%2]
+		if got := ma.dig(t, n, "A"); strings.Join(got, ",") != fmt.Sprintf("10.37.0.%d", i%2+1) {
+			t.Fatalf("query %d for %s beside Avahi: %v", i, n, got)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if n := ma.metric(t, "coredns_mdnsfallback_requests_total", `result="mdns"`); n < 1 {
+		t.Fatalf("%v answers over mDNS", n)
+	}
+	if got := ma.dig(t, "-x", "10.32.9.9"); strings.Join(got, ",") != "pt.weave.local." {
+		t.Fatalf("PTR of B's record, asked at A: %v", got)
+	}
+}

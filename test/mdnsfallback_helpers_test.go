@@ -221,7 +221,7 @@ type nsMeshdns struct {
 	args []string
 }
 
-const nsCorefile = `weave.local.:1053 {
+const nsCorefile = `%s:1053 {
     bind 127.0.0.1
     ready 127.0.0.1:8181
     prometheus 127.0.0.1:9153
@@ -236,8 +236,15 @@ const nsCorefile = `weave.local.:1053 {
 // on its veth plus extra options, and waits until it is ready.
 func (h *netHost) startMeshdns(t testing.TB, extra string) *nsMeshdns {
 	t.Helper()
+	return h.startMeshdnsBlock(t, "weave.local.", extra)
+}
+
+// startMeshdnsBlock is startMeshdns with the server block's zones (the
+// mdnsfallback stanza keeps its default zone, weave.local.).
+func (h *netHost) startMeshdnsBlock(t testing.TB, zones, extra string) *nsMeshdns {
+	t.Helper()
 	m := &nsMeshdns{h: h, dir: t.TempDir()}
-	cf := strings.Replace(fmt.Sprintf(nsCorefile, extra), "VETH", h.veth, 1)
+	cf := strings.Replace(fmt.Sprintf(nsCorefile, zones, extra), "VETH", h.veth, 1)
 	if err := os.WriteFile(filepath.Join(m.dir, "Corefile"), []byte(cf), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package mdnsfallback
 
 import (
+	"net"
 	"net/netip"
 	"time"
 
@@ -72,8 +73,10 @@ func (r *responder) localRRs(name string) []dns.RR {
 // multicast one of its records meanwhile.
 func (r *responder) fireAnnounce(name string) {
 	now := time.Now()
-	rrs := r.localRRs(name)
 	r.mu.Lock()
+	// Read under r.mu: a write's scheduleAnnounce (after the index has the
+	// write) either sees this announcement's count or comes after it.
+	rrs := r.localRRs(name)
 	a := r.ann[name]
 	if r.closed || a == nil {
 		r.mu.Unlock()
@@ -119,4 +122,84 @@ func (r *responder) stopAnnouncements() {
 		a.timer.Stop()
 		delete(r.ann, name)
 	}
+}
+
+// announceBatch bounds the records of one bulk announcement packet, so a
+// packet stays within an Ethernet MTU.
+const announceBatch = 20
+
+// announceAll announces every local record (RFC 6762 §8.3) on the
+// interface ifIndex, or on all of them when ifIndex is 0: at once and
+// again one second later (the records of the first round that are still
+// there: a record put meanwhile has announcements of its own, a deleted
+// one had its goodbye). It runs after start-up (the records of a loaded
+// snapshot or carried across a reload included) and when an interface
+// joins again, so peers that lost the records learn them back without
+// asking.
+func (r *responder) announceAll(ifIndex int) {
+	first := r.p.db.Records("")
+	if len(first) == 0 {
+		return
+	}
+	r.sendRecords(first, ifIndex)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	time.AfterFunc(mcastInterval, func() {
+		r.mu.Lock()
+		closed := r.closed
+		r.mu.Unlock()
+		if closed {
+			return
+		}
+		was := make(map[Record]bool, len(first))
+		for _, rec := range first {
+			was[rec] = true
+		}
+		var again []Record
+		for _, rec := range r.p.db.Records("") {
+			if was[rec] {
+				again = append(again, rec)
+			}
+		}
+		r.sendRecords(again, ifIndex)
+	})
+}
+
+// sendRecords multicasts recs, announceBatch a packet.
+func (r *responder) sendRecords(recs []Record, ifIndex int) {
+	var rrs []dns.RR
+	seen := map[mcastKey]bool{}
+	for _, rec := range recs {
+		k := mcastKey{rec.Domain, rec.IP, 0}
+		if seen[k] {
+			continue // one address of a name held by two identifiers
+		}
+		seen[k] = true
+		rrs = append(rrs, recordRR(rec, r.p.ttl(rec.TTL)))
+	}
+	for len(rrs) > 0 {
+		n := min(len(rrs), announceBatch)
+		m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs[:n]}
+		for idx := range r.ifs() {
+			if ifIndex == 0 || idx == ifIndex {
+				r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+				mdnsResponses.WithLabelValues("announcement").Inc()
+			}
+		}
+		rrs = rrs[n:]
+	}
+}
+
+// recordRR is the A or AAAA record of rec with ttl (0 for a goodbye).
+func recordRR(rec Record, ttl uint32) dns.RR {
+	h := dns.RR_Header{Name: rec.Domain, Class: dns.ClassINET, Ttl: ttl}
+	if rec.IP.Is4() {
+		h.Rrtype = dns.TypeA
+		return &dns.A{Hdr: h, A: net.IP(rec.IP.AsSlice())}
+	}
+	h.Rrtype = dns.TypeAAAA
+	return &dns.AAAA{Hdr: h, AAAA: net.IP(rec.IP.AsSlice())}
 }

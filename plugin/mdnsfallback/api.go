@@ -94,6 +94,9 @@ func (p *MDNSFallback) route(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if p.routeWeave(w, r, segs) {
+		return
+	}
 	switch {
 	case len(segs) == 1 && segs[0] == "status":
 		if !allow(w, r, http.MethodGet) {
@@ -127,7 +130,12 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 			writeJSON(w, http.StatusOK, p.db.Records(id))
 			return
 		}
-		writeJSON(w, http.StatusOK, p.deleteAPI(id, func(Record) bool { return true }))
+		dom, err := p.deleteDomain(r.URL.Query())
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, p.deleteAPI(id, func(r Record) bool { return dom == "" || r.Domain == dom }))
 		return
 	}
 	if !allow(w, r, http.MethodPut, http.MethodDelete) || !p.authorized(w, r) {
@@ -155,7 +163,12 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 	}
 	if r.Method == http.MethodDelete {
 		ip = ip.Unmap()
-		writeJSON(w, http.StatusOK, p.deleteAPI(id, func(r Record) bool { return r.IP == ip }))
+		dom, err := p.deleteDomain(r.URL.Query())
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, p.deleteAPI(id, func(r Record) bool { return r.IP == ip && (dom == "" || r.Domain == dom) }))
 		return
 	}
 	f, err := parseFields(r, body)
@@ -173,6 +186,10 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 		return
 	case err != nil:
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if f.checkAlive && p.checkAlive(rec) {
+		writeJSON(w, http.StatusOK, putAnswer{Record: rec, NotRunning: true})
 		return
 	}
 	writeJSON(w, http.StatusOK, putAnswer{Record: rec, Created: created})
@@ -199,6 +216,9 @@ func (p *MDNSFallback) deleteAPI(id string, match func(Record) bool) deleted {
 type putAnswer struct {
 	Record  Record `json:"record"`
 	Created bool   `json:"created"`
+	// NotRunning: check-alive found the container not running, and the
+	// record was removed again.
+	NotRunning bool `json:"not_running,omitempty"`
 }
 
 func nonNil(r []Record) []Record {
@@ -255,9 +275,10 @@ func (p *MDNSFallback) authorized(w http.ResponseWriter, r *http.Request) bool {
 
 // fields are the PUT body's values.
 type fields struct {
-	domain string
-	prefix int
-	ttl    uint32
+	domain     string
+	prefix     int
+	ttl        uint32
+	checkAlive bool // Weave's check-alive=true (api_weave.go)
 }
 
 // jsonFields is the JSON body of a PUT; fqdn is an alias of domain.
@@ -328,7 +349,7 @@ func parseFormFields(form url.Values) (fields, error) {
 	var f fields
 	for k, v := range form {
 		switch k {
-		case "domain", "fqdn", "routing_prefix", "ttl":
+		case "domain", "fqdn", "routing_prefix", "ttl", "check-alive":
 			if len(v) > 1 {
 				return f, fmt.Errorf("form field %q given %d times", k, len(v))
 			}
@@ -340,6 +361,7 @@ func parseFormFields(form url.Values) (fields, error) {
 	if f.domain, err = pickDomain(form.Get("domain"), form.Get("fqdn")); err != nil {
 		return f, err
 	}
+	f.checkAlive = form.Get("check-alive") == "true" // as Weave read it: anything else is false
 	if s := form.Get("routing_prefix"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {

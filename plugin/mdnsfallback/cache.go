@@ -27,7 +27,8 @@ const (
 
 // cacheKey is one cached RRset: a lowercased FQDN and its address family
 // (A or AAAA). The two families of a name are known, expire and are asked
-// for apart.
+// for apart. A reverse name's PTR records are cached under v6 false (the
+// reverse names never hold addresses).
 type cacheKey struct {
 	name string
 	v6   bool
@@ -36,6 +37,7 @@ type cacheKey struct {
 // cachedAddr is one address heard for a name.
 type cachedAddr struct {
 	addr     netip.Addr
+	ptr      string // a PTR record's target (then addr is unset)
 	ip       net.IP // shared by replies, never mutated
 	expires  time.Time
 	received time.Time
@@ -107,6 +109,8 @@ func keysOf(name string, qtype uint16) []cacheKey {
 		return []cacheKey{{name, true}}
 	case dns.TypeANY:
 		return []cacheKey{{name, false}, {name, true}}
+	case dns.TypePTR:
+		return []cacheKey{{name, false}}
 	}
 	return nil
 }
@@ -166,7 +170,9 @@ func appendRRs(out []dns.RR, e *cacheEntry, qname string, now time.Time) []dns.R
 		if ttl == 0 {
 			ttl = 1
 		}
-		if e.key.v6 {
+		if a.ptr != "" {
+			out = append(out, &dns.PTR{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: ttl}, Ptr: a.ptr})
+		} else if e.key.v6 {
 			out = append(out, &dns.AAAA{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: ttl}, AAAA: a.ip})
 		} else {
 			out = append(out, &dns.A{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: ttl}, A: a.ip})
@@ -215,7 +221,16 @@ func (c *answerCache) live(name string, v6 bool, now time.Time) bool {
 // cache-flush bit) evicts older same-family addresses of name first.
 func (c *answerCache) add(name string, addr netip.Addr, ttl uint32, flush bool, now time.Time) {
 	addr = addr.Unmap()
-	k := cacheKey{name, addr.Is6()}
+	c.put(cacheKey{name, addr.Is6()}, cachedAddr{addr: addr, ip: net.IP(addr.AsSlice())}, ttl, flush, now)
+}
+
+// addPTR records a PTR record heard for the reverse name, as add does.
+func (c *answerCache) addPTR(name, target string, ttl uint32, flush bool, now time.Time) {
+	c.put(cacheKey{name, false}, cachedAddr{ptr: target}, ttl, flush, now)
+}
+
+// put records v (its addr or ptr) heard under k.
+func (c *answerCache) put(k cacheKey, v cachedAddr, ttl uint32, flush bool, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.m[k]
@@ -229,7 +244,7 @@ func (c *answerCache) add(name string, addr netip.Addr, ttl uint32, flush bool, 
 	e.prune(now)
 	if ttl == 0 {
 		for i := range e.addrs {
-			if e.addrs[i].addr == addr && e.addrs[i].expires.After(now.Add(goodbyeGrace)) {
+			if e.addrs[i].same(v) && e.addrs[i].expires.After(now.Add(goodbyeGrace)) {
 				e.addrs[i].expires = now.Add(goodbyeGrace)
 			}
 		}
@@ -247,9 +262,11 @@ func (c *answerCache) add(name string, addr netip.Addr, ttl uint32, flush bool, 
 		e.addrs = kept
 	}
 	c.lru.MoveToFront(el)
+	v.expires, v.received, v.ttl = now.Add(d), now, d
 	for i := range e.addrs {
-		if e.addrs[i].addr == addr {
-			e.addrs[i] = cachedAddr{addr: addr, ip: e.addrs[i].ip, expires: now.Add(d), received: now, ttl: d}
+		if e.addrs[i].same(v) {
+			v.ip = e.addrs[i].ip
+			e.addrs[i] = v
 			return
 		}
 	}
@@ -263,8 +280,11 @@ func (c *answerCache) add(name string, addr netip.Addr, ttl uint32, flush bool, 
 		}
 		e.addrs = append(e.addrs[:first], e.addrs[first+1:]...)
 	}
-	e.addrs = append(e.addrs, cachedAddr{addr: addr, ip: net.IP(addr.AsSlice()), expires: now.Add(d), received: now, ttl: d})
+	e.addrs = append(e.addrs, v)
 }
+
+// same reports whether a and b are the same record (address or target).
+func (a *cachedAddr) same(b cachedAddr) bool { return a.addr == b.addr && a.ptr == b.ptr }
 
 // setNegative remembers until `until` that nobody answered for the
 // (name, family), unless the cache holds live addresses for it.

@@ -38,6 +38,7 @@ func (r *responder) checkInterfaces(byName func(string) (*net.Interface, error))
 	cur := r.ifs()
 	next := make(map[int]*mdnsIface, len(r.names))
 	changed := false
+	var rejoined []int
 	for _, name := range r.names {
 		var old *mdnsIface
 		for _, i := range cur {
@@ -65,12 +66,16 @@ func (r *responder) checkInterfaces(byName func(string) (*net.Interface, error))
 			next[ifi.Index] = newIface(ifi)
 			log.Infof("Interface %s is back (index %d): mDNS joined again", name, ifi.Index)
 			mdnsRejoins.Inc()
+			rejoined = append(rejoined, ifi.Index)
 		}
 	}
 	if changed {
 		r.ifmu.Lock()
 		r.ifaces = next
 		r.ifmu.Unlock()
+	}
+	for _, idx := range rejoined {
+		r.announceAll(idx) // peers may have dropped our records meanwhile
 	}
 }
 

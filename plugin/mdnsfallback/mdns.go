@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -86,6 +87,7 @@ type outPacket struct {
 	to      netip.AddrPort
 	msg     *dns.Msg
 	delay   time.Duration // sent this long after it was made
+	oneShot bool          // sent from the ephemeral-port socket (a legacy query)
 }
 
 // responder answers mDNS questions for local names, caches the answers it
@@ -108,12 +110,59 @@ type responder struct {
 	// interface watcher from /proc/net/udp.
 	shared atomic.Bool
 
-	pc      *ipv4.PacketConn
-	conn    net.PacketConn
-	done    chan struct{}
+	pc   *ipv4.PacketConn
+	conn net.PacketConn
+	done chan struct{}
+	// The ephemeral-port socket: one-shot queries sent from it get unicast
+	// replies that reach meshdns alone (RFC 6762 §6.7), even where
+	// another stack shares port 5353 (and never loops its own multicast
+	// replies back to the host).
+	uc      *ipv4.PacketConn
+	ucConn  net.PacketConn
+	ucDone  chan struct{}
 	watched chan struct{} // closed when the interface watcher ended
 
+	own ownPackets // what we sent lately: our own multicast, looped back, is not news
+
 	sent func(outPacket) // tests: sees every packet sent
+}
+
+// ownPackets remembers the hashes of the last packets sent, so that the
+// read loop drops them when multicast loopback (on, for a stack beside
+// meshdns) brings them back: our own announcements must not enter the
+// cache as another host's records (a deleted name would linger there).
+type ownPackets struct {
+	mu   sync.Mutex
+	seed maphash.Seed
+	ring [64]ownPacket
+	next int
+}
+
+type ownPacket struct {
+	h  uint64
+	at time.Time
+}
+
+// ownPacketAge is how long a sent packet is recognised when it comes back.
+const ownPacketAge = 2 * time.Second
+
+func (o *ownPackets) note(b []byte, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ring[o.next] = ownPacket{maphash.Bytes(o.seed, b), now}
+	o.next = (o.next + 1) % len(o.ring)
+}
+
+func (o *ownPackets) sent(b []byte, now time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	h := maphash.Bytes(o.seed, b)
+	for _, p := range o.ring {
+		if p.h == h && now.Sub(p.at) < ownPacketAge {
+			return true
+		}
+	}
+	return false
 }
 
 // mcastKey is one record on one interface: the once-a-second multicast
@@ -127,6 +176,7 @@ type mcastKey struct {
 
 func newResponder(p *MDNSFallback, ifis []*net.Interface) *responder {
 	r := &responder{p: p, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
+	r.own.seed = maphash.MakeSeed()
 	for _, ifi := range ifis {
 		r.names = append(r.names, ifi.Name)
 		r.ifaces[ifi.Index] = newIface(ifi)
@@ -178,9 +228,24 @@ func (r *responder) open() error {
 	_ = pc.SetMulticastTTL(255)
 	_ = pc.SetTTL(255)
 	_ = pc.SetMulticastLoopback(true)
+	ucConn, err := net.ListenPacket("udp4", "0.0.0.0:0")
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("mdns one-shot socket: %w", err)
+	}
+	uc := ipv4.NewPacketConn(ucConn)
+	if err := uc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst, true); err != nil {
+		conn.Close()
+		ucConn.Close()
+		return fmt.Errorf("mdns control messages: %w", err)
+	}
+	_ = uc.SetMulticastTTL(255)
+	_ = uc.SetMulticastLoopback(true)
 	r.pc, r.conn, r.done, r.watched = pc, conn, make(chan struct{}), make(chan struct{})
+	r.uc, r.ucConn, r.ucDone = uc, ucConn, make(chan struct{})
 	r.checkShared()
-	go r.readLoop()
+	go r.readLoop(r.pc, r.done)
+	go r.readLoop(r.uc, r.ucDone)
 	go r.watchInterfaces(r.done)
 	return nil
 }
@@ -192,16 +257,19 @@ func (r *responder) close() {
 		return
 	}
 	r.conn.Close()
+	r.ucConn.Close()
 	<-r.done
+	<-r.ucDone
 	<-r.watched
 	r.conn = nil
 }
 
-func (r *responder) readLoop() {
-	defer close(r.done)
+// readLoop handles the packets of pc until it is closed, then closes done.
+func (r *responder) readLoop(pc *ipv4.PacketConn, done chan struct{}) {
+	defer close(done)
 	buf := make([]byte, maxPacket)
 	for {
-		n, cm, src, err := r.pc.ReadFrom(buf)
+		n, cm, src, err := pc.ReadFrom(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -219,6 +287,9 @@ func (r *responder) readLoop() {
 			if d, ok := netip.AddrFromSlice(cm.Dst); ok {
 				dst = d.Unmap()
 			}
+		}
+		if r.own.sent(buf[:n], time.Now()) {
+			continue // our own packet, looped back
 		}
 		from := ua.AddrPort()
 		for _, out := range r.handleTo(buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), dst, ifIndex, time.Now()) {
@@ -239,12 +310,17 @@ func (r *responder) send(o outPacket) {
 }
 
 func (r *responder) write(o outPacket) {
+	pc := r.pc
+	if o.oneShot {
+		pc = r.uc
+	}
 	b, err := o.msg.Pack()
-	if err != nil || r.pc == nil {
+	if err != nil || pc == nil {
 		return
 	}
+	r.own.note(b, time.Now())
 	dst := &net.UDPAddr{IP: o.to.Addr().AsSlice(), Port: int(o.to.Port())}
-	_, _ = r.pc.WriteTo(b, &ipv4.ControlMessage{IfIndex: o.ifIndex}, dst)
+	_, _ = pc.WriteTo(b, &ipv4.ControlMessage{IfIndex: o.ifIndex}, dst)
 }
 
 // handle processes one packet multicast to the mDNS group that arrived on
@@ -310,6 +386,11 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 				addr, _ = netip.AddrFromSlice(v.A.To4())
 			case *dns.AAAA:
 				addr, _ = netip.AddrFromSlice(v.AAAA.To16())
+			case *dns.PTR:
+				if r.learnPTR(v, now) && h.Ttl > 0 {
+					woke = append(woke, lowerName(h.Name))
+				}
+				continue
 			default:
 				continue
 			}
@@ -337,28 +418,56 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 	}
 }
 
-// answer builds the replies to a query for local names (A, AAAA, ANY). A
+// learnPTR caches a PTR record for an address inside the reverse networks
+// that points into the zones; it reports whether it did.
+func (r *responder) learnPTR(v *dns.PTR, now time.Time) bool {
+	p := r.p
+	name, target := lowerName(v.Hdr.Name), lowerName(v.Ptr)
+	addr, ok := parseReverse(name)
+	if !ok || !p.inReverse(addr) || p.zoneOf(target) == "" {
+		mdnsDropped.WithLabelValues("out_of_zone").Inc()
+		return false
+	}
+	mdnsAnswers.Inc()
+	p.stats.answers.Add(1)
+	p.cache.addPTR(name, target, v.Hdr.Ttl, v.Hdr.Class&cacheFlushBit != 0, now)
+	p.neg.forget(name)
+	return true
+}
+
+// questionRRs returns the local records that answer q: A/AAAA/ANY for a
+// local name, PTR for the reverse name of a local address.
+func (r *responder) questionRRs(q dns.Question) []dns.RR {
+	name := lowerName(q.Name)
+	if q.Qtype == dns.TypePTR {
+		addr, ok := parseReverse(name)
+		if !ok {
+			return nil
+		}
+		return r.p.ptrRRs(r.p.db.ix.lookupPTR(addr), q.Name)
+	}
+	if q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA && q.Qtype != dns.TypeANY {
+		return nil
+	}
+	if e := r.p.db.ix.lookup(name); e != nil {
+		return r.p.entryRRs(e, q.Name, q.Qtype)
+	}
+	return nil
+}
+
+// answer builds the replies to a query for local names (A, AAAA, ANY) and
+// the reverse names of local addresses (PTR). A
 // query sent straight to our unicast address (direct) is answered by
 // unicast to its source, whatever its QU bit (RFC 6762 §5.5).
 func (r *responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex int, now time.Time) []outPacket {
 	legacy := src.Port() != mdnsPort
-	ix := r.p.db.ix
 	var mcast, ucast []dns.RR
 	var legacyQ []dns.Question
 	for _, q := range m.Question {
 		if q.Qclass&^quBit != dns.ClassINET && q.Qclass&^quBit != dns.ClassANY {
 			continue
 		}
-		if q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA && q.Qtype != dns.TypeANY {
-			continue
-		}
-		name := lowerName(q.Name)
-		e := ix.lookup(name)
-		if e == nil {
-			continue
-		}
-		rrs := r.p.entryRRs(e, q.Name, q.Qtype)
-		rrs = suppressKnown(rrs, m.Answer)
+		rrs := suppressKnown(r.questionRRs(q), m.Answer)
 		if len(rrs) == 0 {
 			continue
 		}
@@ -439,6 +548,9 @@ func equalAddr(a, b dns.RR) bool {
 	case *dns.AAAA:
 		y, ok := b.(*dns.AAAA)
 		return ok && x.AAAA.Equal(y.AAAA)
+	case *dns.PTR:
+		y, ok := b.(*dns.PTR)
+		return ok && lowerName(x.Ptr) == lowerName(y.Ptr)
 	}
 	return false
 }
@@ -451,6 +563,8 @@ func rrKey(rr dns.RR, ifIndex int) mcastKey {
 		a, _ = netip.AddrFromSlice(v.A.To4())
 	case *dns.AAAA:
 		a, _ = netip.AddrFromSlice(v.AAAA.To16())
+	case *dns.PTR:
+		return mcastKey{lowerName(rr.Header().Name) + " " + lowerName(v.Ptr), a, ifIndex}
 	}
 	return mcastKey{lowerName(rr.Header().Name), a, ifIndex}
 }
@@ -490,7 +604,8 @@ func (r *responder) noteMulticastLocked(rrs []dns.RR, ifIndex int, now time.Time
 	}
 }
 
-// query multicasts one question pair (A and AAAA) for name on every
+// query multicasts one question pair (A and AAAA; PTR alone for a reverse
+// name) for name on every
 // interface, from the unconnected port-5353 socket: replies, multicast or
 // unicast from the responder's own address, come back through readLoop.
 // The questions ask for unicast replies (QU, RFC 6762 §5.4) while meshdns
@@ -498,8 +613,11 @@ func (r *responder) noteMulticastLocked(rrs []dns.RR, ifIndex int, now time.Time
 // multicast reply for a record it multicast less than a second ago (Avahi
 // does). Where another stack shares the port they ask for multicast
 // replies (QM): a unicast reply would reach one of the sockets only
-// (RFC 6762 §15.1), maybe not ours: qm is r.shared, read once by the
-// caller.
+// (RFC 6762 §15.1), maybe not ours; the same questions then also go out
+// as a one-shot query from the ephemeral-port socket, whose unicast
+// replies reach meshdns alone — the only way to hear the stack beside it,
+// which does not loop its multicast replies back to its own host. qm is
+// r.shared, read once by the caller.
 func (r *responder) query(name string, qm bool) {
 	class := uint16(dns.ClassINET)
 	if !qm {
@@ -509,8 +627,14 @@ func (r *responder) query(name string, qm bool) {
 		{Name: name, Qtype: dns.TypeA, Qclass: class},
 		{Name: name, Qtype: dns.TypeAAAA, Qclass: class},
 	}}
+	if isReverse(name) {
+		m.Question = []dns.Question{{Name: name, Qtype: dns.TypePTR, Qclass: class}}
+	}
 	for idx := range r.ifs() {
 		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+		if qm {
+			r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, oneShot: true})
+		}
 		mdnsQueries.Inc()
 		r.p.stats.queries.Add(1)
 	}
@@ -521,17 +645,10 @@ func (r *responder) query(name string, qm bool) {
 func (r *responder) goodbye(recs []Record) {
 	var rrs []dns.RR
 	for _, rec := range recs {
-		h := dns.RR_Header{Name: rec.Domain, Class: dns.ClassINET, Ttl: 0}
-		if rec.IP.Is4() {
-			h.Rrtype = dns.TypeA
-			rrs = append(rrs, &dns.A{Hdr: h, A: net.IP(rec.IP.AsSlice())})
-		} else {
-			h.Rrtype = dns.TypeAAAA
-			rrs = append(rrs, &dns.AAAA{Hdr: h, AAAA: net.IP(rec.IP.AsSlice())})
-		}
+		rrs = append(rrs, recordRR(rec, 0))
 	}
 	for len(rrs) > 0 {
-		n := min(len(rrs), 40)
+		n := min(len(rrs), announceBatch)
 		m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs[:n]}
 		for idx := range r.ifs() {
 			r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})

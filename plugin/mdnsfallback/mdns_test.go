@@ -302,8 +302,12 @@ func TestQueryPacket(t *testing.T) {
 	for _, qm := range []bool{false, true} {
 		r.query("peer.weave.local.", qm)
 		out := s.take()
-		if len(out) != 1 || out[0].to != netip.MustParseAddrPort("224.0.0.251:5353") {
-			t.Fatalf("query: %+v", out)
+		want := 1 // QM: the same packet again from the ephemeral port, a one-shot query
+		if qm {
+			want = 2
+		}
+		if len(out) != want || out[0].to != netip.MustParseAddrPort("224.0.0.251:5353") || out[0].oneShot || out[want-1].oneShot != qm {
+			t.Fatalf("query (qm %v): %+v", qm, out)
 		}
 		class := uint16(dns.ClassINET | quBit) // QU while meshdns is alone on port 5353
 		if qm {

@@ -74,6 +74,8 @@ type config struct {
 	servers     []string // the server labels of the gauges (conf.Servers)
 	zones       []string
 	api         string // "" when off
+	dnsHost     string // the server block's first listen address ("" for all), for Weave's /dns-address
+	dnsPort     string // the server block's port
 	apiLine     int    // the Corefile line of api, for the error about it
 	insecure    bool   // an API beyond loopback without token_file is allowed
 	tokenFile   string
@@ -302,6 +304,9 @@ func (p *MDNSFallback) ask(resp *responder, name string) (*call, string) {
 			return
 		}
 		for _, v6 := range [2]bool{false, true} {
+			if v6 && isReverse(name) {
+				break // a reverse name's PTR records are cached under v6 false
+			}
 			if !p.cache.live(name, v6, now) {
 				p.neg.setNegative(name, v6, now.Add(p.cfg.negativeTTL), now)
 			}
@@ -401,17 +406,38 @@ func (p *MDNSFallback) servePTR(ctx context.Context, w dns.ResponseWriter, r *dn
 		n := soa.For(lowerName(qname))
 		zone = &n
 	}
+	server := metrics.WithServer(ctx)
 	names := p.db.ix.lookupPTR(addr)
 	if len(names) == 0 {
-		p.count(metrics.WithServer(ctx), resMiss)
+		if p.mdns.Load() != nil { // another host's address: ask over mDNS
+			return p.serveRemote(ctx, w, r, zone, server, lowerName(qname))
+		}
+		p.count(server, resMiss)
 		return p.nxdomain(ctx, w, r, zone, qname)
 	}
-	p.count(metrics.WithServer(ctx), resLocal)
+	p.count(server, resLocal)
+	answer := p.ptrRRs(names, qname)
+	if p.mdns.Load() != nil {
+		remote, _, _ := p.cache.lookup(lowerName(qname), qname, dns.TypePTR, time.Now(), nil)
+		for _, rr := range remote {
+			if !holds(answer, rr) {
+				answer = append(answer, rr)
+			}
+		}
+	}
+	return p.reply(w, r, zone, answer)
+}
+
+// ptrRRs builds the PTR records of names under qname.
+func (p *MDNSFallback) ptrRRs(names []string, qname string) []dns.RR {
+	if len(names) == 0 {
+		return nil
+	}
 	answer := make([]dns.RR, 0, len(names))
 	for _, n := range names {
 		answer = append(answer, &dns.PTR{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: p.cfg.ttl}, Ptr: n})
 	}
-	return p.reply(w, r, zone, answer)
+	return answer
 }
 
 func (p *MDNSFallback) inReverse(a netip.Addr) bool {

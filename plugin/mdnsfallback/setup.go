@@ -87,6 +87,12 @@ func parse(c *caddy.Controller) (config, error) {
 		maxRecords:  defaultMaxRecords,
 		queryRate:   defaultQueryRate,
 	}
+	if sc := dnsserver.GetConfig(c); sc != nil {
+		cfg.dnsPort = sc.Port
+		if len(sc.ListenHosts) > 0 {
+			cfg.dnsHost = sc.ListenHosts[0]
+		}
+	}
 	seen := false
 	for c.Next() {
 		if seen {
@@ -398,6 +404,7 @@ func (p *MDNSFallback) start() error {
 			return plugin.Error(pluginName, err)
 		}
 		p.mdns.Store(r)
+		r.announceAll(0) // the records of a snapshot or a reload, and any put before
 	}
 	if p.cfg.api != "" {
 		if err := p.startAPI(); err != nil {
