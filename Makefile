@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin/meshdns
 
-.PHONY: build run test bench soak lint deps image clean
+.PHONY: build run test bench soak drill lint deps image clean
 
 build:
 	build/build.sh $(BIN)
@@ -29,6 +29,10 @@ bench: deps build
 
 soak: deps build
 	build/soak.sh
+
+# every drill of the one-node cluster (~25 min): docs/cluster-dns.md
+drill: deps build
+	MESHDNS_BIN=$(CURDIR)/$(BIN) $(GO) test -tags nodedrill -timeout 60m -count=1 -v -run 'TestNodeDrill|TestNodeLocalDrills' ./test/
 
 clean:
 	rm -rf bin

@@ -1,5 +1,3 @@
-//go:build nodedrill
-
 package test
 
 // The load of the node drills: a client pod runs `nodeclient load` (~20
