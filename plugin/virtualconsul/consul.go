@@ -2,12 +2,9 @@ package virtualconsul
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -170,10 +167,9 @@ type consulSource struct {
 	// client already.
 	dc        string
 	selfAsked bool
-	// prev: the entries of the last round, by name; retained: those kept
+	// prev: the entries of the last round, by name, with those kept
 	// although no catalog entry gives them (consul_retain.go).
-	prev     map[string]Entry
-	retained map[string]bool
+	prev map[string]prevEntry
 
 	probeEvery, probeTimeout time.Duration // tests shorten them (0: the defaults)
 }
@@ -277,10 +273,10 @@ func (s *consulSource) query(ctx context.Context) *api.QueryOptions {
 	return q.WithContext(ctx)
 }
 
-// sync runs one catalog round: it waits until the proxies' list passes
-// index, then reads the proxies it has not read and builds the table.
+// sync runs one catalog round: it waits until the list of the services
+// that carry VIPs passes index, then reads those it has not read and
+// builds the table.
 func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint64) (uint64, Sync, error) {
-	cat := client.Catalog()
 	tok, err := s.token()
 	if err != nil {
 		return 0, Sync{}, err
@@ -291,21 +287,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	qctx, cancel := context.WithTimeout(ctx, consulWait+consulWait/16+15*time.Second)
 	defer cancel()
 	hung := s.watchdog(qctx, cancel, client)
-	wait := consulWait
-	if s.pending {
-		wait = s.pendingWait
-	}
-	list := func() (map[string][]string, *api.QueryMeta, error) {
-		q := s.query(qctx)
-		q.Filter, q.WaitIndex, q.WaitTime = s.filter(), index, wait
-		return cat.Services(q)
-	}
-	proxies, meta, err := list()
-	if err != nil && !s.noNS && enterpriseOnly(err) {
-		s.noNS = true
-		log.Infof("Source consul: %s is Consul CE (no namespaces): following namespace default, partition default", s.display())
-		proxies, meta, err = list()
-	}
+	listed, meta, err := s.list(qctx, client.Catalog(), index)
 	if err != nil {
 		if why := hung(); why != nil {
 			return 0, Sync{}, why
@@ -318,79 +300,37 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	if index != 0 && meta.LastIndex == index && s.built && !s.pending {
 		return index, Sync{Result: SyncUnchanged}, nil // the wait ended with no change
 	}
-	names := make([]string, 0, len(proxies))
-	for n := range proxies {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	known := make(map[string]proxyEntries, len(names))
-	var unread []string
-	for _, n := range names {
-		if p, ok := s.known[n]; ok && !p.pending && !(p.gateway && meta.LastIndex != index) {
-			known[n] = p
-		} else {
-			unread = append(unread, n)
-		}
-	}
-	if err := s.agentDatacenter(qctx, client); err != nil {
-		return 0, Sync{}, err
-	}
-	read, err := s.read(qctx, client.Raw(), unread)
+	moved := meta.LastIndex != index
+	r, err := s.collect(qctx, client, listed, moved)
 	if err != nil {
 		return 0, Sync{}, err
 	}
-	maps.Copy(known, read)
-	s.known = known
-	pending, dc, skipped := false, s.dc, 0
-	var entries []Entry
-	for _, n := range names {
-		entries = append(entries, known[n].entries...)
-		skipped += known[n].skipped
-		pending = pending || known[n].pending
-		if dc == "" {
-			dc = known[n].dc
-		}
-	}
-	switch s.pending = pending; {
-	case !pending:
-		s.pendingWait = 0
-	case meta.LastIndex != index: // the catalog moved: a new proxy may be waiting for its VIP
-		s.pendingWait = consulPendingWait
-	default:
-		s.pendingWait = pause.Double(s.pendingWait, consulPendingWait, consulPendingMax)
-	}
-	if entries, err = s.retain(qctx, client.Raw(), entries, meta.LastIndex != index); err != nil {
+	if r.entries, err = s.retain(qctx, client.Catalog(), r.entries, r.gateway, moved); err != nil {
 		return 0, Sync{}, err
 	}
-	sort.Slice(entries, func(i, j int) bool {
-		if entries[i].Name != entries[j].Name {
-			return entries[i].Name < entries[j].Name
-		}
-		return entries[i].Addresses[0] < entries[j].Addresses[0]
-	})
-	h := sha256.New()
-	fmt.Fprintf(h, "dc %s skipped %d\n", dc, skipped)
-	for _, e := range entries {
-		fmt.Fprintf(h, "%s %s\n", e.Name, e.Addresses[0])
+	return meta.LastIndex, s.build(r), nil
+}
+
+// list waits on the list of the services that carry VIPs until it passes
+// index (at most the blocking wait; a short one while some VIP is
+// pending). A Consul CE agent's refusal of ns=* is taken once.
+func (s *consulSource) list(ctx context.Context, cat *api.Catalog, index uint64) (map[string][]string, *api.QueryMeta, error) {
+	wait := consulWait
+	if s.pending {
+		wait = s.pendingWait
 	}
-	sum := sumOf(h)
-	if s.built && sum == s.last {
-		return meta.LastIndex, Sync{Result: SyncUnchanged}, nil
+	list := func() (map[string][]string, *api.QueryMeta, error) {
+		q := s.query(ctx)
+		q.Filter, q.WaitIndex, q.WaitTime = s.filter(), index, wait
+		return cat.Services(q)
 	}
-	b := NewBuilder(len(entries))
-	b.SetDatacenter(dc)
-	for _, e := range entries {
-		if err := b.Add(e); err != nil {
-			return meta.LastIndex, Sync{Result: SyncRejected, Err: fmt.Errorf("consul %s: %w", s.display(), err)}, nil
-		}
+	listed, meta, err := list()
+	if err != nil && !s.noNS && enterpriseOnly(err) {
+		s.noNS = true
+		log.Infof("Source consul: %s is Consul CE (no namespaces): following namespace default, partition default", s.display())
+		listed, meta, err = list()
 	}
-	t := b.Table()
-	s.last, s.built = sum, true
-	sy := Sync{Result: SyncOK, Table: t}
-	if skipped > 0 {
-		sy.Skipped = map[string]int{skipName: skipped}
-	}
-	return meta.LastIndex, sy, nil
+	return listed, meta, err
 }
 
 // enterpriseOnly reports whether err is a Consul CE agent refusing an

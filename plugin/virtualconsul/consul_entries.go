@@ -71,6 +71,9 @@ func (s *consulSource) read(ctx context.Context, raw *api.Raw, names []string) (
 					continue
 				}
 				results[i] = s.entries(svcs)
+				if results[i].gateway {
+					errs[i] = s.linkedOnly(ctx, raw, names[i], &results[i])
+				}
 			}
 		}()
 	}
@@ -87,6 +90,33 @@ func (s *consulSource) read(ctx context.Context, raw *api.Raw, names []string) (
 		out[n] = results[i]
 	}
 	return out, nil
+}
+
+// linkedOnly keeps, of a terminating gateway's entries, those of the
+// services its config entry links now (/v1/catalog/gateway-services): the
+// gateway's tagged addresses may still hold services unlinked since (the
+// agent's anti-entropy writes them back), whose VIPs Consul may have freed.
+func (s *consulSource) linkedOnly(ctx context.Context, raw *api.Raw, gw string, p *proxyEntries) error {
+	var links []struct{ Service struct{ Name string } }
+	meta, err := raw.Query("/v1/catalog/gateway-services/"+url.PathEscape(gw), &links, s.query(ctx))
+	if err == nil {
+		err = trusted(meta)
+	}
+	if err != nil {
+		return fmt.Errorf("gateway services of %s: %w", gw, err)
+	}
+	linked := make(map[string]bool, len(links))
+	for _, l := range links {
+		linked[strings.ToLower(l.Service.Name)] = true
+	}
+	kept := p.entries[:0]
+	for _, e := range p.entries {
+		if linked[e.Name[:strings.IndexByte(e.Name, '.')]] {
+			kept = append(kept, e)
+		}
+	}
+	p.entries = kept
+	return nil
 }
 
 // failure is a round's error with the reason the gauge shows.

@@ -2,7 +2,6 @@ package virtualconsul
 
 import (
 	"context"
-	"net/url"
 	"strings"
 
 	"github.com/hashicorp/consul/api"
@@ -11,52 +10,77 @@ import (
 // Consul v1.16.3 frees a service's VIP only when the service's last
 // instance leaves (agent/consul/state/catalog.go, freeServiceVirtualIP):
 // deregistering a sidecar frees nothing while its destination still has
-// an instance, and a service unlinked from a terminating gateway keeps its
-// VIP while it has one; Consul's DNS keeps answering the VIP although no
-// catalog entry carries it any more. The source does the same: an entry
-// that no catalog entry gives any more is kept (retained) while its
-// service still has an instance, checked with one read of the service
-// when it vanishes and again whenever the catalog moved.
+// an instance, and unlinking a service from a terminating gateway frees
+// nothing at all (updateTerminatingGatewayVirtualIPs compares the new
+// config entry with itself), so a linked service that never had an
+// instance keeps its VIP for good. Consul's DNS keeps answering those VIPs
+// although no catalog entry carries them any more. The source does the
+// same: an entry that no catalog entry gives any more is kept (retained)
+// while its service has an instance, or, when it came from a terminating
+// gateway, unless its service was seen with an instance; checked when the
+// entry vanishes and again whenever the catalog moved.
 
-// retain returns entries with the entries of the last table that vanished
-// from them but whose service still has an instance. moved says whether
-// the catalog changed since the last round.
-func (s *consulSource) retain(ctx context.Context, raw *api.Raw, entries []Entry, moved bool) ([]Entry, error) {
-	cur := make(map[string]bool, len(entries))
-	for _, e := range entries {
-		cur[e.Name] = true
+// prevEntry is an entry of the last round, and where it came from.
+type prevEntry struct {
+	entry    Entry
+	gateway  bool // carried by a terminating gateway's entries
+	instance bool // its service was seen with an instance since it vanished
+	retained bool // kept although no catalog entry carries it
+}
+
+// retain returns entries with the entries of the last round that vanished
+// from them but that Consul still answers. gateway holds the names of
+// entries carried by terminating gateways; moved says whether the catalog
+// changed since the last round. Whether a service has an instance comes
+// from one list of every service name, asked only when a round needs it.
+func (s *consulSource) retain(ctx context.Context, cat *api.Catalog, entries []Entry, gateway map[string]bool, moved bool) ([]Entry, error) {
+	var all map[string][]string
+	has := func(name string) (bool, error) {
+		if all == nil {
+			var meta *api.QueryMeta
+			var err error
+			if all, meta, err = cat.Services(s.query(ctx)); err == nil {
+				err = trusted(meta)
+			}
+			if err != nil {
+				return false, err
+			}
+		}
+		_, ok := all[name[:strings.IndexByte(name, '.')]]
+		return ok, nil
 	}
-	retained := map[string]bool{}
-	for name, e := range s.prev {
-		if cur[name] {
+	next := make(map[string]prevEntry, len(entries))
+	for _, e := range entries {
+		p, seen := s.prev[e.Name]
+		p = prevEntry{entry: e, gateway: gateway[e.Name], instance: seen && p.instance}
+		if p.gateway && !p.instance && (moved || !seen) {
+			var err error
+			if p.instance, err = has(e.Name); err != nil {
+				return nil, err
+			}
+		}
+		next[e.Name] = p
+	}
+	for name, p := range s.prev {
+		if _, ok := next[name]; ok {
 			continue
 		}
-		if !moved && s.retained[name] {
-			entries, retained[name] = append(entries, e), true
+		if !moved && p.retained {
+			next[name] = p
+			entries = append(entries, p.entry)
 			continue
 		}
-		ok, err := s.hasInstance(ctx, raw, name[:strings.IndexByte(name, '.')])
+		ok, err := has(name)
 		if err != nil {
 			return nil, err
 		}
-		if ok {
-			entries, retained[name] = append(entries, e), true
+		p.instance = p.instance || ok
+		if ok || (p.gateway && !p.instance) {
+			p.retained = true
+			next[name] = p
+			entries = append(entries, p.entry)
 		}
 	}
-	s.retained = retained
-	s.prev = make(map[string]Entry, len(entries))
-	for _, e := range entries {
-		s.prev[e.Name] = e
-	}
+	s.prev = next
 	return entries, nil
-}
-
-// hasInstance reports whether service svc has an instance in the catalog.
-func (s *consulSource) hasInstance(ctx context.Context, raw *api.Raw, svc string) (bool, error) {
-	var svcs []struct{ ServiceID string }
-	meta, err := raw.Query("/v1/catalog/service/"+url.PathEscape(svc), &svcs, s.query(ctx))
-	if err == nil {
-		err = trusted(meta)
-	}
-	return len(svcs) > 0, err
 }
