@@ -84,8 +84,38 @@ func (s *statusWriter) WriteHeader(code int) {
 //	GET    /status
 func (p *MDNSFallback) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-	p.route(sw, r)
+	if p.hostAllowed(r.Host) {
+		p.route(sw, r)
+	} else {
+		writeError(sw, http.StatusForbidden, fmt.Sprintf("Host %q refused: without token_file the API answers requests for localhost or a loopback address only", r.Host))
+	}
 	apiRequests.WithLabelValues(strconv.Itoa(sw.code)).Inc()
+}
+
+// hostAllowed is the guard against DNS rebinding: without token_file, a
+// web page the user opens must not reach the API through a name of the
+// attacker's that resolves to 127.0.0.1, so the Host header must be
+// localhost (or a name under .localhost) or a loopback address; with
+// `insecure` (an API beyond loopback without a token, by choice) any IP
+// address too, never a name. With token_file every write needs the token,
+// and any Host is taken.
+func (p *MDNSFallback) hostAllowed(hostport string) bool {
+	if p.cfg.token != "" {
+		return true
+	}
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	if err != nil {
+		return false
+	}
+	return a.Unmap().IsLoopback() || p.cfg.insecure
 }
 
 func (p *MDNSFallback) route(w http.ResponseWriter, r *http.Request) {

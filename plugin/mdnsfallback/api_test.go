@@ -9,6 +9,7 @@ import (
 
 func apiDo(p *MDNSFallback, method, path, ctype, body, auth string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Host = "127.0.0.1:6785" // as a local client sends it (example.com is refused)
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}

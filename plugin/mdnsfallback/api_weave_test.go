@@ -1,6 +1,7 @@
 package mdnsfallback
 
 import (
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -61,5 +62,45 @@ func TestAPIWeaveCheckAlive(t *testing.T) {
 	w = apiDo(p, "PUT", "/name/dead/10.32.0.3", form, "fqdn=web.weave.local&check-alive=false", "")
 	if w.Code != 200 || p.db.Len() != 2 {
 		t.Fatalf("check-alive=false: %d %s, %d records", w.Code, w.Body, p.db.Len())
+	}
+}
+
+// TestAPIHostHeader: without token_file the API answers requests whose
+// Host is localhost or a loopback address only (a DNS-rebinding page
+// sends its own name); with insecure, IP addresses too; with token_file,
+// any Host.
+func TestAPIHostHeader(t *testing.T) {
+	for _, tc := range []struct {
+		host            string
+		insecure, token bool
+		code            int
+	}{
+		{"127.0.0.1:6785", false, false, 200},
+		{"localhost:6785", false, false, 200},
+		{"LOCALHOST.", false, false, 200},
+		{"app.localhost:6785", false, false, 200},
+		{"[::1]:6785", false, false, 200},
+		{"127.0.0.2", false, false, 200},
+		{"rebind.attacker.example:6785", false, false, 403},
+		{"localhost.attacker.example", false, false, 403},
+		{"10.0.0.5:6785", false, false, 403},
+		{"", false, false, 403},
+		{"10.0.0.5:6785", true, false, 200},
+		{"rebind.attacker.example:6785", true, false, 403},
+		{"rebind.attacker.example:6785", false, true, 200},
+	} {
+		p := newTestPlugin(func(c *config) {
+			c.insecure = tc.insecure
+			if tc.token {
+				c.token = "s3cret"
+			}
+		})
+		req := httptest.NewRequest("GET", "/status", nil)
+		req.Host = tc.host
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, req)
+		if w.Code != tc.code {
+			t.Errorf("Host %q (insecure %v, token %v): %d, want %d", tc.host, tc.insecure, tc.token, w.Code, tc.code)
+		}
 	}
 }

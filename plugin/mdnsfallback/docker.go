@@ -2,8 +2,10 @@ package mdnsfallback
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -48,7 +50,7 @@ func (d *dockerEngine) Ping(ctx context.Context) (string, error) {
 
 // Events follows container start/die/stop/destroy and network
 // connect/disconnect events.
-func (d *dockerEngine) Events(ctx context.Context) (<-chan engineEvent, <-chan error) {
+func (d *dockerEngine) Events(ctx context.Context, since time.Time) (<-chan engineEvent, <-chan error) {
 	f := filters.NewArgs(
 		filters.Arg("type", string(events.ContainerEventType)),
 		filters.Arg("type", string(events.NetworkEventType)),
@@ -56,7 +58,8 @@ func (d *dockerEngine) Events(ctx context.Context) (<-chan engineEvent, <-chan e
 		filters.Arg("event", "stop"), filters.Arg("event", "destroy"),
 		filters.Arg("event", "connect"), filters.Arg("event", "disconnect"),
 	)
-	msgs, errs := d.cli.Events(ctx, events.ListOptions{Filters: f})
+	opts := events.ListOptions{Filters: f, Since: fmt.Sprintf("%d.%09d", since.Unix(), since.Nanosecond())}
+	msgs, errs := d.cli.Events(ctx, opts)
 	out := make(chan engineEvent)
 	go func() {
 		defer close(out)

@@ -73,6 +73,7 @@ type stats struct {
 type config struct {
 	servers     []string // the server labels of the gauges (conf.Servers)
 	zones       []string
+	block       string // the server block's place in the Corefile: the carry key
 	api         string // "" when off
 	dnsHost     string // the server block's first listen address ("" for all), for Weave's /dns-address
 	dnsPort     string // the server block's port
@@ -97,6 +98,7 @@ func newMDNSFallback(cfg config) *MDNSFallback {
 	p := &MDNSFallback{cfg: cfg}
 	p.cacheGauge, p.recordsGauge = gauges.Of(cacheEntries, cfg.servers), gauges.Of(records, cfg.servers)
 	p.db = NewDB(cfg.zones, cfg.maxRecords)
+	p.db.defaultTTL = cfg.ttl
 	p.cache = newAnswerCache(cfg.cacheSize)
 	p.neg = newAnswerCache(cfg.cacheSize)
 	p.limiter = newQueryLimiter(cfg.queryRate)

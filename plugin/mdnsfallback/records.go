@@ -147,6 +147,9 @@ func (ix *index) setPTR(a netip.Addr, names []string) {
 type DB struct {
 	zones      []string
 	maxRecords int
+	// defaultTTL is the Corefile's ttl, what a record's TTL 0 means: the
+	// merge of one address's records compares TTLs as served.
+	defaultTTL uint32
 
 	mu      sync.Mutex
 	records map[recordKey]Record
@@ -458,11 +461,11 @@ func (d *DB) entryFor(name string) *nameEntry {
 	e := &nameEntry{}
 	seen := map[netip.Addr]int{}
 	for _, r := range recs {
-		if i, ok := seen[r.IP]; ok { // same address from two identifiers: keep the lower TTL
-			if r.IP.Is4() && r.TTL < e.ttlA[i] {
-				e.ttlA[i] = r.TTL
-			} else if r.IP.Is6() && r.TTL < e.ttlAAAA[i] {
-				e.ttlAAAA[i] = r.TTL
+		if i, ok := seen[r.IP]; ok { // same address from two identifiers: keep the lower TTL as served
+			if r.IP.Is4() {
+				e.ttlA[i] = d.lowerTTL(e.ttlA[i], r.TTL)
+			} else {
+				e.ttlAAAA[i] = d.lowerTTL(e.ttlAAAA[i], r.TTL)
 			}
 			continue
 		}
@@ -477,6 +480,22 @@ func (d *DB) entryFor(name string) *nameEntry {
 		}
 	}
 	return e
+}
+
+// lowerTTL returns whichever of a and b is served with the lower TTL; 0
+// stands for the Corefile's ttl (so an explicit 5 wins over 0 when the
+// ttl is 30, and 0 wins over an explicit 60).
+func (d *DB) lowerTTL(a, b uint32) uint32 {
+	served := func(t uint32) uint32 {
+		if t == 0 {
+			return d.defaultTTL
+		}
+		return t
+	}
+	if served(b) < served(a) {
+		return b
+	}
+	return a
 }
 
 func (d *DB) rebuildAddr(a netip.Addr) { d.ix.setPTR(a, d.namesFor(a)) }

@@ -87,6 +87,7 @@ func parse(c *caddy.Controller) (config, error) {
 		maxRecords:  defaultMaxRecords,
 		queryRate:   defaultQueryRate,
 	}
+	cfg.block = fmt.Sprintf("block %d key %d", c.ServerBlockIndex, c.ServerBlockKeyIndex)
 	if sc := dnsserver.GetConfig(c); sc != nil {
 		cfg.dnsPort = sc.Port
 		if len(sc.ListenHosts) > 0 {
@@ -273,7 +274,7 @@ func parseUpdater(c *caddy.Controller, args []string) (*updaterConfig, error) {
 	if args[0] != "docker" {
 		return nil, c.Errf("updater: unknown kind %q (want docker)", args[0])
 	}
-	u := &updaterConfig{checkInterval: defaultCheckInterval, checkTimeout: defaultCheckTimeout}
+	u := &updaterConfig{checkInterval: defaultCheckInterval, checkTimeout: defaultCheckTimeout, reconcileInterval: defaultReconcileInterval}
 	if len(args) == 2 {
 		if _, err := client.ParseHostURL(args[1]); err != nil {
 			return nil, c.Errf("updater docker: endpoint %q: %v", args[1], err)
@@ -303,15 +304,18 @@ func parseUpdater(c *caddy.Controller, args []string) (*updaterConfig, error) {
 		switch opt {
 		case "network":
 			u.network = vals[0]
-		case "check_interval", "check_timeout":
+		case "check_interval", "check_timeout", "reconcile_interval":
 			d, err := time.ParseDuration(vals[0])
 			if err != nil || d < 100*time.Millisecond || d > time.Hour {
 				return nil, c.Errf("%s: %q is not a duration in [100ms, 1h]", opt, vals[0])
 			}
-			if opt == "check_interval" {
+			switch opt {
+			case "check_interval":
 				u.checkInterval = d
-			} else {
+			case "check_timeout":
 				u.checkTimeout = d
+			default:
+				u.reconcileInterval = d
 			}
 		default:
 			return nil, c.Errf("updater docker: unknown property %q", opt)
@@ -323,15 +327,16 @@ func parseUpdater(c *caddy.Controller, args []string) (*updaterConfig, error) {
 	return u, nil
 }
 
-// carried holds each instance's records across a reload (keyed by plugin,
-// zones, API address and snapshot path), so a reload without a snapshot loses
-// nothing. Each key is taken only by the instance that replaces its owner, so
-// two mdnsfallback server blocks keep their own records.
+// carried holds each instance's records across a reload, so a reload
+// without a snapshot loses nothing, whatever line of the stanza changed
+// (zones, api, token_file, snapshot, updater…). The key is the server
+// block's place in the Corefile (its index, and the key's index inside
+// it): each is taken only by the instance of the same block, so two
+// mdnsfallback server blocks keep their own records. Records outside a
+// block's new zones are dropped (and logged) when it takes them.
 var carried carry.Store[[]Record]
 
-func (p *MDNSFallback) carryKey() string {
-	return pluginName + "|" + strings.Join(p.cfg.zones, ",") + "|" + p.cfg.api + "|" + p.cfg.snapshot
-}
+func (p *MDNSFallback) carryKey() string { return pluginName + "|" + p.cfg.block }
 
 // lifecycle guards start and stop.
 var lifecycle sync.Mutex
@@ -343,7 +348,9 @@ func (p *MDNSFallback) onStartup() error {
 	recs, ok := carried.Take(p.carryKey())
 	switch {
 	case ok:
-		p.db.Replace(recs)
+		if skipped := p.db.Replace(recs); skipped > 0 {
+			log.Warningf("Reload: %d of %d records dropped (outside the zones %s, or past max_records)", skipped, len(recs), strings.Join(p.cfg.zones, " "))
+		}
 	case p.cfg.snapshot != "":
 		n, err := newSnapshotWriter(p.cfg.snapshot, p.db).load()
 		if err != nil {
@@ -352,7 +359,28 @@ func (p *MDNSFallback) onStartup() error {
 			log.Infof("Snapshot %s loaded: %d records", p.cfg.snapshot, n)
 		}
 	}
-	return p.start()
+	if err := p.start(); err != nil {
+		return err
+	}
+	p.releaseOrphans()
+	return nil
+}
+
+// releaseOrphans deletes the records of an updater the stanza no longer
+// has (removed from the Corefile, carried across the reload or kept in the
+// snapshot): nobody would ever delete them. Goodbyes go out as for any
+// delete; the instance has started, so the responder sends them.
+func (p *MDNSFallback) releaseOrphans() {
+	if p.cfg.updater != nil {
+		return
+	}
+	n := 0
+	for id := range p.db.OwnedIDs(updaterOwner) {
+		n += len(p.db.DeleteOwned(id, updaterOwner, nil))
+	}
+	if n > 0 {
+		log.Infof("No updater any more: its %d records released", n)
+	}
 }
 
 // readToken reads the API token from token_file; it runs in OnStartup, so a

@@ -106,7 +106,7 @@ func TestLifecycleReloadTwoBlocks(t *testing.T) {
 	zones := [][]string{{"weave.local."}, {"other.local."}}
 	var old, next [2]*MDNSFallback
 	for i, z := range zones {
-		old[i] = newTestPlugin(func(c *config) { c.zones = z })
+		old[i] = newTestPlugin(func(c *config) { c.zones, c.block = z, fmt.Sprint(i) })
 		if err := old[i].onStartup(); err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestLifecycleReloadTwoBlocks(t *testing.T) {
 		p.onRestart()
 	}
 	for i, z := range zones {
-		next[i] = newTestPlugin(func(c *config) { c.zones = z })
+		next[i] = newTestPlugin(func(c *config) { c.zones, c.block = z, fmt.Sprint(i) })
 		if err := next[i].onStartup(); err != nil {
 			t.Fatal(err)
 		}

@@ -42,18 +42,35 @@ func (s *snapshotWriter) start() {
 	go s.run()
 }
 
+// Retries of a failed write (a full disk, a read-only mount): from
+// snapshotRetryMin doubling to snapshotRetryMax, until one succeeds,
+// whether or not the database changes meanwhile.
+const (
+	snapshotRetryMin = time.Second
+	snapshotRetryMax = 30 * time.Second
+)
+
 func (s *snapshotWriter) run() {
 	defer close(s.done)
+	var retry <-chan time.Time
+	backoff := time.Duration(0)
 	for {
 		select {
 		case <-s.kick:
+		case <-retry:
+			s.dirty.Store(true)
+		case <-s.stop:
 			s.write()
-			select {
-			case <-time.After(snapshotPause):
-			case <-s.stop:
-				s.write()
-				return
-			}
+			return
+		}
+		if err := s.write(); err != nil {
+			backoff = min(max(2*backoff, snapshotRetryMin), snapshotRetryMax)
+			retry = time.After(backoff)
+		} else {
+			backoff, retry = 0, nil
+		}
+		select {
+		case <-time.After(snapshotPause):
 		case <-s.stop:
 			s.write()
 			return
@@ -71,9 +88,11 @@ func (s *snapshotWriter) close() {
 	s.stop = nil
 }
 
-func (s *snapshotWriter) write() {
+// write writes the database when it changed; a failure keeps it dirty and
+// is returned (the run loop retries it).
+func (s *snapshotWriter) write() error {
 	if !s.dirty.Swap(false) {
-		return
+		return nil
 	}
 	b, err := encodeSnapshot(s.db.Records(""))
 	if err == nil {
@@ -81,8 +100,9 @@ func (s *snapshotWriter) write() {
 	}
 	if err != nil {
 		s.dirty.Store(true)
-		log.Errorf("Writing snapshot: %v", err)
+		log.Errorf("Writing snapshot (retried): %v", err)
 	}
+	return err
 }
 
 // load reads the snapshot into the database; a missing file is no error.

@@ -31,11 +31,15 @@ const updaterOwner = "docker"
 const (
 	defaultCheckInterval = 2 * time.Second
 	defaultCheckTimeout  = time.Second
-	checkConcurrency     = 8 // probes in flight at once
-	backoffInitial       = 250 * time.Millisecond
-	backoffCap           = 10 * time.Second
-	engineCallTimeout    = 10 * time.Second
-	listTimeout          = time.Minute // list plus one inspect per running container
+	// defaultReconcileInterval: how often a connected updater lists the
+	// running containers and reconciles, so a missed event (a failed
+	// inspect on start, an engine that dropped one) is repaired.
+	defaultReconcileInterval = 30 * time.Second
+	checkConcurrency         = 8 // probes in flight at once
+	backoffInitial           = 250 * time.Millisecond
+	backoffCap               = 10 * time.Second
+	engineCallTimeout        = 10 * time.Second
+	listTimeout              = time.Minute // list plus one inspect per running container
 )
 
 // updaterConfig is the parsed `updater docker [ENDPOINT] {…}` sub-block.
@@ -44,6 +48,9 @@ type updaterConfig struct {
 	network       string // "" → the container's own network, else its first by name
 	checkInterval time.Duration
 	checkTimeout  time.Duration
+	// reconcileInterval is the period of the full reconcile while
+	// connected (0: defaultReconcileInterval).
+	reconcileInterval time.Duration
 }
 
 // container is the slim form of an engine's container the updater keeps.
@@ -78,10 +85,10 @@ type engineEvent struct {
 type engine interface {
 	// Ping checks the engine and returns its API version.
 	Ping(ctx context.Context) (string, error)
-	// Events subscribes to container events until ctx ends or the stream
-	// fails (the error channel then yields the cause). It returns once the
-	// subscription is established, or failed.
-	Events(ctx context.Context) (<-chan engineEvent, <-chan error)
+	// Events subscribes to container events from since on (the engine
+	// replays the ones it kept since then) until ctx ends or the stream
+	// fails (the error channel then yields the cause).
+	Events(ctx context.Context, since time.Time) (<-chan engineEvent, <-chan error)
 	// Running lists the running containers with their addresses.
 	Running(ctx context.Context) ([]ctrInfo, error)
 	// Inspect returns one container; a container that does not exist comes
@@ -284,14 +291,13 @@ func (u *updater) session(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	events, errs := u.eng.Events(sctx)
-	lctx, lcancel := context.WithTimeout(sctx, listTimeout)
-	list, err := u.eng.Running(lctx)
-	lcancel()
-	if err != nil {
+	// The events since a second before the list: none that happens while
+	// the subscription is being set up is lost (the engine replays them;
+	// handling one twice is harmless).
+	events, errs := u.eng.Events(sctx, time.Now().Add(-time.Second))
+	if err := u.relist(sctx); err != nil {
 		return 0, err
 	}
-	u.reconcile(list)
 	u.mu.Lock()
 	first := u.counts.reconciles.Load() == 1
 	u.apiVer = ver
@@ -304,10 +310,20 @@ func (u *updater) session(ctx context.Context) (time.Duration, error) {
 	log.Infof("Container engine %s (API %s) synced: %d containers in the zones", u.eng.Endpoint(), ver, u.trackedLen())
 	since := time.Now()
 	up := func() time.Duration { return max(time.Since(since), time.Nanosecond) }
+	every := u.cfg.reconcileInterval
+	if every <= 0 {
+		every = defaultReconcileInterval
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
 	for {
 		select {
 		case <-sctx.Done():
 			return up(), sctx.Err()
+		case <-tick.C:
+			if err := u.relist(sctx); err != nil {
+				return up(), err
+			}
 		case err := <-errs:
 			if err == nil {
 				err = errStreamEnded
@@ -320,6 +336,18 @@ func (u *updater) session(ctx context.Context) (time.Duration, error) {
 			u.handle(sctx, ev)
 		}
 	}
+}
+
+// relist lists the running containers and reconciles the records.
+func (u *updater) relist(ctx context.Context) error {
+	lctx, lcancel := context.WithTimeout(ctx, listTimeout)
+	list, err := u.eng.Running(lctx)
+	lcancel()
+	if err != nil {
+		return err
+	}
+	u.reconcile(list)
+	return nil
 }
 
 type updaterError string

@@ -49,7 +49,7 @@ func (f *fakeEngine) Ping(context.Context) (string, error) {
 	return "1.41", nil
 }
 
-func (f *fakeEngine) Events(ctx context.Context) (<-chan engineEvent, <-chan error) {
+func (f *fakeEngine) Events(ctx context.Context, _ time.Time) (<-chan engineEvent, <-chan error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ch, ec := make(chan engineEvent, 64), make(chan error, 1)
@@ -493,10 +493,11 @@ func TestSetupUpdater(t *testing.T) {
 		err  string
 		want updaterConfig
 	}{
-		{"mdnsfallback {\n updater docker\n}", "", updaterConfig{checkInterval: defaultCheckInterval, checkTimeout: defaultCheckTimeout}},
+		{"mdnsfallback {\n updater docker\n}", "", updaterConfig{checkInterval: defaultCheckInterval, checkTimeout: defaultCheckTimeout, reconcileInterval: defaultReconcileInterval}},
 		{"mdnsfallback {\n updater docker unix:///run/d.sock {\n network wnet\n check_interval 5s\n check_timeout 2s\n }\n}", "",
-			updaterConfig{endpoint: "unix:///run/d.sock", network: "wnet", checkInterval: 5 * time.Second, checkTimeout: 2 * time.Second}},
-		{"mdnsfallback {\n updater docker tcp://127.0.0.1:2375\n}", "", updaterConfig{endpoint: "tcp://127.0.0.1:2375", checkInterval: defaultCheckInterval, checkTimeout: defaultCheckTimeout}},
+			updaterConfig{endpoint: "unix:///run/d.sock", network: "wnet", checkInterval: 5 * time.Second, checkTimeout: 2 * time.Second, reconcileInterval: defaultReconcileInterval}},
+		{"mdnsfallback {\n updater docker tcp://127.0.0.1:2375\n}", "", updaterConfig{endpoint: "tcp://127.0.0.1:2375", checkInterval: defaultCheckInterval, checkTimeout: defaultCheckTimeout, reconcileInterval: defaultReconcileInterval}},
+		{"mdnsfallback {\n updater docker {\n reconcile_interval 5s\n }\n}", "", updaterConfig{checkInterval: defaultCheckInterval, checkTimeout: defaultCheckTimeout, reconcileInterval: 5 * time.Second}},
 		{"mdnsfallback {\n updater\n}", "Wrong argument count", updaterConfig{}},
 		{"mdnsfallback {\n updater podman\n}", `unknown kind "podman"`, updaterConfig{}},
 		{"mdnsfallback {\n updater docker localhost\n}", "endpoint", updaterConfig{}},
@@ -507,7 +508,7 @@ func TestSetupUpdater(t *testing.T) {
 		{"mdnsfallback {\n updater docker {\n check_interval 1s\n check_timeout 2s\n }\n}", "longer than check_interval", updaterConfig{}},
 		{"mdnsfallback {\n updater docker\n updater docker\n}", "only once", updaterConfig{}},
 		{"mdnsfallback {\n updater docker {\n network a\n", "Unexpected EOF", updaterConfig{}},
-		{"mdnsfallback {\n updater docker {\n network a\n }\n ttl 10s\n}", "", updaterConfig{network: "a", checkInterval: defaultCheckInterval, checkTimeout: defaultCheckTimeout}},
+		{"mdnsfallback {\n updater docker {\n network a\n }\n ttl 10s\n}", "", updaterConfig{network: "a", checkInterval: defaultCheckInterval, checkTimeout: defaultCheckTimeout, reconcileInterval: defaultReconcileInterval}},
 	}
 	for i, tc := range tests {
 		c := caddy.NewTestController("dns", tc.in)
