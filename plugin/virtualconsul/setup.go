@@ -211,6 +211,7 @@ func (v *VirtualConsul) keep() error {
 // start serves the table carried across a reload or else the snapshot at
 // once, then starts the source.
 func (v *VirtualConsul) start() error {
+	v.register() // listed by inspect from now on
 	if v.remote != nil {
 		// A fresh listener state is not failing: clear a gauge the replaced
 		// instance (before a reload) may have left at 1.
@@ -219,6 +220,7 @@ func (v *VirtualConsul) start() error {
 	}
 	if t, ok := carried.Take(v.carryKey, v.sourceKey()); ok {
 		v.swap(t) // at least as new as the snapshot
+		v.served("carried")
 		log.Infof("Carried %d entries across the reload", t.Len())
 	} else if v.snapshot != "" {
 		v.loadSnapshot()
@@ -246,6 +248,7 @@ func (v *VirtualConsul) start() error {
 // stop stops the source and the snapshot writer and waits for them; a
 // table the source reported while the writer was stopping is written too.
 func (v *VirtualConsul) stop() error {
+	v.unregister()
 	v.life.mu.Lock()
 	defer v.life.mu.Unlock()
 	if v.life.cancel == nil {
@@ -282,7 +285,24 @@ func (v *VirtualConsul) loadSnapshot() {
 	case t != nil:
 		syncCount.WithLabelValues(v.metricZone, "snapshot", SyncOK).Inc()
 		v.swap(t)
+		v.served("snapshot")
 		log.Infof("Loaded %d entries from snapshot %q", t.Len(), v.snapshot)
+	}
+}
+
+// apply serves a source's new table, counts what it skipped and hands it
+// to the snapshot writer.
+func (v *VirtualConsul) apply(s Sync, src string, changed gauges.Set, snap *persist.Writer) {
+	v.swap(s.Table)
+	v.served(src)
+	v.insp.lastChange.Store(time.Now().UnixNano())
+	for _, r := range skipReasons {
+		gauges.Of(entriesSkipped, v.servers, v.metricZone, src, r).Set(float64(s.Skipped[r]))
+	}
+	changed.SetToCurrentTime()
+	log.Infof("Synced %d entries from source %s", s.Table.Len(), src)
+	if snap != nil {
+		snap.Offer(s.Table.WriteJSON, s.Table.Len(), time.Now()) // written off the source's goroutine, coalesced
 	}
 }
 
@@ -305,6 +325,7 @@ func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
 		syncCount.WithLabelValues(v.metricZone, src, s.Result).Inc()
 		if s.Result == SyncOK || s.Result == SyncUnchanged || s.Result == SyncNoTable {
 			synced.SetToCurrentTime()
+			v.insp.lastSync.Store(time.Now().UnixNano())
 		}
 		if s.Result != SyncError && failing {
 			failing = false
@@ -314,16 +335,8 @@ func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
 		}
 		switch s.Result {
 		case SyncOK:
-			v.swap(s.Table)
-			for _, r := range skipReasons {
-				gauges.Of(entriesSkipped, v.servers, v.metricZone, src, r).Set(float64(s.Skipped[r]))
-			}
-			changed.SetToCurrentTime()
+			v.apply(s, src, changed, snap)
 			lastReject = ""
-			log.Infof("Synced %d entries from source %s", s.Table.Len(), src)
-			if snap != nil {
-				snap.Offer(s.Table.WriteJSON, s.Table.Len(), time.Now()) // written off the source's goroutine, coalesced
-			}
 		case SyncUnchanged:
 		case SyncRejected:
 			if msg := s.Err.Error(); msg != lastReject {

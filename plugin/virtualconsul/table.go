@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,6 +38,7 @@ type Table struct {
 	multi  map[int32][]netip.Addr // the VIPs of ambiguous keys, for Lookup and snapshots
 	dual   map[int32][16]byte     // the IPv6 VIP of dual keys (their IPv4 VIP is in vips)
 	serial uint32                 // SOA serial: the build time in Unix seconds
+	gen    uint64                 // generation: tables built later in the process have higher ones
 	// dc is the datacenter the source's agent is in ("" when the source
 	// does not say): short names expand with it unless the Corefile names
 	// one (datacenter).
@@ -59,6 +61,13 @@ const (
 
 // Len returns the number of distinct keys in t.
 func (t *Table) Len() int { return len(t.index) }
+
+// tableGen numbers the tables built in this process.
+var tableGen atomic.Uint64
+
+// Generation returns t's generation: every table built in the process has
+// its own, higher than those built before it.
+func (t *Table) Generation() uint64 { return t.gen }
 
 // Datacenter returns the datacenter of the source's agent, "" when the
 // source did not say.
@@ -231,6 +240,7 @@ func (b *Builder) Table() *Table {
 	t := b.t
 	b.t = nil
 	t.serial = uint32(time.Now().Unix())
+	t.gen = tableGen.Add(1)
 	return t
 }
 

@@ -41,6 +41,7 @@ type VirtualConsul struct {
 	table atomic.Pointer[Table] // nil until a table is loaded
 	ctrs  sync.Map              // server → *counters, resolved on the server's first query
 	life  lifecycle             // the running source, between OnStartup and OnShutdown
+	insp  inspected             // what the inspect plugin lists beside the table
 }
 
 // Name implements plugin.Handler.

@@ -1,0 +1,68 @@
+package inspect
+
+import (
+	"io"
+	"net/url"
+	"sync"
+)
+
+// A Lister is one plugin instance (one server block's) whose live table
+// inspect lists. The plugins register theirs at start and withdraw them at
+// shutdown; inspect imports none of them.
+type Lister interface {
+	// List writes the instance's listing to w as one JSON object, streamed
+	// (never the whole listing in memory), from one immutable table and
+	// stating that table's generation. q holds the request's query (for
+	// filters a plugin offers, such as ?name=); a plugin answers an
+	// unknown filter with *BadRequest.
+	List(w io.Writer, q url.Values) error
+}
+
+// BadRequest is a Lister's refusal of a request's query, before it wrote
+// anything.
+type BadRequest struct{ Msg string }
+
+func (e *BadRequest) Error() string { return e.Msg }
+
+// registry holds the registered instances by plugin name, in the order
+// they registered.
+var registry = struct {
+	sync.Mutex
+	m map[string][]*registered
+}{m: map[string][]*registered{}}
+
+type registered struct{ l Lister }
+
+// Register lists l under /<plugin> until the returned function withdraws
+// it (call it once, at the instance's shutdown).
+func Register(plugin string, l Lister) (withdraw func()) {
+	r := &registered{l}
+	registry.Lock()
+	registry.m[plugin] = append(registry.m[plugin], r)
+	registry.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			registry.Lock()
+			defer registry.Unlock()
+			rs := registry.m[plugin]
+			for i, x := range rs {
+				if x == r {
+					registry.m[plugin] = append(rs[:i:i], rs[i+1:]...)
+					break
+				}
+			}
+		})
+	}
+}
+
+// listers returns the instances registered under plugin now.
+func listers(plugin string) []Lister {
+	registry.Lock()
+	defer registry.Unlock()
+	out := make([]Lister, 0, len(registry.m[plugin]))
+	for _, r := range registry.m[plugin] {
+		out = append(out, r.l)
+	}
+	return out
+}

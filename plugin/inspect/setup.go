@@ -1,0 +1,91 @@
+package inspect
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+
+	"github.com/meshdns/meshdns/plugin/pkg/conf"
+)
+
+const pluginName = "inspect"
+
+var log = clog.NewWithPlugin(pluginName)
+
+func init() { plugin.Register(pluginName, setup) }
+
+// defaultAddr is where inspect listens without ADDRESS: loopback only.
+const defaultAddr = "127.0.0.1:8182"
+
+func setup(c *caddy.Controller) error {
+	in, err := parse(c)
+	if err != nil {
+		return plugin.Error(pluginName, err)
+	}
+	// A listener of its own, as health and ready: not a DNS plugin.
+	c.OnStartup(in.start)
+	c.OnRestart(in.stop)
+	c.OnRestartFailed(in.start)
+	c.OnFinalShutdown(in.stop)
+	return nil
+}
+
+// parse reads
+//
+//	inspect [ADDRESS] {
+//	    token_file PATH
+//	}
+//
+// with no side effects. An address beyond loopback needs token_file.
+func parse(c *caddy.Controller) (*Inspect, error) {
+	in := &Inspect{addr: defaultAddr}
+	for i := 0; c.Next(); i++ {
+		if i > 0 {
+			return nil, plugin.ErrOnce
+		}
+		switch args := c.RemainingArgs(); len(args) {
+		case 0:
+		case 1:
+			if _, _, err := net.SplitHostPort(args[0]); err != nil {
+				return nil, c.Errf("bad address %q: %v", args[0], err)
+			}
+			in.addr = args[0]
+		default:
+			return nil, c.ArgErr()
+		}
+		for c.NextBlock() {
+			switch c.Val() {
+			case "token_file":
+				args := c.RemainingArgs()
+				if len(args) != 1 {
+					return nil, c.ArgErr()
+				}
+				in.tokenFile = conf.Path(c, args[0])
+			default:
+				return nil, c.Errf("unknown property %q", c.Val())
+			}
+		}
+	}
+	if in.tokenFile == "" && !loopbackHost(in.addr) {
+		return nil, fmt.Errorf("%s:%d - Error during parsing: inspect %s lists every table beyond loopback: set token_file, or bind it to 127.0.0.1",
+			c.File(), c.Line(), in.addr)
+	}
+	return in, nil
+}
+
+// loopbackHost reports whether HOST:PORT listens on loopback only: a
+// loopback address or localhost; an empty host (every address) or any
+// other name does not.
+func loopbackHost(hostport string) bool {
+	host, _, _ := net.SplitHostPort(hostport)
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}
