@@ -21,7 +21,7 @@ import (
 
 // ourDirectives are meshdns's own plugins, in the order they run. Each is
 // appended here by the issue that makes it work, together with its import.
-var ourDirectives = []string{"virtualconsul", "endpointsvc", "mdnsfallback"}
+var ourDirectives = []string{"virtualconsul", "endpointsvc", "mdnsfallback", "inspect"}
 
 // anchorDirective is the stock directive ours follow: everything before it
 // (cache, rewrite, acl, …) runs before our plugins, everything after it
