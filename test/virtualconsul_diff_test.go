@@ -18,6 +18,7 @@ const vcDiffCorefile = `consul.:1053 {
     errors
     ready 127.0.0.1:8181
     prometheus 127.0.0.1:9153
+    inspect 127.0.0.1:8182
     virtualconsul {
         source consul 127.0.0.1:8500
         snapshot vc-snapshot.json
@@ -124,6 +125,21 @@ func vcDiffSeed(t *testing.T, seed int64) {
 	}
 	if vips < 2 {
 		t.Fatalf("only %d services with a VIP: the generator made nothing to compare", vips)
+	}
+	// The listing holds exactly the VIPs Consul answers.
+	listed := map[string]string{}
+	for _, e := range getListing(t, s.Addr(8182)).Instances[0].Entries {
+		listed[e.Key] = strings.Join(e.Addresses, ",")
+	}
+	for _, n := range w.names() {
+		key := n + ".virtual.default.ns.default.ap." + dc + ".dc.consul"
+		if listed[key] != want[n+" A"] {
+			t.Fatalf("listing: %s = %q, consul answers %q", key, listed[key], want[n+" A"])
+		}
+		delete(listed, key)
+	}
+	if len(listed) != 0 {
+		t.Fatalf("listing holds entries Consul does not answer: %v", listed)
 	}
 	time.Sleep(1500 * time.Millisecond) // the snapshot is written at most once a second
 
