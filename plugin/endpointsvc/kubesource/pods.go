@@ -45,7 +45,10 @@ func (k *kPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind
 func (k *kPod) DeepCopyObject() runtime.Object { c := *k; return &c }
 
 // transformPod converts a *v1.Pod into a *kPod. A terminating Pod keeps
-// the version in store, if any (the kubernetes plugin skips its update).
+// the version in store, if any (the kubernetes plugin skips its update);
+// so does a Pod in a phase the field selector leaves out (it comes only
+// as deleted, perhaps without its addresses: the stored version says
+// which to take out of the index).
 func transformPod(store cache.Store) cache.TransformFunc {
 	return func(obj any) (any, error) {
 		p, ok := obj.(*corev1.Pod)
@@ -53,12 +56,15 @@ func transformPod(store cache.Store) cache.TransformFunc {
 			return obj, nil
 		}
 		k := &kPod{kMeta: kMeta{Name: p.Name, Namespace: intern(p.Namespace)}}
-		if t := p.DeletionTimestamp; t != nil && !t.IsZero() {
+		terminating := p.DeletionTimestamp != nil && !p.DeletionTimestamp.IsZero()
+		if terminating || !podPhaseListed(p.Status.Phase) {
 			if old, ok, _ := store.GetByKey(p.Namespace + "/" + p.Name); ok {
 				return old, nil
 			}
-			k.skip = true
-			return k, nil
+			if terminating {
+				k.skip = true
+				return k, nil
+			}
 		}
 		for _, ip := range p.Status.PodIPs {
 			if a, err := netip.ParseAddr(ip.IP); err == nil && a.Zone() == "" && !slices.Contains(k.ips, a.Unmap()) {
@@ -68,6 +74,15 @@ func transformPod(store cache.Store) cache.TransformFunc {
 		k.ips = slices.Clip(k.ips)
 		return k, nil
 	}
+}
+
+// podPhaseListed reports whether the field selector lists Pods in phase.
+func podPhaseListed(phase corev1.PodPhase) bool {
+	switch phase {
+	case corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown:
+		return false
+	}
+	return true
 }
 
 // samePod reports whether two versions of a Pod give the index the same.
@@ -192,8 +207,7 @@ func DNSPods(pods []*corev1.Pod) []k8sdns.PodAddr {
 	x := newPodIndex()
 	tr := transformPod(cache.NewStore(cache.MetaNamespaceKeyFunc))
 	for _, p := range pods {
-		switch p.Status.Phase {
-		case corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown:
+		if !podPhaseListed(p.Status.Phase) {
 			continue
 		}
 		o, _ := tr(p.DeepCopy())

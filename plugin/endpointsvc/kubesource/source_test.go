@@ -444,6 +444,7 @@ func TestDocumentedRBAC(t *testing.T) {
 	}{
 		{"kubernetes", true, []string{"services", "endpointslices", "namespaces"}},
 		{"orch", false, []string{"services", "endpointslices", "nodes"}},
+		{"pods verified", true, []string{"services", "endpointslices", "namespaces", "pods"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", ResourceVersion: "1"}},
@@ -455,7 +456,7 @@ func TestDocumentedRBAC(t *testing.T) {
 			kubefix.Create(t, client, svc)
 			src := NewOrch(Config{})
 			if c.spec {
-				src = NewDNS(Config{})
+				src = NewDNS(Config{Pods: slices.Contains(c.granted, "pods")})
 			}
 			sink := newCollectSink()
 			runSource(t, src, client, sink)
