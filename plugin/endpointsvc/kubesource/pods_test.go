@@ -79,9 +79,17 @@ func TestPodIndexEvents(t *testing.T) {
 		{"add", testPod("kube-system", "agent-b", corev1.PodRunning, "10.250.0.1"), "[10.244.1.5[shop] 10.250.0.1[kube-system kube-system] fd00::5[shop]]"},
 		{"add", testPod("default", "agent-c", corev1.PodRunning, "10.250.0.1"), "[10.244.1.5[shop] 10.250.0.1[default kube-system kube-system] fd00::5[shop]]"},
 		{"delete", testPod("kube-system", "agent-b", corev1.PodRunning, "10.250.0.1"), "[10.244.1.5[shop] 10.250.0.1[default kube-system] fd00::5[shop]]"},
-		{"update", func() *corev1.Pod { p := testPod("shop", "web", corev1.PodRunning); p.DeletionTimestamp = &now; return p }(), "[10.244.1.5[shop] 10.250.0.1[default kube-system] fd00::5[shop]]"},
+		{"update", func() *corev1.Pod {
+			p := testPod("shop", "web", corev1.PodRunning)
+			p.DeletionTimestamp = &now
+			return p
+		}(), "[10.244.1.5[shop] 10.250.0.1[default kube-system] fd00::5[shop]]"},
 		{"delete", testPod("shop", "web", corev1.PodFailed), "[10.250.0.1[default kube-system]]"},
-		{"add", func() *corev1.Pod { p := testPod("shop", "old", corev1.PodRunning, "10.244.1.9"); p.DeletionTimestamp = &now; return p }(), "[10.250.0.1[default kube-system]]"},
+		{"add", func() *corev1.Pod {
+			p := testPod("shop", "old", corev1.PodRunning, "10.244.1.9")
+			p.DeletionTimestamp = &now
+			return p
+		}(), "[10.250.0.1[default kube-system]]"},
 		{"add", testPod("shop", "starting", corev1.PodPending), "[10.250.0.1[default kube-system]]"},
 		{"update", testPod("shop", "starting", corev1.PodRunning, "10.244.2.2"), "[10.244.2.2[shop] 10.250.0.1[default kube-system]]"},
 	}
