@@ -2,6 +2,7 @@ package endpointsvc
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -174,5 +175,50 @@ func TestStartStopHangingLookup(t *testing.T) {
 	e.stop()
 	if d := time.Since(began); d > time.Second {
 		t.Errorf("stop took %v with a lookup in flight", d)
+	}
+}
+
+// lateSource fails at once, then delivers its state after delay.
+type lateSource struct {
+	st    feed.State
+	delay time.Duration
+}
+
+func (l lateSource) Name() string { return "late" }
+func (l lateSource) Key() string  { return "late" }
+func (l lateSource) Run(ctx context.Context, s feed.Sink) {
+	s.Failed(errors.New("API server not there yet"))
+	select {
+	case <-time.After(l.delay):
+		s.Update(l.st)
+	case <-ctx.Done():
+	}
+	<-ctx.Done()
+}
+
+// TestStartupTimeout: with startup_timeout, start-up waits for a table
+// through the source's failures (the kubernetes plugin waits for its
+// sync), at most that long; without it, the first failure ends the wait.
+func TestStartupTimeout(t *testing.T) {
+	for _, c := range []struct {
+		timeout, delay time.Duration
+		table          bool
+	}{
+		{0, 300 * time.Millisecond, false},              // the failure ends the wait
+		{2 * time.Second, 300 * time.Millisecond, true}, // waits through it
+		{200 * time.Millisecond, time.Minute, false},    // bounded
+	} {
+		e := orchPlugin(30, &syncer{startupTimeout: c.timeout}, "svc.orch.")
+		e.finish(nil)
+		began := time.Now()
+		e.start(lateSource{loadState(t, stateFile), c.delay})
+		took := time.Since(began)
+		if got := e.tbl.Load() != nil; got != c.table {
+			t.Errorf("startup_timeout %v, state after %v: table after start %v, want %v (took %v)", c.timeout, c.delay, got, c.table, took)
+		}
+		if c.timeout > 0 && !c.table && (took < c.timeout || took > c.timeout+time.Second) {
+			t.Errorf("startup_timeout %v: start took %v", c.timeout, took)
+		}
+		e.stop()
 	}
 }
