@@ -66,7 +66,8 @@ const (
 // (lowercased FQDN, address family), under one mutex. It never holds more
 // than max entries of at most maxAddrsPerName addresses each. (It was
 // split into hash shards once; the server-level benchmark showed no
-// difference on this machine, see docs/performance.md, so it is one LRU.)
+// difference on this machine, see docs/mdnsfallback-performance.md, so
+// it is one LRU.)
 type answerCache struct {
 	mu  sync.Mutex
 	max int

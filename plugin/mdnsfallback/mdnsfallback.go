@@ -6,7 +6,7 @@
 // records and the records every other host answered.
 //
 // Invariants: names are keyed as lowercased FQDNs; ServeDNS reads the
-// record database through lock-free copy-on-write shards; records sent
+// record database through its index's read lock; records sent
 // over mDNS never carry the cache-flush bit; the mDNS cache never holds
 // more than `cache` (name, address family) entries.
 package mdnsfallback
@@ -17,7 +17,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,7 +28,6 @@ import (
 	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
 	"github.com/miekg/dns"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // MDNSFallback is the plugin handler.
@@ -53,7 +51,6 @@ type MDNSFallback struct {
 	reverseZones []string    // reverse zones covering cfg.reverse, for the SOA
 	reverseSOAs  []soa.Names // SOA names of reverseZones, in the same order
 	negTTL       uint32      // cfg.negativeTTL in seconds: the SOA's TTL and minimum
-	counters     sync.Map    // server → *[numResults]prometheus.Counter
 	api          *apiServer
 	snap         atomic.Pointer[snapshotWriter] // nil without snapshot or when stopped
 	updater      atomic.Pointer[updater]        // nil without updater or when stopped
@@ -345,19 +342,9 @@ const (
 
 var resultNames = [numResults]string{"local", "cache", "mdns", "negative", "miss"}
 
-// count increments the request counters of result; the Prometheus children
-// are looked up once per server and kept, so the hot path does not hash
-// label values.
+// count increments the request counters of result.
 func (p *MDNSFallback) count(server string, result int) {
-	cs, ok := p.counters.Load(server)
-	if !ok {
-		var c [numResults]prometheus.Counter
-		for i := range c {
-			c[i] = requests.WithLabelValues(server, resultNames[i])
-		}
-		cs, _ = p.counters.LoadOrStore(server, &c)
-	}
-	cs.(*[numResults]prometheus.Counter)[result].Inc()
+	requests.WithLabelValues(server, resultNames[result]).Inc()
 	p.stats.results[result].Add(1)
 }
 

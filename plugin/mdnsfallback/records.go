@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"net"
 	"net/netip"
 	"sort"
@@ -71,75 +70,65 @@ type nameEntry struct {
 	ttlA, ttlAAAA []uint32 // per address; 0 = Corefile ttl
 }
 
-const shards = 64
-
-// index is the read side of the database: sharded copy-on-write maps behind
-// atomic pointers, so a write copies only one shard and a read takes no lock.
-// Keys of names are lowercased FQDNs.
+// index is the read side of the database: the entry of each name and the
+// names of each address, under a read-write mutex. Keys of names are
+// lowercased FQDNs; entries are immutable once published. (It was 64
+// copy-on-write shards behind atomic pointers once; the server-level
+// benchmark showed no difference, see docs/mdnsfallback-performance.md,
+// and the database changes at container-event rate, so it is two maps.)
 type index struct {
-	seed  maphash.Seed
-	names [shards]atomic.Pointer[map[string]*nameEntry]
-	ptrs  [shards]atomic.Pointer[map[netip.Addr][]string]
+	mu    sync.RWMutex
+	names map[string]*nameEntry
+	ptrs  map[netip.Addr][]string
 }
 
 func newIndex() *index {
-	ix := &index{seed: maphash.MakeSeed()}
-	for i := range ix.names {
-		n := map[string]*nameEntry{}
-		ix.names[i].Store(&n)
-		p := map[netip.Addr][]string{}
-		ix.ptrs[i].Store(&p)
-	}
-	return ix
-}
-
-func (ix *index) nameShard(name string) int { return int(maphash.String(ix.seed, name) % shards) }
-func (ix *index) addrShard(a netip.Addr) int {
-	return int(maphash.Comparable(ix.seed, a) % shards)
+	return &index{names: map[string]*nameEntry{}, ptrs: map[netip.Addr][]string{}}
 }
 
 // lookup returns the entry for a lowercased FQDN, or nil.
 func (ix *index) lookup(name string) *nameEntry {
-	return (*ix.names[ix.nameShard(name)].Load())[name]
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.names[name]
 }
 
 // lookupPTR returns the names bound to a, or nil.
 func (ix *index) lookupPTR(a netip.Addr) []string {
-	return (*ix.ptrs[ix.addrShard(a)].Load())[a]
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.ptrs[a]
 }
 
 func (ix *index) setName(name string, e *nameEntry) {
-	s := &ix.names[ix.nameShard(name)]
-	old := *s.Load()
-	m := make(map[string]*nameEntry, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
 	if e == nil {
-		delete(m, name)
+		delete(ix.names, name)
 	} else {
-		m[name] = e
+		ix.names[name] = e
 	}
-	s.Store(&m)
 }
 
 func (ix *index) setPTR(a netip.Addr, names []string) {
-	s := &ix.ptrs[ix.addrShard(a)]
-	old := *s.Load()
-	m := make(map[netip.Addr][]string, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
 	if len(names) == 0 {
-		delete(m, a)
+		delete(ix.ptrs, a)
 	} else {
-		m[a] = names
+		ix.ptrs[a] = names
 	}
-	s.Store(&m)
+}
+
+// swap replaces both maps (a whole build, made without the lock).
+func (ix *index) swap(names map[string]*nameEntry, ptrs map[netip.Addr][]string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.names, ix.ptrs = names, ptrs
 }
 
 // DB is the local record database. Writers serialise on a mutex; readers use
-// the lock-free index. Every change runs the onChange hook (snapshot writer),
+// the index, under its own read lock. Every change runs the onChange hook (snapshot writer),
 // a put runs onPut (cache eviction, mDNS announcement) and deletions that
 // remove a name/address pair run onGone (mDNS goodbyes). The HTTP API and a
 // container updater write through the same methods, so both get the same
@@ -421,23 +410,16 @@ func (d *DB) Replace(recs []Record) (skipped int) {
 		add(d.byAddr, r.IP, k)
 		add(d.byID, r.ID, k)
 	}
-	// Build every shard anew and publish them.
-	ix := d.ix
-	var nm [shards]map[string]*nameEntry
-	var pm [shards]map[netip.Addr][]string
-	for i := range nm {
-		nm[i], pm[i] = map[string]*nameEntry{}, map[netip.Addr][]string{}
-	}
+	// Build the index anew and publish it.
+	nm := make(map[string]*nameEntry, len(d.byName))
+	pm := make(map[netip.Addr][]string, len(d.byAddr))
 	for n := range d.byName {
-		nm[ix.nameShard(n)][n] = d.entryFor(n)
+		nm[n] = d.entryFor(n)
 	}
 	for a := range d.byAddr {
-		pm[ix.addrShard(a)][a] = d.namesFor(a)
+		pm[a] = d.namesFor(a)
 	}
-	for i := range nm {
-		ix.names[i].Store(&nm[i])
-		ix.ptrs[i].Store(&pm[i])
-	}
+	d.ix.swap(nm, pm)
 	d.count.Store(int64(len(d.records)))
 	d.mu.Unlock()
 	return skipped
