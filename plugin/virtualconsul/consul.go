@@ -183,6 +183,10 @@ type proxyEntries struct {
 	// gateway: a terminating gateway, whose linked services change with
 	// its config entry: read again whenever the catalog moved.
 	gateway bool
+	// watch: the names of entries whose VIP may outlive their carrier
+	// (consul_retain.go): carried by a gateway, a Connect-native instance,
+	// or a proxy that fronts an instance of its destination.
+	watch   []string
 	dc      string // the datacenter of its entries
 	skipped int    // entries with a name DNS cannot ask for, left out
 }
@@ -305,7 +309,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	if err != nil {
 		return 0, Sync{}, err
 	}
-	if r.entries, err = s.retain(qctx, client.Catalog(), r.entries, r.gateway, moved); err != nil {
+	if r.entries, err = s.retain(qctx, client.Catalog(), r, moved); err != nil {
 		return 0, Sync{}, err
 	}
 	return meta.LastIndex, s.build(r), nil

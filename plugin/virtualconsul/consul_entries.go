@@ -41,7 +41,7 @@ type catalogEntry struct {
 	ServiceName            string
 	ServiceKind            string
 	ServiceConnect         *struct{ Native bool }
-	ServiceProxy           *struct{ DestinationServiceName string }
+	ServiceProxy           *struct{ DestinationServiceName, DestinationServiceID string }
 	ServiceTaggedAddresses map[string]api.ServiceAddress
 	Namespace, Partition   string
 }
@@ -188,18 +188,30 @@ func (s *consulSource) entries(svcs []*catalogEntry) (p proxyEntries) {
 		}
 		switch {
 		case e.ServiceKind == kindProxy && e.ServiceProxy != nil:
+			n := len(p.entries)
 			p.add(s, e, e.ServiceProxy.DestinationServiceName, e.ServiceTaggedAddresses[consulVirtualTag], true)
+			if len(p.entries) > n && e.ServiceProxy.DestinationServiceID != "" {
+				p.watch = append(p.watch, p.entries[n].Name) // fronts an instance of its destination
+			}
 		case e.ServiceKind == kindTermGateway:
 			p.gateway = true
 			for key, a := range e.ServiceTaggedAddresses {
 				if linked, ok := strings.CutPrefix(key, consulVirtualTag+":"); ok {
 					// CE writes the service's name; keep only the name of
 					// a namespaced form (ns/name).
+					n := len(p.entries)
 					p.add(s, e, linked[strings.LastIndexByte(linked, '/')+1:], a, false)
+					for _, x := range p.entries[n:] {
+						p.watch = append(p.watch, x.Name)
+					}
 				}
 			}
 		case e.ServiceKind == "" && e.ServiceConnect != nil && e.ServiceConnect.Native:
+			n := len(p.entries)
 			p.add(s, e, e.ServiceName, e.ServiceTaggedAddresses[consulVirtualTag], true)
+			for _, x := range p.entries[n:] {
+				p.watch = append(p.watch, x.Name) // an instance of its own service
+			}
 		}
 	}
 	return p

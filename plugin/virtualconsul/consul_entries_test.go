@@ -60,6 +60,14 @@ func TestConsulEntries(t *testing.T) {
 	if got := names(p.entries); !slices.Equal(got, want) {
 		t.Fatalf("entries:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	// Checked when they vanish (their VIP may outlive the carrier): the
+	// gateway's and the Connect-native's, not those of proxies that front
+	// no instance of their destination.
+	slices.Sort(p.watch)
+	if want := []string{"ext.virtual.default.ns.default.ap.dc9.dc.consul", "ext2.virtual.default.ns.default.ap.dc9.dc.consul",
+		"native.virtual.default.ns.default.ap.dc9.dc.consul"}; !slices.Equal(p.watch, want) {
+		t.Fatalf("watch %v, want %v", p.watch, want)
+	}
 	if p.pending || !p.gateway || p.dc != "dc9" {
 		t.Fatalf("pending %v gateway %v dc %q, want false true dc9", p.pending, p.gateway, p.dc)
 	}

@@ -24,16 +24,21 @@ import (
 type prevEntry struct {
 	entry    Entry
 	gateway  bool // carried by a terminating gateway's entries
+	watch    bool // its VIP may outlive its carrier: ask whether its service has an instance
 	instance bool // its service was seen with an instance since it vanished
 	retained bool // kept although no catalog entry carries it
 }
 
 // retain returns entries with the entries of the last round that vanished
-// from them but that Consul still answers. gateway holds the names of
-// entries carried by terminating gateways; moved says whether the catalog
-// changed since the last round. Whether a service has an instance comes
-// from one list of every service name, asked only when a round needs it.
-func (s *consulSource) retain(ctx context.Context, cat *api.Catalog, entries []Entry, gateway map[string]bool, moved bool) ([]Entry, error) {
+// from them but that Consul still answers. r says which entries came from
+// terminating gateways and which may outlive their carrier; moved says
+// whether the catalog changed since the last round. An entry carried only
+// by proxies that front no instance of their destination (a proxy
+// registered alone) is dropped with them, without asking. Whether a
+// service has an instance comes from one list of every service name, asked
+// only when a round needs it.
+func (s *consulSource) retain(ctx context.Context, cat *api.Catalog, r round, moved bool) ([]Entry, error) {
+	entries := r.entries
 	var all map[string][]string
 	has := func(name string) (bool, error) {
 		if all == nil {
@@ -52,7 +57,7 @@ func (s *consulSource) retain(ctx context.Context, cat *api.Catalog, entries []E
 	next := make(map[string]prevEntry, len(entries))
 	for _, e := range entries {
 		p, seen := s.prev[e.Name]
-		p = prevEntry{entry: e, gateway: gateway[e.Name], instance: seen && p.instance}
+		p = prevEntry{entry: e, gateway: r.gateway[e.Name], watch: r.watch[e.Name], instance: seen && p.instance}
 		if p.gateway && !p.instance && (moved || !seen) {
 			var err error
 			if p.instance, err = has(e.Name); err != nil {
@@ -62,7 +67,7 @@ func (s *consulSource) retain(ctx context.Context, cat *api.Catalog, entries []E
 		next[e.Name] = p
 	}
 	for name, p := range s.prev {
-		if _, ok := next[name]; ok {
+		if _, ok := next[name]; ok || !p.watch {
 			continue
 		}
 		if !moved && p.retained {

@@ -18,6 +18,7 @@ import (
 type round struct {
 	entries []Entry
 	gateway map[string]bool // entry names carried by terminating gateways
+	watch   map[string]bool // entry names whose VIP may outlive their carrier
 	skipped int
 	dc      string
 }
@@ -49,13 +50,16 @@ func (s *consulSource) collect(ctx context.Context, client *api.Client, listed m
 	}
 	maps.Copy(known, read)
 	s.known = known
-	r := round{gateway: map[string]bool{}, dc: s.dc}
+	r := round{gateway: map[string]bool{}, watch: map[string]bool{}, dc: s.dc}
 	pending := false
 	for _, n := range names {
 		p := known[n]
 		r.entries = append(r.entries, p.entries...)
 		for _, e := range p.entries {
 			r.gateway[e.Name] = r.gateway[e.Name] || p.gateway
+		}
+		for _, n := range p.watch {
+			r.watch[n] = true
 		}
 		r.skipped += p.skipped
 		pending = pending || p.pending

@@ -95,8 +95,10 @@ func awaitSync(t *testing.T, got <-chan Sync, what string, ok func(Sync) bool) S
 	}
 }
 
+// proxyRead is the read of an agent's sidecar of dest: it fronts an
+// instance of dest (DestinationServiceID).
 func proxyRead(dc, dest, vip string) string {
-	return fmt.Sprintf(`[{"Datacenter": %q, "ServiceKind": "connect-proxy", "ServiceProxy": {"DestinationServiceName": %q},
+	return fmt.Sprintf(`[{"Datacenter": %q, "ServiceKind": "connect-proxy", "ServiceProxy": {"DestinationServiceName": %q, "DestinationServiceID": %[2]q},
 		"ServiceTaggedAddresses": {"consul-virtual": {"Address": %q}}}]`, dc, dest, vip)
 }
 

@@ -347,8 +347,9 @@ func (f *catalogFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // TestConsulSourceReadsOnlyWhatChanged: the first round reads every proxy;
 // afterwards a list change that adds a proxy reads that proxy alone, one
-// that removes a proxy or changes nothing about the proxies reads none (a
-// removal lists every service once: does the destination keep its VIP).
+// that removes a proxy or changes nothing about the proxies reads none
+// (these proxies front no instance of their destination: no list of every
+// service either).
 // Every request is a stale read (no leader's read), and a Consul CE agent's
 // refusal of ns=* is taken once, then default/default is followed.
 func TestConsulSourceReadsOnlyWhatChanged(t *testing.T) {
@@ -414,6 +415,11 @@ func TestConsulSourceReadsOnlyWhatChanged(t *testing.T) {
 	next(SyncUnchanged)
 	if n := reads(mark); n != 0 {
 		t.Fatalf("a removal and an unchanged list cost %d reads, want 0", n)
+	}
+	for _, r := range f.log()[mark:] {
+		if strings.HasPrefix(r, "/v1/catalog/services?") && !strings.Contains(r, "filter=") {
+			t.Fatalf("a proxy that fronts no instance was removed, and every service was listed: %q", r)
+		}
 	}
 	for i, r := range f.log() {
 		switch {
