@@ -35,7 +35,7 @@ var podsCases = []struct {
 	autopath   bool
 	labelOff   bool // objects are labelled dns=off now and then; opts select dns notin (off)
 }{
-	{name: "VerifiedAutopath", opts: "pods verified\nendpoint_pod_names\nignore empty_service", autopath: true},
+	{name: "VerifiedAutopath", opts: "pods verified\nendpoint_pod_names\nignore empty_service\nlabels dns notin (off)", autopath: true, labelOff: true},
 	{name: "NoendpointsNamespacesLabels", opts: "pods verified\nnoendpoints\nnamespaces default shop svc pod team-a\nlabels dns notin (off)\nstartup_timeout 3s", labelOff: true},
 }
 
