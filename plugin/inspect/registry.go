@@ -7,8 +7,10 @@ import (
 )
 
 // A Lister is one plugin instance (one server block's) whose live table
-// inspect lists. The plugins register theirs at start and withdraw them at
-// shutdown; inspect imports none of them.
+// inspect lists. A plugin registers its instances at start and withdraws
+// them at shutdown (Register), or its handler implements Lister and is
+// found in the blocks that hold an inspect directive; inspect imports none
+// of them. A Lister must be comparable (a pointer).
 type Lister interface {
 	// List writes the instance's listing to w as one JSON object, streamed
 	// (never the whole listing in memory), from one immutable table and
@@ -56,13 +58,21 @@ func Register(plugin string, l Lister) (withdraw func()) {
 	}
 }
 
-// listers returns the instances registered under plugin now.
+// listers returns the instances registered under plugin now, each once
+// (an instance may register itself and be found among its block's
+// handlers too).
 func listers(plugin string) []Lister {
 	registry.Lock()
 	defer registry.Unlock()
 	out := make([]Lister, 0, len(registry.m[plugin]))
 	for _, r := range registry.m[plugin] {
-		out = append(out, r.l)
+		dup := false
+		for _, l := range out {
+			dup = dup || l == r.l
+		}
+		if !dup {
+			out = append(out, r.l)
+		}
 	}
 	return out
 }

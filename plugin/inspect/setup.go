@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
@@ -27,11 +28,28 @@ func setup(c *caddy.Controller) error {
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
-	// A listener of its own, as health and ready: not a DNS plugin.
-	c.OnStartup(in.start)
-	c.OnRestart(in.stop)
-	c.OnRestartFailed(in.start)
-	c.OnFinalShutdown(in.stop)
+	// A listener of its own, as health and ready: not a DNS plugin. The
+	// handlers of its own block that are Listers are listed too, for a
+	// plugin that does not register itself.
+	cfg := dnsserver.GetConfig(c)
+	var withdraw []func()
+	discover := func() {
+		for _, h := range cfg.Handlers() {
+			if l, ok := h.(Lister); ok {
+				withdraw = append(withdraw, Register(h.Name(), l))
+			}
+		}
+	}
+	forget := func() {
+		for _, w := range withdraw {
+			w()
+		}
+		withdraw = nil
+	}
+	c.OnStartup(func() error { discover(); return in.start() })
+	c.OnRestart(func() error { forget(); return in.stop() })
+	c.OnRestartFailed(func() error { discover(); return in.start() })
+	c.OnFinalShutdown(func() error { forget(); return in.stop() })
 	return nil
 }
 
