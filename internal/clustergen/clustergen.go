@@ -15,7 +15,8 @@
 // endpoints with and without hostname, every ready/serving/terminating mix
 // (unset included), slices whose ports differ from the Service's, slices
 // without ports, slices of Services that do not exist, and addresses shared
-// between Services.
+// between Services. With Config.Pods it makes Pods too (pods.go): what
+// `pods verified` and autopath read.
 package clustergen
 
 import (
@@ -107,8 +108,8 @@ func (o Op) String() string {
 	return fmt.Sprintf("op(%d)", int(o))
 }
 
-// Change is one change Step made: Obj is a *corev1.Namespace, a *corev1.Pod,
-// *corev1.Service or a *discoveryv1.EndpointSlice — a copy the caller may
+// Change is one change Step made: Obj is a *corev1.Namespace, a
+// *corev1.Service, a *discoveryv1.EndpointSlice or a *corev1.Pod — a copy the caller may
 // modify (an Update carries the whole new object, a Delete the deleted one).
 type Change struct {
 	Op  Op
