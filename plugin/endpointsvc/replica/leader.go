@@ -260,7 +260,7 @@ func (e *encoder) batch(l *Leader, from uint64, st *state, c change) *encoded {
 		for i, a := range c.pods {
 			ps[i] = k8sdns.PodAddr{Addr: a, Namespaces: st.table.PodNamespaces(a)}
 		}
-		b = appendPods(b, ps)
+		b = appendPodLines(b, ps)
 	}
 	for _, k := range c.keys {
 		b = k8sdns.AppendChange(b, st.table.Name(k))
@@ -281,7 +281,7 @@ func (e *encoder) full(l *Leader, st *state) *encoded {
 	}
 	b := appendNamespaces(make([]byte, 0, 256*st.table.Names()+32*st.table.PodCount()), st.table.Namespaces())
 	if st.table.PodCount() > 0 {
-		b = appendPods(b, st.table.Pods())
+		b = appendPodLines(b, st.table.Pods())
 	}
 	for c := range st.table.All() {
 		b = k8sdns.AppendChange(b, c)
@@ -291,6 +291,21 @@ func (e *encoder) full(l *Leader, st *state) *encoded {
 	e.fullGen, e.lastFull = st.gen, weak.Make(enc)
 	l.Stats.Encoded.Add(1)
 	return enc
+}
+
+// podsPerLine bounds the addresses of one pods line (~40 bytes each: a
+// line stays far below maxLine however many Pods a cluster has).
+const podsPerLine = 4096
+
+// appendPodLines appends ps as pods lines of at most podsPerLine
+// addresses each.
+func appendPodLines(b []byte, ps []k8sdns.PodAddr) []byte {
+	for len(ps) > 0 {
+		n := min(len(ps), podsPerLine)
+		b = appendPods(b, ps[:n])
+		ps = ps[n:]
+	}
+	return b
 }
 
 // appendPods appends a pods line: each address with the namespaces of its

@@ -10,7 +10,7 @@
 //
 //	{"epoch":"3f9c…","gen":41,"full":true}     a state begins: the whole state (full), or the changes since G
 //	{"namespaces":["default","shop"]}          the namespaces that exist (a whole state; a change when they changed)
-//	{"pods":{"10.244.1.5":["shop"],…}}         pods verified: addresses with their Pods' namespaces (a whole state: every one; a change: those changed, [] gone)
+//	{"pods":{"10.244.1.5":["shop"],…}}         pods verified: addresses with their Pods' namespaces, 4,096 a line at most (a whole state: every one; a change: those changed, [] gone)
 //	{"namespace":"shop","name":"web",…}        one name's whole content: k8sdns's record (Service and slices), or gone
 //	{"gen":41,"synced":true}                   the state up to here is generation 41: apply it
 //	{"gen":41}                                 a heartbeat, every 10 s while nothing changed

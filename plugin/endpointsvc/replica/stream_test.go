@@ -1,9 +1,11 @@
 package replica
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strings"
 	"testing"
@@ -501,5 +503,36 @@ func TestWholeStateReleased(t *testing.T) {
 		if time.Now().After(deadline) { // well before the streams' 5 s of silence end them
 			t.Fatal("the whole state's encoding is still held by the idle streams")
 		}
+	}
+}
+
+// TestPodLinesBounded: a pod index of any size travels in lines of at most
+// podsPerLine addresses, and the follower's table has all of it.
+func TestPodLinesBounded(t *testing.T) {
+	c := &k8sdns.Cluster{Namespaces: []string{"a", "b"}}
+	for i := range 2*podsPerLine + 10 {
+		c.Pods = append(c.Pods, k8sdns.PodAddr{Addr: netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), Namespaces: []string{[]string{"a", "b"}[i%2]}})
+	}
+	l := NewLeader("cluster.local.", "")
+	l.Rebuilt(k8sdns.Build(c))
+	enc := l.enc.full(l, l.cur)
+	lines := 0
+	for _, line := range bytes.Split(enc.b, []byte("\n")) {
+		if bytes.HasPrefix(line, []byte(`{"pods":`)) {
+			lines++
+			if n := bytes.Count(line, []byte(`":[`)); n > podsPerLine {
+				t.Errorf("a pods line with %d addresses", n)
+			}
+		}
+	}
+	if lines != 3 {
+		t.Errorf("%d pods lines, want 3", lines)
+	}
+	base, _ := serveLeader(t, l)
+	sink := &fakeSink{}
+	startFollower(t, base, "", sink)
+	waitGen(t, sink, 1)
+	if got := sink.tbl.Load().PodCount(); got != len(c.Pods) {
+		t.Errorf("the follower has %d pod addresses, want %d", got, len(c.Pods))
 	}
 }
