@@ -63,6 +63,20 @@ func (i *mdnsIface) onLink(src netip.Addr, now time.Time) bool {
 	return false
 }
 
+// ifacePrefixes returns the interface's IPv4 addresses with their prefix
+// lengths (not masked: each one's Addr is one of the host's addresses).
+// ownAddr reports whether src is one of the interface's own addresses.
+func (i *mdnsIface) ownAddr(src netip.Addr) bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	for _, p := range i.prefixes {
+		if p.Addr() == src {
+			return true
+		}
+	}
+	return false
+}
+
 func ifacePrefixes(ifi *net.Interface) []netip.Prefix {
 	addrs, err := ifi.Addrs()
 	if err != nil {
@@ -74,7 +88,7 @@ func ifacePrefixes(ifi *net.Interface) []netip.Prefix {
 			ip, ok := netip.AddrFromSlice(n.IP)
 			ones, _ := n.Mask.Size()
 			if ok && ip.Unmap().Is4() {
-				out = append(out, netip.PrefixFrom(ip.Unmap(), ones).Masked())
+				out = append(out, netip.PrefixFrom(ip.Unmap(), ones)) // unmasked: Addr is ours
 			}
 		}
 	}
@@ -145,6 +159,21 @@ type ownPacket struct {
 
 // ownPacketAge is how long a sent packet is recognised when it comes back.
 const ownPacketAge = 2 * time.Second
+
+// ownPacket reports whether b, from src, is a packet we sent lately: the
+// same bytes from one of our own addresses (another host's identical
+// query or answer comes from its own address, and is handled).
+func (r *responder) ownPacket(b []byte, src netip.Addr, now time.Time) bool {
+	if !r.own.sent(b, now) {
+		return false
+	}
+	for _, i := range r.ifs() {
+		if i.ownAddr(src) {
+			return true
+		}
+	}
+	return false
+}
 
 func (o *ownPackets) note(b []byte, now time.Time) {
 	o.mu.Lock()
@@ -288,10 +317,10 @@ func (r *responder) readLoop(pc *ipv4.PacketConn, done chan struct{}) {
 				dst = d.Unmap()
 			}
 		}
-		if r.own.sent(buf[:n], time.Now()) {
+		from := ua.AddrPort()
+		if r.ownPacket(buf[:n], from.Addr().Unmap(), time.Now()) {
 			continue // our own packet, looped back
 		}
-		from := ua.AddrPort()
 		for _, out := range r.handleTo(buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), dst, ifIndex, time.Now()) {
 			r.send(out)
 		}

@@ -3,6 +3,7 @@ package mdnsfallback
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"net/netip"
 	"testing"
 	"time"
@@ -82,5 +83,34 @@ func TestAnnounceAll(t *testing.T) {
 	}
 	if again := waitPackets(&s, 2, 2*time.Second); len(again) != 2 {
 		t.Fatalf("second announcement: %d packets", len(again))
+	}
+}
+
+// TestOwnPacket: a packet we sent, back from one of our own addresses
+// (multicast loopback), is ours; the same bytes from another host (an
+// identical query for the same name) are not, and neither are other bytes.
+func TestOwnPacket(t *testing.T) {
+	r := testResponder(newTestPlugin(nil))
+	r.own.seed = maphash.MakeSeed()
+	pr := []netip.Prefix{netip.MustParsePrefix("10.250.0.1/24")}
+	r.ifaces[testIfIndex].prefixes = pr
+	r.ifaces[testIfIndex].load = func() []netip.Prefix { return pr }
+	now := time.Now()
+	q := pack(t, question("svc.weave.local.", dns.TypeA, dns.ClassINET|quBit))
+	r.own.note(q, now)
+	for _, tc := range []struct {
+		b    []byte
+		src  string
+		at   time.Duration
+		want bool
+	}{
+		{q, "10.250.0.1", 0, true},
+		{q, "10.250.0.2", 0, false}, // another host asking the same
+		{pack(t, question("other.weave.local.", dns.TypeA, dns.ClassINET)), "10.250.0.1", 0, false},
+		{q, "10.250.0.1", 3 * time.Second, false}, // too old to be a loopback
+	} {
+		if got := r.ownPacket(tc.b, netip.MustParseAddr(tc.src), now.Add(tc.at)); got != tc.want {
+			t.Errorf("from %s after %v: own %v, want %v", tc.src, tc.at, got, tc.want)
+		}
 	}
 }
