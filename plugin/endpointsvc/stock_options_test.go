@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/kubernetes"
@@ -16,9 +17,12 @@ import (
 
 	"github.com/meshdns/meshdns/internal/clustergen"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/kubefix"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/kubesource"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/replica"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
+	k8sclient "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -252,4 +256,38 @@ func searchPaths(e *Endpointsvc, c *clustergen.Cluster) [][]string {
 		out = append(out, e.AutoPath(request.Request{W: &test.ResponseWriter{RemoteIP: addr}, Req: m}))
 	}
 	return out
+}
+
+// TestReplicatedPodsAndAutoPath: a node-local follower with pods verified
+// (source replica) answers pod names and gives every client the search
+// path the leader gives, through Pod steps: the pod index travels the
+// stream.
+func TestReplicatedPodsAndAutoPath(t *testing.T) {
+	c, cfg := podCluster(3)
+	f := newFakeCluster(t, c)
+	verified := func(s string) string { return strings.Replace(s, " pods insecure\n", " pods verified\n", 1) }
+	leader := parseTest(t, verified(strings.Replace(ourCorefile, " ttl 30\n", " ttl 30\n replicate 127.0.0.1:0\n", 1)))
+	src := leader.source.(*kubesource.Source)
+	src.NewClient = func() (k8sclient.Interface, error) { return f.client, nil }
+	src.Debounce = 2 * time.Millisecond
+	leader.start(leader.source)
+	t.Cleanup(leader.stop)
+	if err := leader.replicating.server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(leader.replicating.server.Stop)
+	follower := parseTest(t, verified(followerCorefile("http://"+leader.replicating.server.Addr())))
+	follower.source.(*replica.Source).Backoff = 20 * time.Millisecond
+	follower.start(follower.source)
+	t.Cleanup(follower.stop)
+	r := rand.New(rand.NewSource(3))
+	for step := range 20 {
+		f.apply(t, c.Step(r))
+		qs := clustergen.Questions(c, cfg, rand.New(rand.NewSource(int64(step))))
+		kubefix.Eventually(t, func() string { return diffOptions(c, qs, leader, "pods verified") })
+		sameAnswers(t, follower, qs, answers(leader, qs), fmt.Sprintf("step %d, follower", step))
+		if got, want := searchPaths(follower, c), searchPaths(leader, c); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("step %d: the follower's search paths %q, the leader's %q", step, got, want)
+		}
+	}
 }
