@@ -71,8 +71,11 @@ func (s *consulSource) read(ctx context.Context, raw *api.Raw, names []string) (
 					continue
 				}
 				results[i] = s.entries(svcs)
-				if results[i].gateway {
-					errs[i] = s.linkedOnly(ctx, raw, names[i], &results[i])
+				for _, e := range svcs {
+					if e.ServiceKind == kindTermGateway {
+						errs[i] = s.linkedOnly(ctx, raw, e, &results[i])
+						break
+					}
 				}
 			}
 		}()
@@ -96,9 +99,13 @@ func (s *consulSource) read(ctx context.Context, raw *api.Raw, names []string) (
 // services its config entry links now (/v1/catalog/gateway-services): the
 // gateway's tagged addresses may still hold services unlinked since (the
 // agent's anti-entropy writes them back), whose VIPs Consul may have freed.
-func (s *consulSource) linkedOnly(ctx context.Context, raw *api.Raw, gw string, p *proxyEntries) error {
+// It asks in the gateway's own namespace and partition (not ns=*).
+func (s *consulSource) linkedOnly(ctx context.Context, raw *api.Raw, e *catalogEntry, p *proxyEntries) error {
+	gw := e.ServiceName
+	q := s.query(ctx)
+	q.Namespace, q.Partition = e.Namespace, e.Partition
 	var links []struct{ Service struct{ Name string } }
-	meta, err := raw.Query("/v1/catalog/gateway-services/"+url.PathEscape(gw), &links, s.query(ctx))
+	meta, err := raw.Query("/v1/catalog/gateway-services/"+url.PathEscape(gw), &links, q)
 	if err == nil {
 		err = trusted(meta)
 	}
