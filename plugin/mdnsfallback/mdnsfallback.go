@@ -277,7 +277,7 @@ const (
 // A new query must pass the limiter; one it holds back ends the call at
 // once, without a negative entry (nobody was asked).
 func (p *MDNSFallback) resolve(ctx context.Context, resp *responder, name string) int {
-	c, why := p.ask(resp, name)
+	c, why := p.ask(resp, name, false)
 	switch {
 	case c == nil && why == limitedName:
 		return resolveRecent
@@ -295,7 +295,7 @@ func (p *MDNSFallback) resolve(ctx context.Context, resp *responder, name string
 // and returns the call; nil and why when the query was held back.
 // When the call ends, each address family nobody answered is remembered
 // as such for negative_ttl.
-func (p *MDNSFallback) ask(resp *responder, name string) (*call, string) {
+func (p *MDNSFallback) ask(resp *responder, name string, background bool) (*call, string) {
 	qm := resp.shared.Load()
 	c, leader := p.inflight.join(name, p.cfg.timeout, qm, func() {
 		now := time.Now()
@@ -316,7 +316,11 @@ func (p *MDNSFallback) ask(resp *responder, name string) (*call, string) {
 		return nil, limitedRate
 	}
 	if leader {
-		if ok, why := p.limiter.allow(name, time.Now()); !ok {
+		allow := p.limiter.allow
+		if background {
+			allow = p.limiter.allowBackground
+		}
+		if ok, why := allow(name, time.Now()); !ok {
 			mdnsLimited.WithLabelValues(why).Inc()
 			p.inflight.abandon(name, c)
 			return nil, why
@@ -327,8 +331,8 @@ func (p *MDNSFallback) ask(resp *responder, name string) (*call, string) {
 }
 
 // askInBackground asks the network for name without waiting (a local
-// name's other hosts, a refresh).
-func (p *MDNSFallback) askInBackground(resp *responder, name string) { p.ask(resp, name) }
+// name's other hosts, a refresh), within half the query budget.
+func (p *MDNSFallback) askInBackground(resp *responder, name string) { p.ask(resp, name, true) }
 
 // Request results, the values of the result label.
 const (

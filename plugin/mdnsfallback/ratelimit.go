@@ -42,6 +42,18 @@ func newQueryLimiter(rate int) *queryLimiter {
 // allow reports whether a query for name may be sent at now, and if not,
 // why; an allowed query is counted.
 func (l *queryLimiter) allow(name string, now time.Time) (bool, string) {
+	return l.allowKeeping(name, now, 0)
+}
+
+// allowBackground is allow for a query nobody waits for (the other hosts
+// of a local name, a refresh): it must leave half the budget, so that
+// background queries never starve the ones clients wait on.
+func (l *queryLimiter) allowBackground(name string, now time.Time) (bool, string) {
+	return l.allowKeeping(name, now, l.rate/2)
+}
+
+// allowKeeping is allow that leaves at least reserve tokens.
+func (l *queryLimiter) allowKeeping(name string, now time.Time, reserve float64) (bool, string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if at, ok := l.asked[name]; ok && now.Sub(at) < time.Second {
@@ -51,7 +63,7 @@ func (l *queryLimiter) allow(name string, now time.Time) (bool, string) {
 		l.tokens = min(l.rate, l.tokens+now.Sub(l.last).Seconds()*l.rate)
 	}
 	l.last = now
-	if l.tokens < 1 {
+	if l.tokens < 1+reserve {
 		return false, limitedRate
 	}
 	l.tokens--

@@ -77,3 +77,25 @@ func TestRandomNameFlood(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryLimiterBackground: background queries stop at half the budget;
+// the other half stays for the queries clients wait on.
+func TestQueryLimiterBackground(t *testing.T) {
+	l := newQueryLimiter(10)
+	now := time.Unix(1000, 0)
+	bg := 0
+	for i := 0; i < 20; i++ {
+		if ok, _ := l.allowBackground(fmt.Sprintf("bg%d.", i), now); ok {
+			bg++
+		}
+	}
+	fg := 0
+	for i := 0; i < 20; i++ {
+		if ok, _ := l.allow(fmt.Sprintf("fg%d.", i), now); ok {
+			fg++
+		}
+	}
+	if bg != 5 || fg != 5 {
+		t.Fatalf("background %d, foreground %d of a burst of 10: want 5 and 5", bg, fg)
+	}
+}
