@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 // vcDiffCorefile follows a real Consul agent (8500 → its HTTP port) in a
@@ -152,6 +154,15 @@ func vcDiffSeed(t *testing.T, seed int64) {
 	// meshdns restarts during the freeze: the snapshot answers, with the
 	// agent's datacenter for the short names.
 	s.Restart()
+	// ready can say so a moment before the DNS socket is bound (CoreDNS
+	// runs the start-up hooks, ready's among them, before it serves): the
+	// first answer is waited for, briefly; then every answer must match.
+	Eventually(t, 2*time.Second, func() string {
+		if _, err := TryQuery(s.DNS(), "warm.virtual.consul.", dns.TypeA, "udp"); err != nil {
+			return "restarted meshdns not answering: " + err.Error()
+		}
+		return ""
+	})
 	if d := meshDiffers(s.DNS(), want, w.names(), dc); d != "" {
 		t.Fatalf("restarted with the agent frozen: %s", d)
 	}
