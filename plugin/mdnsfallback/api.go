@@ -171,14 +171,18 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 	if !allow(w, r, http.MethodPut, http.MethodDelete) || !p.authorized(w, r) {
 		return
 	}
-	id := segs[0]
+	p.routeRecord(w, r, segs[0], segs[1])
+}
+
+// routeRecord is PUT and DELETE /name/<id>/<ip>.
+func (p *MDNSFallback) routeRecord(w http.ResponseWriter, r *http.Request, id, ipText string) {
 	if err := validID(id); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	ip, err := netip.ParseAddr(segs[1])
+	ip, err := netip.ParseAddr(ipText)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%v: %q", ErrBadIP, segs[1]))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%v: %q", ErrBadIP, ipText))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
