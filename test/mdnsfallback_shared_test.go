@@ -52,8 +52,8 @@ func sorted(s []string) string {
 // containers on hosts A and B (B's put 1.5 s after A's, past the 1 s an
 // mDNS cache-flush would spare) is asked from host C for a minute: every
 // answer holds both addresses, through the cache's refreshes (TTL 10 s)
-// and after A and then B announce the name again. Deleting A's record
-// leaves B's. A dual-stack name asked A then AAAA back to back from C gets
+// and after A and then B announce the name again; A and B answer both
+// too. Deleting A's record leaves B's. A dual-stack name asked A then AAAA back to back from C gets
 // both.
 func TestMdnsfallbackSharedName(t *testing.T) {
 	RequireTool(t, "dig", "dnsutils")
@@ -91,6 +91,15 @@ func TestMdnsfallbackSharedName(t *testing.T) {
 			reannounced++
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	// The holders answer the union too: their own address and the other's.
+	for _, m := range []*nsMeshdns{ma, mb} {
+		Eventually(t, 3*time.Second, func() string {
+			if got := m.dig(t, "svc.weave.local", "A"); sorted(got) != both {
+				return fmt.Sprintf("holder %s: %v, want %s", m.h.ns, got, both)
+			}
+			return ""
+		})
 	}
 	for _, id := range []string{"ca", "ca2"} {
 		if code, body := ma.api(t, "DELETE", "/name/"+id); code != 200 {

@@ -525,11 +525,10 @@ func inZone(name, zone string) bool {
 	return len(name) == len(zone) || name[len(name)-len(zone)-1] == '.'
 }
 
-// announce is the database's put hook: the heard answers for the name no
-// longer count, and peers learn the name at once (RFC 6762 §8.3).
+// announce is the database's put hook: peers learn the name at once (RFC
+// 6762 §8.3). The other hosts' addresses heard for the name stay: the name
+// answers the union of its local records and theirs.
 func (p *MDNSFallback) announce(rec Record) {
-	p.cache.forget(rec.Domain)
-	p.neg.forget(rec.Domain)
 	if r := p.mdns.Load(); r != nil {
 		r.scheduleAnnounce(rec.Domain, time.Now())
 	}

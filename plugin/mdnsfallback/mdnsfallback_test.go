@@ -266,6 +266,11 @@ func TestServeDNSSharedName(t *testing.T) {
 	if len(seen) != 2 {
 		t.Fatalf("answers not shuffled: first address always %v", seen)
 	}
+	// Another local record for the name keeps the other host's address.
+	put(t, p, "c2", "10.32.0.9", "web.weave.local", 0)
+	if m = serve("web.weave.local.", dns.TypeA); len(m.Answer) != 3 {
+		t.Fatalf("after a second local record: %v", m)
+	}
 
 	// Heard from an announcement (A only): AAAA asks the network.
 	hear("ann.weave.local.", "10.250.0.5", "10.250.0.5")
