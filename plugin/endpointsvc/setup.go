@@ -91,6 +91,7 @@ func setup(c *caddy.Controller) error {
 		return nil
 	})
 	e.servers = conf.Servers(c)
+	e.listed(c) // inspect's /endpointsvc (inspect.go)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		e.Next = next
 		return e
