@@ -42,7 +42,7 @@ func newBridgeHosts(t *testing.T, n int) []*netHost {
 	return hosts
 }
 
-func sorted(s []string) string {
+func sortedJoin(s []string) string {
 	s = append([]string(nil), s...)
 	sort.Strings(s)
 	return strings.Join(s, ",")
@@ -77,7 +77,7 @@ func TestMdnsfallbackSharedName(t *testing.T) {
 	end := time.Now().Add(time.Minute)
 	reannounced := 0
 	for i := 0; time.Now().Before(end); i++ {
-		if got := mc.dig(t, "svc.weave.local", "A"); sorted(got) != both {
+		if got := mc.dig(t, "svc.weave.local", "A"); sortedJoin(got) != both {
 			t.Fatalf("query %d from C: %v, want %s", i, got, both)
 		}
 		// At 20 s A announces the name again (another identifier puts the
@@ -95,7 +95,7 @@ func TestMdnsfallbackSharedName(t *testing.T) {
 	// The holders answer the union too: their own address and the other's.
 	for _, m := range []*nsMeshdns{ma, mb} {
 		Eventually(t, 3*time.Second, func() string {
-			if got := m.dig(t, "svc.weave.local", "A"); sorted(got) != both {
+			if got := m.dig(t, "svc.weave.local", "A"); sortedJoin(got) != both {
 				return fmt.Sprintf("holder %s: %v, want %s", m.h.ns, got, both)
 			}
 			return ""
@@ -107,13 +107,13 @@ func TestMdnsfallbackSharedName(t *testing.T) {
 		}
 	}
 	Eventually(t, 5*time.Second, func() string {
-		if got := mc.dig(t, "svc.weave.local", "A"); sorted(got) != "10.36.0.2" {
+		if got := mc.dig(t, "svc.weave.local", "A"); sortedJoin(got) != "10.36.0.2" {
 			return fmt.Sprintf("after A's delete, C answers %v, want B's 10.36.0.2", got)
 		}
 		return ""
 	})
 	for range 5 {
-		if got := mc.dig(t, "svc.weave.local", "A"); sorted(got) != "10.36.0.2" {
+		if got := mc.dig(t, "svc.weave.local", "A"); sortedJoin(got) != "10.36.0.2" {
 			t.Fatalf("after A's delete: %v", got)
 		}
 	}
