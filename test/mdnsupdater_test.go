@@ -319,6 +319,27 @@ func TestMdnsupdaterEngineRestart(t *testing.T) {
 	// And the engine is followed again: a stop after the restart removes.
 	d.docker(t, "stop", "-t", "1", "keep")
 	waitName(t, addr, "keep.weave.local", "", 10*time.Second)
+
+	// A reload that removes the updater line releases its records (nobody
+	// would ever delete them); the API's stay.
+	runCtr(t, d, "late", "late", "weave.local")
+	waitName(t, addr, "late.weave.local", d.ipOn(t, "late", "wnet"), 10*time.Second)
+	if code, body := m.api(t, "PUT", "/name/weave:extern/10.9.9.9", "-d", "domain=ext.weave.local"); code != 200 {
+		t.Fatalf("PUT: %d %s", code, body)
+	}
+	i := strings.Index(cf, "        updater docker")
+	j := strings.Index(cf[i:], "\n        }\n")
+	if i < 0 || j < 0 {
+		t.Fatalf("no updater sub-block in:\n%s", cf)
+	}
+	if err := os.WriteFile(filepath.Join(m.dir, "Corefile"), []byte(cf[:i]+cf[i+j+len("\n        }\n"):]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.proc.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitName(t, addr, "late.weave.local", "", 10*time.Second)
+	waitName(t, addr, "ext.weave.local", "10.9.9.9", time.Second)
 }
 
 // TestMdnsupdaterLatency measures docker run → resolvable and docker stop →
