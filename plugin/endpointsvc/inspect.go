@@ -113,7 +113,10 @@ func listFilterOf(q url.Values) (listFilter, error) {
 }
 
 func (e *Endpointsvc) listHead(t *table, f listFilter) listHead {
-	h := listHead{Zones: e.Zones, Schema: e.schema.name(), Source: e.source.Name()}
+	h := listHead{Zones: e.Zones, Schema: e.schema.name(), Source: "none"}
+	if e.source != nil {
+		h.Source = e.source.Name()
+	}
 	if t != nil {
 		h.Generation, h.Services, h.Endpoints = t.serial, t.model.Services(), t.model.Endpoints()
 	}
