@@ -431,6 +431,9 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 				mdnsDropped.WithLabelValues("out_of_zone").Inc()
 				continue
 			}
+			if e := p.db.ix.lookup(name); e != nil && e.holds(addr) {
+				continue // a local record (our own, looped back, or the same held elsewhere): the database answers it
+			}
 			mdnsAnswers.Inc()
 			p.stats.answers.Add(1)
 			p.cache.add(name, addr, h.Ttl, h.Class&cacheFlushBit != 0, now)

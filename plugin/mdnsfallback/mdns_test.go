@@ -151,6 +151,7 @@ func TestResponderLearns(t *testing.T) {
 	msg := answerMsg(
 		aRR("Peer.weave.local.", "10.250.0.2", 120, true),
 		aRR("web.weave.local.", "10.250.0.66", 120, true), // local name: cached too, answered with the local records
+		aRR("web.weave.local.", "10.32.0.1", 120, false),  // a local record itself (our own, looped back): not cached
 		aRR("printer.local.", "10.250.0.9", 120, true),    // outside the zone
 	)
 	msg.Extra = []dns.RR{&dns.AAAA{Hdr: dns.RR_Header{Name: "peer.weave.local.", Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 120}, AAAA: net.ParseIP("fd00::2")}}
@@ -161,6 +162,9 @@ func TestResponderLearns(t *testing.T) {
 	rrs, _, _ := p.cache.lookup("peer.weave.local.", "peer.weave.local.", dns.TypeANY, now, nil)
 	if len(rrs) != 2 {
 		t.Fatalf("peer: %v", rrs)
+	}
+	if rrs, _, _ := p.cache.lookup("web.weave.local.", "web.weave.local.", dns.TypeA, now, nil); len(rrs) != 1 || rrs[0].(*dns.A).A.String() != "10.250.0.66" {
+		t.Fatalf("local name's cache: %v, want the other host's address only", rrs)
 	}
 	// Off-link answers are ignored.
 	r.handle(pack(t, answerMsg(aRR("evil.weave.local.", "10.250.0.3", 120, true))), netip.MustParseAddrPort("203.0.113.1:5353"), testIfIndex, now)

@@ -70,6 +70,20 @@ type nameEntry struct {
 	ttlA, ttlAAAA []uint32 // per address; 0 = Corefile ttl
 }
 
+// holds reports whether the entry has the address a.
+func (e *nameEntry) holds(a netip.Addr) bool {
+	ips := e.a
+	if a.Is6() {
+		ips = e.aaaa
+	}
+	for _, ip := range ips {
+		if x, ok := netip.AddrFromSlice(ip); ok && x.Unmap() == a {
+			return true
+		}
+	}
+	return false
+}
+
 // index is the read side of the database: the entry of each name and the
 // names of each address, under a read-write mutex. Keys of names are
 // lowercased FQDNs; entries are immutable once published. (It was 64
