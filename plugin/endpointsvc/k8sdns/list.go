@@ -1,7 +1,6 @@
 package k8sdns
 
 import (
-	"net"
 	"net/netip"
 	"strconv"
 
@@ -19,8 +18,10 @@ type Filter struct{ Namespace, Name string }
 // answers instead (an ExternalName, a headless Service's first ready
 // FQDN), its ports, and the ready endpoints (the predicate of every record
 // type: IsReady) with their addresses, hostname, target Pod and node. A
-// Service whose name answers NXDOMAIN (ignore empty_service, an
-// ExternalName that is an address) says so. Names that hold only slices
+// Service whose name does not exist says so (nxdomain: a headless one
+// without ready endpoints, ignore empty_service, an ExternalName that is
+// an address, a namespace not known yet), by the lookup every query of
+// the name makes (records). Names that hold only slices
 // (no Service) answer no name and are left out. It flushes w as it goes
 // (jsonw chunks): nothing of the listing is collected first. n is the
 // number of Services written.
@@ -33,7 +34,7 @@ func (s *Server) List(w *jsonw.Writer, t *Table, f Filter) (n int, err error) {
 			w.Buf = append(w.Buf, ",\n"...)
 		}
 		n++
-		w.Buf = s.appendListed(w.Buf, e)
+		w.Buf = s.appendListed(w.Buf, t, e)
 		return w.Flush(false)
 	}
 	if f.Namespace != "" && f.Name != "" {
@@ -53,7 +54,7 @@ func (s *Server) List(w *jsonw.Writer, t *Table, f Filter) (n int, err error) {
 
 // appendListed appends the listing's object of entry e (which has a
 // Service).
-func (s *Server) appendListed(b []byte, e *entry) []byte {
+func (s *Server) appendListed(b []byte, t *Table, e *entry) []byte {
 	svc := e.svc
 	b = append(b, `{"namespace":`...)
 	b = jsonw.AppendString(b, svc.Namespace)
@@ -81,8 +82,8 @@ func (s *Server) appendListed(b []byte, e *entry) []byte {
 		b = append(b, `,"cname":`...)
 		b = jsonw.AppendString(b, cname)
 	}
-	if (s.IgnoreEmptyService && svc.Kind == ClusterIP && e.ready == 0) || (svc.Kind == ExternalName && net.ParseIP(svc.ExternalName) != nil) {
-		b = append(b, `,"nxdomain":true`...)
+	if _, err := s.records(t, &nameReq{namespace: svc.Namespace, service: svc.Name}); err != nil {
+		b = append(b, `,"nxdomain":true`...) // what every query type of the name reads
 	}
 	if e.conflict {
 		b = append(b, `,"cname_conflict":true`...)
