@@ -55,6 +55,12 @@ func (p *MDNSFallback) stopAPI() {
 	if err := p.api.srv.Shutdown(ctx); err != nil {
 		p.api.srv.Close()
 	}
+	// Shutdown closes only the listeners Serve has taken up: when Serve's
+	// goroutine has not run yet (a reload that fails at once, on a busy
+	// machine) the socket would stay bound until it does, and the old
+	// instance's startAPI in OnRestartFailed would find its port in use.
+	// The port is free when stopAPI returns.
+	_ = p.api.ln.Close()
 	p.api = nil
 }
 
