@@ -34,6 +34,7 @@ type Inspect struct {
 	mu    sync.Mutex
 	token string // read at start; "" without token_file
 	srv   *http.Server
+	ln    net.Listener // closed by stop itself: Shutdown misses one Serve has not taken up yet
 }
 
 // start reads the token and opens the listener.
@@ -60,6 +61,7 @@ func (in *Inspect) start() error {
 	// No write timeout: a listing of a million names streams for seconds.
 	in.srv = &http.Server{Handler: in, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second}
 	srv := in.srv
+	in.ln = ln
 	go func() { _ = srv.Serve(ln) }()
 	return nil
 }
@@ -76,7 +78,8 @@ func (in *Inspect) stop() error {
 	if err := in.srv.Shutdown(ctx); err != nil {
 		_ = in.srv.Close() // a listing still streaming
 	}
-	in.srv = nil
+	_ = in.ln.Close()
+	in.srv, in.ln = nil, nil
 	return nil
 }
 

@@ -161,7 +161,8 @@ type Server struct {
 
 	mu     sync.Mutex
 	srv    *http.Server
-	bound  string // the address listened on, once started
+	ln     net.Listener // closed by Stop itself: Shutdown/Close miss one Serve has not taken up yet
+	bound  string       // the address listened on, once started
 	cancel context.CancelFunc
 }
 
@@ -186,7 +187,7 @@ func (s *Server) Start() error {
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	s.mu.Lock()
-	s.srv, s.cancel, s.bound = srv, cancel, ln.Addr().String()
+	s.srv, s.ln, s.cancel, s.bound = srv, ln, cancel, ln.Addr().String()
 	s.mu.Unlock()
 	go func() { _ = srv.Serve(ln) }()
 	return nil
@@ -202,12 +203,13 @@ func (s *Server) Addr() string {
 // Stop ends every stream and closes the listener; it may be called again.
 func (s *Server) Stop() {
 	s.mu.Lock()
-	srv, cancel := s.srv, s.cancel
-	s.srv, s.cancel = nil, nil
+	srv, ln, cancel := s.srv, s.ln, s.cancel
+	s.srv, s.ln, s.cancel = nil, nil, nil
 	s.mu.Unlock()
 	if srv == nil {
 		return
 	}
 	cancel()
 	_ = srv.Close()
+	_ = ln.Close()
 }
