@@ -138,99 +138,18 @@ func loopbackHost(hostport string) bool {
 func parseOption(c *caddy.Controller, cfg *config) error {
 	opt := c.Val()
 	args := c.RemainingArgs()
-	one := func() (string, error) {
-		if len(args) != 1 {
-			return "", c.ArgErr()
-		}
-		return args[0], nil
-	}
 	switch opt {
-	case "api":
-		a, err := one()
-		if err != nil {
-			return err
-		}
-		if a == "off" {
-			cfg.api = ""
-			return nil
-		}
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return c.Errf("api: %q is not HOST:PORT or off", a)
-		}
-		cfg.api, cfg.apiLine = a, c.Line()
-	case "insecure":
-		if len(args) != 0 {
-			return c.ArgErr()
-		}
-		cfg.insecure = true
-	case "token_file":
-		f, err := one()
-		if err != nil {
-			return err
-		}
-		cfg.tokenFile = conf.Path(c, f)
+	case "api", "insecure", "token_file":
+		return parseAPIOption(c, cfg, opt, args)
 	case "interface":
 		if len(args) == 0 {
 			return c.ArgErr()
 		}
 		cfg.interfaces = append(cfg.interfaces, args...)
 	case "timeout", "ttl", "negative_ttl":
-		s, err := one()
-		if err != nil {
-			return err
-		}
-		if opt == "timeout" {
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				return c.Errf("timeout: %q is not a duration", s)
-			}
-			if d <= 0 || d > 10*time.Second {
-				return c.Errf("timeout: %s is outside (0, 10s]", s)
-			}
-			cfg.timeout = d
-			return nil
-		}
-		// TTLs are seconds, written as a duration or a plain number, as
-		// in the other plugins.
-		secs, err := conf.ParseTTL(s)
-		if err != nil {
-			return c.Errf("%s: %v", opt, err)
-		}
-		if opt == "ttl" {
-			if secs < 1 || secs > maxRecordTTL {
-				return c.Errf("ttl: %s is outside [1s, 168h]", s)
-			}
-			cfg.ttl = secs
-			return nil
-		}
-		if secs > 3600 {
-			return c.Errf("negative_ttl: %s is outside [0, 1h]", s)
-		}
-		cfg.negativeTTL = time.Duration(secs) * time.Second
-	case "query_rate":
-		s, err := one()
-		if err != nil {
-			return err
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 10000 {
-			return c.Errf("query_rate: %q is not a number in 1..10000", s)
-		}
-		cfg.queryRate = n
-	case "cache", "max_records":
-		s, err := one()
-		if err != nil {
-			return err
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 10_000_000 {
-			return c.Errf("%s: %q is not a number in 1..10000000", opt, s)
-		}
-		if opt == "cache" {
-			cfg.cacheSize = n
-		} else {
-			cfg.maxRecords = n
-		}
+		return parseTimeOption(c, cfg, opt, args)
+	case "query_rate", "cache", "max_records":
+		return parseCountOption(c, cfg, opt, args)
 	case "reverse":
 		if len(args) == 0 {
 			return c.ArgErr()
@@ -243,11 +162,10 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 			cfg.reverse = append(cfg.reverse, pr.Masked())
 		}
 	case "snapshot":
-		f, err := one()
-		if err != nil {
-			return err
+		if len(args) != 1 {
+			return c.ArgErr()
 		}
-		cfg.snapshot = conf.Path(c, f)
+		cfg.snapshot = conf.Path(c, args[0])
 	case "fallthrough":
 		cfg.fall.SetZonesFromArgs(args)
 	case "updater":
@@ -261,6 +179,96 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 		cfg.updater = u
 	default:
 		return c.Errf("unknown property %q", opt)
+	}
+	return nil
+}
+
+// parseAPIOption reads the record API's lines: api, insecure, token_file.
+func parseAPIOption(c *caddy.Controller, cfg *config, opt string, args []string) error {
+	if opt == "insecure" {
+		if len(args) != 0 {
+			return c.ArgErr()
+		}
+		cfg.insecure = true
+		return nil
+	}
+	if len(args) != 1 {
+		return c.ArgErr()
+	}
+	a := args[0]
+	switch {
+	case opt == "token_file":
+		cfg.tokenFile = conf.Path(c, a)
+	case a == "off":
+		cfg.api = ""
+	default:
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return c.Errf("api: %q is not HOST:PORT or off", a)
+		}
+		cfg.api, cfg.apiLine = a, c.Line()
+	}
+	return nil
+}
+
+// parseTimeOption reads timeout (a duration) and ttl / negative_ttl
+// (seconds, written as a duration or a plain number, as in the other
+// plugins).
+func parseTimeOption(c *caddy.Controller, cfg *config, opt string, args []string) error {
+	if len(args) != 1 {
+		return c.ArgErr()
+	}
+	s := args[0]
+	if opt == "timeout" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return c.Errf("timeout: %q is not a duration", s)
+		}
+		if d <= 0 || d > 10*time.Second {
+			return c.Errf("timeout: %s is outside (0, 10s]", s)
+		}
+		cfg.timeout = d
+		return nil
+	}
+	secs, err := conf.ParseTTL(s)
+	if err != nil {
+		return c.Errf("%s: %v", opt, err)
+	}
+	if opt == "ttl" {
+		if secs < 1 || secs > maxRecordTTL {
+			return c.Errf("ttl: %s is outside [1s, 168h]", s)
+		}
+		cfg.ttl = secs
+		return nil
+	}
+	if secs > 3600 {
+		return c.Errf("negative_ttl: %s is outside [0, 1h]", s)
+	}
+	cfg.negativeTTL = time.Duration(secs) * time.Second
+	return nil
+}
+
+// parseCountOption reads query_rate (1..10000), cache and max_records
+// (1..10000000).
+func parseCountOption(c *caddy.Controller, cfg *config, opt string, args []string) error {
+	if len(args) != 1 {
+		return c.ArgErr()
+	}
+	s := args[0]
+	n, err := strconv.Atoi(s)
+	if opt == "query_rate" {
+		if err != nil || n < 1 || n > 10000 {
+			return c.Errf("query_rate: %q is not a number in 1..10000", s)
+		}
+		cfg.queryRate = n
+		return nil
+	}
+	if err != nil || n < 1 || n > 10_000_000 {
+		return c.Errf("%s: %q is not a number in 1..10000000", opt, s)
+	}
+	if opt == "cache" {
+		cfg.cacheSize = n
+	} else {
+		cfg.maxRecords = n
 	}
 	return nil
 }
