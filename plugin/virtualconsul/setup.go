@@ -80,88 +80,8 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 			return nil, plugin.ErrOnce
 		}
 		zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), []string{"consul."})
-		seen := map[string]bool{}
-		for c.NextBlock() {
-			opt := c.Val()
-			if seen[opt] {
-				return nil, c.Errf("%s given twice", opt)
-			}
-			seen[opt] = true
-			args := c.RemainingArgs()
-			switch opt {
-			case "source":
-				if len(args) == 0 {
-					return nil, c.ArgErr()
-				}
-				var err error
-				if args[0] == "envoy" {
-					v.remote, err = newEnvoySource(c, args[1:]) // no table to sync: the handler asks the listener
-				} else if newSource, ok := sourceTypes[args[0]]; ok {
-					v.src, err = newSource(c, args[1:])
-				} else {
-					return nil, c.Errf("unknown source type %q", args[0])
-				}
-				if err != nil {
-					return nil, c.Errf("source %s: %v", args[0], err)
-				}
-			case "snapshot":
-				if len(args) != 1 {
-					return nil, c.ArgErr()
-				}
-				v.snapshot = conf.Path(c, args[0])
-				if st, err := os.Stat(filepath.Dir(v.snapshot)); err != nil || !st.IsDir() {
-					return nil, c.Errf("snapshot directory %q does not exist", filepath.Dir(v.snapshot))
-				}
-			case "empty_grace":
-				if len(args) != 1 {
-					return nil, c.ArgErr()
-				}
-				d, err := time.ParseDuration(args[0])
-				if err != nil || d < 0 {
-					return nil, c.Errf("bad empty_grace %q: want a duration, 0 to write an empty table at once", args[0])
-				}
-				v.emptyGrace = d
-			case "namespace", "partition", "datacenter":
-				if len(args) != 1 {
-					return nil, c.ArgErr()
-				}
-				if !validIdentity(args[0]) {
-					return nil, c.Errf("%s: invalid name %q (want 1-63 of a-z 0-9 - _)", opt, args[0])
-				}
-				switch opt {
-				case "namespace":
-					v.ns = args[0]
-				case "partition":
-					v.ap = args[0]
-				default:
-					v.dc, v.dcSet = args[0], true
-				}
-			case "ttl":
-				if len(args) != 1 {
-					return nil, c.ArgErr()
-				}
-				ttl, err := conf.ParseTTL(args[0])
-				if err != nil {
-					return nil, c.Errf("ttl: %v", err)
-				}
-				v.ttl = ttl
-			case "authoritative":
-				if len(args) != 0 {
-					return nil, c.ArgErr()
-				}
-				v.authoritative = true
-			default:
-				return nil, c.Errf("unknown property %q", opt)
-			}
-		}
-		if seen["empty_grace"] && v.snapshot == "" {
-			return nil, c.Err("empty_grace needs snapshot")
-		}
-		if v.src == nil && v.snapshot == "" && v.remote == nil {
-			return nil, c.Err("virtualconsul needs a source or a snapshot")
-		}
-		if v.remote != nil && (v.snapshot != "" || v.authoritative) {
-			return nil, c.Err("source envoy keeps no table: snapshot and authoritative do not apply")
+		if err := parseBlock(c, v); err != nil {
+			return nil, err
 		}
 	}
 	v.metricZone = zones[0]
@@ -177,6 +97,118 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 	}
 	sort.SliceStable(v.zones, func(i, j int) bool { return len(v.zones[i].Zone) > len(v.zones[j].Zone) })
 	return v, nil
+}
+
+// parseBlock reads the block's lines into v and checks that they fit
+// together.
+func parseBlock(c *caddy.Controller, v *VirtualConsul) error {
+	seen := map[string]bool{}
+	for c.NextBlock() {
+		opt := c.Val()
+		if seen[opt] {
+			return c.Errf("%s given twice", opt)
+		}
+		seen[opt] = true
+		if err := parseOption(c, v, opt, c.RemainingArgs()); err != nil {
+			return err
+		}
+	}
+	if seen["empty_grace"] && v.snapshot == "" {
+		return c.Err("empty_grace needs snapshot")
+	}
+	if v.src == nil && v.snapshot == "" && v.remote == nil {
+		return c.Err("virtualconsul needs a source or a snapshot")
+	}
+	if v.remote != nil && (v.snapshot != "" || v.authoritative) {
+		return c.Err("source envoy keeps no table: snapshot and authoritative do not apply")
+	}
+	return nil
+}
+
+// parseOption reads one line of the block.
+func parseOption(c *caddy.Controller, v *VirtualConsul, opt string, args []string) error {
+	if opt == "source" {
+		return parseSource(c, v, args)
+	}
+	if opt == "authoritative" {
+		if len(args) != 0 {
+			return c.ArgErr()
+		}
+		v.authoritative = true
+		return nil
+	}
+	if len(args) != 1 {
+		if _, known := oneArgOptions[opt]; known {
+			return c.ArgErr()
+		}
+		return c.Errf("unknown property %q", opt)
+	}
+	set, known := oneArgOptions[opt]
+	if !known {
+		return c.Errf("unknown property %q", opt)
+	}
+	return set(c, v, args[0])
+}
+
+// parseSource reads `source TYPE ARGS…`.
+func parseSource(c *caddy.Controller, v *VirtualConsul, args []string) error {
+	if len(args) == 0 {
+		return c.ArgErr()
+	}
+	var err error
+	if args[0] == "envoy" {
+		v.remote, err = newEnvoySource(c, args[1:]) // no table to sync: the handler asks the listener
+	} else if newSource, ok := sourceTypes[args[0]]; ok {
+		v.src, err = newSource(c, args[1:])
+	} else {
+		return c.Errf("unknown source type %q", args[0])
+	}
+	if err != nil {
+		return c.Errf("source %s: %v", args[0], err)
+	}
+	return nil
+}
+
+// oneArgOptions are the block's lines of one argument, each with what it
+// sets.
+var oneArgOptions = map[string]func(c *caddy.Controller, v *VirtualConsul, a string) error{
+	"snapshot": func(c *caddy.Controller, v *VirtualConsul, a string) error {
+		v.snapshot = conf.Path(c, a)
+		if st, err := os.Stat(filepath.Dir(v.snapshot)); err != nil || !st.IsDir() {
+			return c.Errf("snapshot directory %q does not exist", filepath.Dir(v.snapshot))
+		}
+		return nil
+	},
+	"empty_grace": func(c *caddy.Controller, v *VirtualConsul, a string) error {
+		d, err := time.ParseDuration(a)
+		if err != nil || d < 0 {
+			return c.Errf("bad empty_grace %q: want a duration, 0 to write an empty table at once", a)
+		}
+		v.emptyGrace = d
+		return nil
+	},
+	"namespace":  identity("namespace", func(v *VirtualConsul, a string) { v.ns = a }),
+	"partition":  identity("partition", func(v *VirtualConsul, a string) { v.ap = a }),
+	"datacenter": identity("datacenter", func(v *VirtualConsul, a string) { v.dc, v.dcSet = a, true }),
+	"ttl": func(c *caddy.Controller, v *VirtualConsul, a string) error {
+		ttl, err := conf.ParseTTL(a)
+		if err != nil {
+			return c.Errf("ttl: %v", err)
+		}
+		v.ttl = ttl
+		return nil
+	},
+}
+
+// identity checks a namespace, partition or datacenter name before set.
+func identity(opt string, set func(v *VirtualConsul, a string)) func(c *caddy.Controller, v *VirtualConsul, a string) error {
+	return func(c *caddy.Controller, v *VirtualConsul, a string) error {
+		if !validIdentity(a) {
+			return c.Errf("%s: invalid name %q (want 1-63 of a-z 0-9 - _)", opt, a)
+		}
+		set(v, a)
+		return nil
+	}
 }
 
 // lifecycle holds the running source and snapshot writer between
