@@ -180,69 +180,9 @@ func decodeObject(dec *json.Decoder, b *Builder) error {
 // state of a dynamic one; a warming or draining listener (a version Envoy
 // is not, or no longer, serving) never.
 func decodeConfigDump(dec *json.Decoder, b *Builder) error {
-	if err := expectDelim(dec, '['); err != nil {
+	l, err := virtualDNSListenerOf(dec)
+	if err != nil {
 		return err
-	}
-	var static, active json.RawMessage
-	for dec.More() {
-		if err := expectDelim(dec, '{'); err != nil {
-			return err
-		}
-		for dec.More() {
-			tok, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			switch tok {
-			case "static_listeners", "staticListeners":
-				var ls []struct {
-					Listener json.RawMessage `json:"listener"`
-				}
-				if err := dec.Decode(&ls); err != nil {
-					return err
-				}
-				for _, l := range ls {
-					if static == nil && virtualDNS(l.Listener) {
-						static = l.Listener
-					}
-				}
-			case "dynamic_listeners", "dynamicListeners":
-				var ls []struct {
-					Name   string `json:"name"`
-					Active *struct {
-						Listener json.RawMessage `json:"listener"`
-					} `json:"active_state"`
-					ActiveCamel *struct {
-						Listener json.RawMessage `json:"listener"`
-					} `json:"activeState"`
-				}
-				if err := dec.Decode(&ls); err != nil {
-					return err
-				}
-				for _, l := range ls {
-					if a := cmpOr(l.Active, l.ActiveCamel); active == nil && a != nil && strings.HasPrefix(l.Name, virtualDNSListener) {
-						active = a.Listener
-					}
-				}
-			default:
-				if err := skipValue(dec); err != nil {
-					return err
-				}
-			}
-		}
-		if _, err := dec.Token(); err != nil { // }
-			return err
-		}
-	}
-	if _, err := dec.Token(); err != nil { // ]
-		return err
-	}
-	l := static
-	if l == nil {
-		l = active
-	}
-	if l == nil {
-		return errors.New("no static or active listener named virtual_dns*")
 	}
 	var listener any
 	if err := json.Unmarshal(l, &listener); err != nil {
@@ -262,6 +202,90 @@ func decodeConfigDump(dec *json.Decoder, b *Builder) error {
 		return err
 	}
 	return decodeDomains(json.NewDecoder(bytes.NewReader(raw)), b)
+}
+
+// virtualDNSListenerOf reads a config_dump's configs array and returns the first
+// static listener named virtual_dns…, else the first active dynamic one.
+func virtualDNSListenerOf(dec *json.Decoder) (json.RawMessage, error) {
+	if err := expectDelim(dec, '['); err != nil {
+		return nil, err
+	}
+	var static, active json.RawMessage
+	for dec.More() {
+		if err := expectDelim(dec, '{'); err != nil {
+			return nil, err
+		}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			switch tok {
+			case "static_listeners", "staticListeners":
+				err = staticListener(dec, &static)
+			case "dynamic_listeners", "dynamicListeners":
+				err = activeListener(dec, &active)
+			default:
+				err = skipValue(dec)
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		if _, err := dec.Token(); err != nil { // }
+			return nil, err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // ]
+		return nil, err
+	}
+	if static != nil {
+		return static, nil
+	}
+	if active != nil {
+		return active, nil
+	}
+	return nil, errors.New("no static or active listener named virtual_dns*")
+}
+
+// staticListener decodes static_listeners and keeps in *found the first
+// named virtual_dns… unless *found is already set.
+func staticListener(dec *json.Decoder, found *json.RawMessage) error {
+	var ls []struct {
+		Listener json.RawMessage `json:"listener"`
+	}
+	if err := dec.Decode(&ls); err != nil {
+		return err
+	}
+	for _, l := range ls {
+		if *found == nil && virtualDNS(l.Listener) {
+			*found = l.Listener
+		}
+	}
+	return nil
+}
+
+// activeListener decodes dynamic_listeners and keeps in *found the active
+// state of the first named virtual_dns… unless *found is already set.
+func activeListener(dec *json.Decoder, found *json.RawMessage) error {
+	var ls []struct {
+		Name   string `json:"name"`
+		Active *struct {
+			Listener json.RawMessage `json:"listener"`
+		} `json:"active_state"`
+		ActiveCamel *struct {
+			Listener json.RawMessage `json:"listener"`
+		} `json:"activeState"`
+	}
+	if err := dec.Decode(&ls); err != nil {
+		return err
+	}
+	for _, l := range ls {
+		if a := cmpOr(l.Active, l.ActiveCamel); *found == nil && a != nil && strings.HasPrefix(l.Name, virtualDNSListener) {
+			*found = a.Listener
+		}
+	}
+	return nil
 }
 
 // virtualDNS reports whether the listener l is named virtual_dns….
