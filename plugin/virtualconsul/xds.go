@@ -124,17 +124,7 @@ func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 				return c.Errf("source xds: bad protocol %q: want auto, delta or sotw", args[0])
 			}
 		case "tls":
-			if len(args) != 3 {
-				return c.ArgErr()
-			}
-			for i := range args {
-				args[i] = conf.Path(c, args[i])
-			}
-			cfg, err := loadClientTLS(args[0], args[1], args[2])
-			if err != nil {
-				return c.Errf("source xds: tls: %v", err)
-			}
-			x.tls = cfg
+			return x.parseTLS(c, args)
 		default:
 			return c.Errf("source xds: unknown property %q", opt)
 		}
@@ -148,6 +138,22 @@ func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 		x.using = protoSotW
 	}
 	return x, nil
+}
+
+// parseTLS reads `tls CA CERT KEY` (paths relative to the Corefile's).
+func (x *xdsSource) parseTLS(c *caddy.Controller, args []string) error {
+	if len(args) != 3 {
+		return c.ArgErr()
+	}
+	for i := range args {
+		args[i] = conf.Path(c, args[i])
+	}
+	cfg, err := loadClientTLS(args[0], args[1], args[2])
+	if err != nil {
+		return c.Errf("source xds: tls: %v", err)
+	}
+	x.tls = cfg
+	return nil
 }
 
 // loadClientTLS reads a CA bundle and a client key pair.
