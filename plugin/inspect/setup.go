@@ -3,8 +3,6 @@ package inspect
 import (
 	"fmt"
 	"net"
-	"net/netip"
-	"strings"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -89,21 +87,9 @@ func parse(c *caddy.Controller) (*Inspect, error) {
 			}
 		}
 	}
-	if in.tokenFile == "" && !loopbackHost(in.addr) {
+	if in.tokenFile == "" && !conf.LoopbackOnly(in.addr) {
 		return nil, fmt.Errorf("%s:%d - Error during parsing: inspect %s lists every table beyond loopback: set token_file, or bind it to 127.0.0.1",
 			c.File(), c.Line(), in.addr)
 	}
 	return in, nil
-}
-
-// loopbackHost reports whether HOST:PORT listens on loopback only: a
-// loopback address or localhost; an empty host (every address) or any
-// other name does not.
-func loopbackHost(hostport string) bool {
-	host, _, _ := net.SplitHostPort(hostport)
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap().IsLoopback()
 }

@@ -115,24 +115,12 @@ func parse(c *caddy.Controller) (config, error) {
 			}
 		}
 	}
-	if cfg.api != "" && cfg.tokenFile == "" && !cfg.insecure && !loopbackHost(cfg.api) {
+	if cfg.api != "" && cfg.tokenFile == "" && !cfg.insecure && !conf.LoopbackOnly(cfg.api) {
 		// The error names the api line, as c.Errf would there.
 		return cfg, fmt.Errorf("%s:%d - Error during parsing: api %s accepts writes from beyond loopback: set token_file, or bind it to 127.0.0.1 (or say insecure)",
 			c.File(), cfg.apiLine, cfg.api)
 	}
 	return cfg, nil
-}
-
-// loopbackHost reports whether the API address HOST:PORT listens on
-// loopback only: a loopback address or localhost; an empty host (every
-// address) or any other name does not.
-func loopbackHost(hostport string) bool {
-	host, _, _ := net.SplitHostPort(hostport)
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap().IsLoopback()
 }
 
 func parseOption(c *caddy.Controller, cfg *config) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -87,4 +88,16 @@ func ParseSize(s string) (int64, error) {
 		return 0, errors.New("want a positive size such as 65536, 512k or 64m")
 	}
 	return n * mult, nil
+}
+
+// LoopbackOnly reports whether a listener on HOST:PORT is reachable from
+// this host only: its host is a loopback address or localhost; an empty
+// host (every address) or any other name is not.
+func LoopbackOnly(hostport string) bool {
+	host, _, _ := net.SplitHostPort(hostport)
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }

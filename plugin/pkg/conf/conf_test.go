@@ -39,3 +39,15 @@ func TestPath(t *testing.T) {
 		t.Errorf("no root: %q", got)
 	}
 }
+
+func TestLoopbackOnly(t *testing.T) {
+	for in, want := range map[string]bool{
+		"127.0.0.1:8182": true, "127.9.9.9:1": true, "[::1]:80": true, "localhost:1": true, "LocalHost:1": true,
+		"[::ffff:127.0.0.1]:1": true, ":8182": false, "0.0.0.0:1": false, "[::]:1": false,
+		"10.0.0.1:1": false, "example.test:1": false, "127.0.0.1": false,
+	} {
+		if got := LoopbackOnly(in); got != want {
+			t.Errorf("LoopbackOnly(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
