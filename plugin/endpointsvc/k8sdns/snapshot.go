@@ -270,21 +270,9 @@ func newSnapshotWriter(w io.Writer, namespaces []string, origin string) (*Snapsh
 		sw.Buf = jsonw.AppendString(sw.Buf, origin)
 	}
 	sw.Buf = append(sw.Buf, `,"namespaces":`...)
-	sw.Buf = appendStrings(sw.Buf, namespaces)
+	sw.Buf = jsonw.AppendStrings(sw.Buf, namespaces)
 	sw.Buf = append(sw.Buf, ",\n\"services\":["...)
 	return sw, nil
-}
-
-// appendStrings appends a JSON array of strings.
-func appendStrings(b []byte, a []string) []byte {
-	b = append(b, '[')
-	for i, s := range a {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = jsonw.AppendString(b, s)
-	}
-	return append(b, ']')
 }
 
 // Service writes a Service; every Service comes before the first slice.
@@ -310,16 +298,8 @@ func appendService(b []byte, s *Service) []byte {
 	b = append(b, s.Kind.String()...)
 	b = append(b, '"')
 	if len(s.ClusterIPs) > 0 {
-		b = append(b, `,"cluster_ips":[`...)
-		for i, a := range s.ClusterIPs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '"')
-			b = a.AppendTo(b)
-			b = append(b, '"')
-		}
-		b = append(b, ']')
+		b = append(b, `,"cluster_ips":`...)
+		b = jsonw.AppendAddrs(b, s.ClusterIPs)
 	}
 	if s.ExternalName != "" {
 		b = append(b, `,"external_name":`...)

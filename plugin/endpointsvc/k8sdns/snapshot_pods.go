@@ -47,18 +47,10 @@ func AppendPods(b []byte, ps []PodAddr) []byte {
 			b = append(b, ',')
 		}
 		b = jsonw.AppendString(b, ns)
-		b = append(b, ":["...)
+		b = append(b, ':')
 		addrs := byNS[ns]
 		slices.SortFunc(addrs, netip.Addr.Compare)
-		for j, a := range addrs {
-			if j > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '"')
-			b = a.AppendTo(b)
-			b = append(b, '"')
-		}
-		b = append(b, ']')
+		b = jsonw.AppendAddrs(b, addrs)
 	}
 	return append(b, '}')
 }

@@ -319,20 +319,9 @@ func appendPods(b []byte, ps []k8sdns.PodAddr) []byte {
 		b = append(b, '"')
 		b = p.Addr.AppendTo(b)
 		b = append(b, `":`...)
-		b = appendStrings(b, p.Namespaces)
+		b = jsonw.AppendStrings(b, p.Namespaces)
 	}
 	return append(b, "}}\n"...)
-}
-
-func appendStrings(b []byte, a []string) []byte {
-	b = append(b, '[')
-	for i, s := range a {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = jsonw.AppendString(b, s)
-	}
-	return append(b, ']')
 }
 
 func appendNamespaces(b []byte, nss []string) []byte {

@@ -7,6 +7,7 @@ package jsonw
 import (
 	"encoding/json"
 	"io"
+	"net/netip"
 )
 
 // chunk is how much a Writer collects before it writes.
@@ -45,4 +46,30 @@ func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
+}
+
+// AppendStrings appends a JSON array of the strings a.
+func AppendStrings(b []byte, a []string) []byte {
+	b = append(b, '[')
+	for i, s := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = AppendString(b, s)
+	}
+	return append(b, ']')
+}
+
+// AppendAddrs appends a JSON array of the addresses a in their text form.
+func AppendAddrs(b []byte, a []netip.Addr) []byte {
+	b = append(b, '[')
+	for i, x := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = x.AppendTo(b)
+		b = append(b, '"')
+	}
+	return append(b, ']')
 }
