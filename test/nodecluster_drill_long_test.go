@@ -46,20 +46,8 @@ func TestNodeDrillAPIFrozen(t *testing.T) {
 // meshdns process is killed; the kubelet restarts the container, which
 // must answer from its snapshot within 1 s of its start.
 func TestNodeDrillMeshdnsKilledDuringOutage(t *testing.T) {
-	outageDrill(t, "meshdns-killed", 60*time.Second,
-		func(c *nodeCluster) {
-			c.proc("kube-apiserver").kill()
-			t.Cleanup(func() {
-				if c.proc("kube-apiserver").exited() {
-					_ = c.StartAPIServer()
-				}
-			})
-		},
-		func(t *testing.T, c *nodeCluster) {
-			if err := c.StartAPIServer(); err != nil {
-				t.Fatal(err)
-			}
-		},
+	stop, start := apiKilled(t)
+	outageDrill(t, "meshdns-killed", 60*time.Second, stop, start,
 		func(t *testing.T, c *nodeCluster) *span {
 			time.Sleep(10 * time.Second)
 			return killMeshdnsAndTime(t, c, "meshdns-killed")
@@ -175,8 +163,17 @@ func killMeshdnsAndTime(t *testing.T, c *nodeCluster, drill string) *span {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return restartSpan(t, c, drill, "meshdns", killedAt, newPID, net.JoinHostPort(ip, "53"), nil)
+}
+
+// restartSpan waits for the first answer at addr from the process newPID
+// that replaced one killed at killedAt, notes how long the restart and the
+// first answer took, fails the drill unless it answered within 1 s of its
+// start, and returns the span from just before the kill to that answer.
+// diag, when not nil, adds to a failure to answer at all.
+func restartSpan(t *testing.T, c *nodeCluster, drill, what string, killedAt time.Time, newPID int, addr string, diag func() string) *span {
+	t.Helper()
 	started := procStart(newPID)
-	addr := net.JoinHostPort(ip, "53")
 	if err := waitFor(30*time.Second, nil, "first answer at "+addr, func() error {
 		got, err := askAt(addr, "kubernetes.default.svc.cluster.local")
 		if err != nil || strings.Join(got, " ") != apiServiceIP {
@@ -184,14 +181,17 @@ func killMeshdnsAndTime(t *testing.T, c *nodeCluster, drill string) *span {
 		}
 		return nil
 	}); err != nil {
+		if diag != nil {
+			err = fmt.Errorf("%w\n%s", err, diag())
+		}
 		t.Fatal(err)
 	}
 	answeredAt := time.Now()
 	answered := answeredAt.Sub(started)
-	note(t, c, drill, "meshdns killed; restarted %v later, answered %v after its start (goal 1s)",
-		started.Sub(killedAt).Round(time.Millisecond), answered.Round(time.Millisecond))
+	note(t, c, drill, "%s killed; restarted %v later, answered %v after its start (goal 1s)",
+		what, started.Sub(killedAt).Round(time.Millisecond), answered.Round(time.Millisecond))
 	if answered > time.Second {
-		t.Errorf("%s: the restarted meshdns answered %v after its start, goal 1s", drill, answered)
+		t.Errorf("%s: the restarted %s answered %v after its start, goal 1s", drill, what, answered)
 	}
 	return &span{killedAt.Add(-100 * time.Millisecond), answeredAt}
 }

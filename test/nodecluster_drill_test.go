@@ -159,18 +159,26 @@ func outageDrill(t *testing.T, drill string, outage time.Duration, stop func(*no
 
 // TestNodeDrillAPIKilled: the API server killed, restarted after 90 s.
 func TestNodeDrillAPIKilled(t *testing.T) {
-	outageDrill(t, "api-killed", 90*time.Second,
-		func(c *nodeCluster) {
-			c.proc("kube-apiserver").kill()
-			t.Cleanup(func() {
-				if c.proc("kube-apiserver").exited() {
-					_ = c.StartAPIServer()
-				}
-			})
-		},
-		func(t *testing.T, c *nodeCluster) {
-			if err := c.StartAPIServer(); err != nil {
-				t.Fatal(err)
+	stop, start := apiKilled(t)
+	outageDrill(t, "api-killed", 90*time.Second, stop, start, nil)
+}
+
+// apiKilled is an outage's stop and start for outageDrill: the API server
+// killed (and started again at the test's end if a failure left it down),
+// then started again.
+func apiKilled(t *testing.T) (stop func(*nodeCluster), start func(*testing.T, *nodeCluster)) {
+	stop = func(c *nodeCluster) {
+		c.proc("kube-apiserver").kill()
+		t.Cleanup(func() {
+			if c.proc("kube-apiserver").exited() {
+				_ = c.StartAPIServer()
 			}
-		}, nil)
+		})
+	}
+	start = func(t *testing.T, c *nodeCluster) {
+		if err := c.StartAPIServer(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return stop, start
 }

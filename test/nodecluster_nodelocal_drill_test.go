@@ -199,26 +199,9 @@ func killNodeLocalAndTime(t *testing.T, c *nodeCluster, drill string) *span {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	started := procStart(newPID)
 	if !nodeLocalOnLo() {
 		t.Fatalf("%s is not on lo: asking it would leave the machine", nodeLocalIP)
 	}
-	addr := net.JoinHostPort(nodeLocalIP, "53")
-	if err := waitFor(30*time.Second, nil, "first answer at "+addr, func() error {
-		got, err := askAt(addr, "kubernetes.default.svc.cluster.local")
-		if err != nil || strings.Join(got, " ") != apiServiceIP {
-			return fmt.Errorf("%v %v", got, err)
-		}
-		return nil
-	}); err != nil {
-		t.Fatalf("%v\n%s", err, c.nodeLocalLogs(20))
-	}
-	answeredAt := time.Now()
-	answered := answeredAt.Sub(started)
-	note(t, c, drill, "node-local killed; restarted %v later, answered %v after its start (goal 1s)",
-		started.Sub(killedAt).Round(time.Millisecond), answered.Round(time.Millisecond))
-	if answered > time.Second {
-		t.Errorf("%s: the restarted node-local answered %v after its start, goal 1s", drill, answered)
-	}
-	return &span{killedAt.Add(-100 * time.Millisecond), answeredAt}
+	return restartSpan(t, c, drill, "node-local", killedAt, newPID, net.JoinHostPort(nodeLocalIP, "53"),
+		func() string { return c.nodeLocalLogs(20) })
 }
