@@ -161,6 +161,7 @@ type DB struct {
 	byID    map[string]map[recordKey]struct{}
 	ix      *index
 	count   atomic.Int64
+	gen     atomic.Uint64 // one more at every change, under mu: the inspect listing's generation
 
 	onChange func()
 	onPut    func(r Record)      // after a record was added or changed
@@ -269,6 +270,7 @@ func (d *DB) Put(r Record) (Record, bool, error) {
 	add(d.byAddr, r.IP, k)
 	add(d.byID, r.ID, k)
 	d.count.Store(int64(len(d.records)))
+	d.gen.Add(1)
 	d.rebuildName(r.Domain)
 	d.rebuildAddr(r.IP)
 	d.mu.Unlock()
@@ -357,6 +359,7 @@ func (d *DB) deleteWhere(id string, match func(Record) bool) []Record {
 		d.rebuildAddr(a)
 	}
 	d.count.Store(int64(len(d.records)))
+	d.gen.Add(1)
 	// Goodbyes only for name/address pairs no other identifier still holds.
 	var bye []Record
 	for _, r := range gone {
@@ -435,6 +438,7 @@ func (d *DB) Replace(recs []Record) (skipped int) {
 	}
 	d.ix.swap(nm, pm)
 	d.count.Store(int64(len(d.records)))
+	d.gen.Add(1)
 	d.mu.Unlock()
 	return skipped
 }
