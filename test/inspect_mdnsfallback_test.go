@@ -12,12 +12,17 @@ import (
 	"time"
 )
 
-// mdnsInspectCorefile is a weave.local. block with inspect and
-// mdnsfallback asking the network on the namespace's veth.
-const mdnsInspectCorefile = `weave.local.:1053 {
+// mdnsInspectCorefile is a weave.local. block with mdnsfallback asking
+// the network on the namespace's veth, and inspect in another block (it
+// lists every block's instance).
+const mdnsInspectCorefile = `.:1054 {
+    bind 127.0.0.1
+    inspect 127.0.0.1:8182
+    whoami
+}
+weave.local.:1053 {
     bind 127.0.0.1
     ready 127.0.0.1:8181
-    inspect 127.0.0.1:8182
     mdnsfallback {
         api 127.0.0.1:6785
         interface VETH

@@ -11,10 +11,31 @@ import (
 	"strings"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/coredns/caddy"
 
 	"github.com/meshdns/meshdns/plugin/inspect"
+	"github.com/meshdns/meshdns/plugin/pkg/pending"
+
+	"github.com/miekg/dns"
 )
+
+// listed makes p listed under inspect's /mdnsfallback from its start to
+// its shutdown (or the failure of the reload that started it), whichever
+// block holds the inspect directive.
+func (p *MDNSFallback) listed(c *caddy.Controller) {
+	var withdraw func() // set at start-up, run once (inspect.Register's)
+	c.OnStartup(func() error {
+		withdraw = inspect.Register(pluginName, p)
+		pending.Started(withdraw)
+		return nil
+	})
+	c.OnShutdown(func() error {
+		if withdraw != nil {
+			withdraw()
+		}
+		return nil
+	})
+}
 
 // List implements inspect.Lister (GET /mdnsfallback): the block's zones,
 // the record database's generation (one more at every change) and its
