@@ -67,6 +67,7 @@ func setup(c *caddy.Controller) error {
 		return p.shutdown()
 	})
 	c.OnFinalShutdown(p.shutdown)
+	p.listed(c) // inspect's /mdnsfallback (inspect.go)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		p.Next = next
 		return p
