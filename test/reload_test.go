@@ -1,6 +1,7 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -258,6 +259,10 @@ func TestGaugesPerServer(t *testing.T) {
 		files["data/"+f] = string(b)
 	}
 	delete(files, "data/records1.json")
+	var demoVC []json.RawMessage // the demo table's entries, one VIP each
+	if err := json.Unmarshal([]byte(files["data/virtualconsul.json"]), &demoVC); err != nil {
+		t.Fatal(err)
+	}
 	block := func(port int, stanza string) string {
 		return fmt.Sprintf(".:%d {\n    bind 127.0.0.1\n%s}\n", port, stanza)
 	}
@@ -271,7 +276,7 @@ func TestGaugesPerServer(t *testing.T) {
 		a, b   float64
 	}{
 		{"coredns_endpointsvc_services", 3, 1},
-		{"coredns_virtualconsul_entries", 5, 1},
+		{"coredns_virtualconsul_entries", float64(len(demoVC)), 1},
 		{"coredns_mdnsfallback_records", 1, 0},
 	} {
 		Eventually(t, 5*time.Second, func() string {
