@@ -9,32 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coredns/caddy"
-
-	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/orch"
 	"github.com/meshdns/meshdns/plugin/inspect"
-	"github.com/meshdns/meshdns/plugin/pkg/pending"
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 )
-
-// listed makes the instance listed under inspect's /endpointsvc from its
-// start to its shutdown (or the failure of the reload that started it),
-// whichever block holds the inspect directive.
-func (e *Endpointsvc) listed(c *caddy.Controller) {
-	var withdraw func() // set at start-up, run once (inspect.Register's)
-	c.OnStartup(func() error {
-		withdraw = inspect.Register(pluginName, e)
-		pending.Started(withdraw)
-		return nil
-	})
-	c.OnShutdown(func() error {
-		if withdraw != nil {
-			withdraw()
-		}
-		return nil
-	})
-}
 
 // listHead is the listing's object before its services.
 type listHead struct {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/orch"
+	"github.com/meshdns/meshdns/plugin/inspect"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/pending"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
@@ -91,7 +92,7 @@ func setup(c *caddy.Controller) error {
 		return nil
 	})
 	e.servers = conf.Servers(c)
-	e.listed(c) // inspect's /endpointsvc (inspect.go)
+	inspect.Listed(c, pluginName, e) // inspect's /endpointsvc (inspect.go)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		e.Next = next
 		return e

@@ -4,6 +4,10 @@ import (
 	"io"
 	"net/url"
 	"sync"
+
+	"github.com/coredns/caddy"
+
+	"github.com/meshdns/meshdns/plugin/pkg/pending"
 )
 
 // A Lister is one plugin instance (one server block's) whose live table
@@ -75,4 +79,23 @@ func listers(plugin string) []Lister {
 		}
 	}
 	return out
+}
+
+// Listed registers l under plugin from its instance's start-up to its
+// shutdown, or to the failure of the reload that started it (through
+// plugin/pkg/pending), so that an inspect directive in any server block
+// lists it. A plugin calls it from its setup with its block's controller.
+func Listed(c *caddy.Controller, plugin string, l Lister) {
+	var withdraw func() // set at start-up, run once (Register's)
+	c.OnStartup(func() error {
+		withdraw = Register(plugin, l)
+		pending.Started(withdraw)
+		return nil
+	})
+	c.OnShutdown(func() error {
+		if withdraw != nil {
+			withdraw()
+		}
+		return nil
+	})
 }

@@ -11,31 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coredns/caddy"
-
 	"github.com/meshdns/meshdns/plugin/inspect"
-	"github.com/meshdns/meshdns/plugin/pkg/pending"
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 
 	"github.com/miekg/dns"
 )
-
-// listed makes p listed under inspect's /mdnsfallback from its start to
-// its shutdown (or the failure of the reload that started it), whichever
-// block holds the inspect directive.
-func (p *MDNSFallback) listed(c *caddy.Controller) {
-	var withdraw func() // set at start-up, run once (inspect.Register's)
-	c.OnStartup(func() error {
-		withdraw = inspect.Register(pluginName, p)
-		pending.Started(withdraw)
-		return nil
-	})
-	c.OnShutdown(func() error {
-		if withdraw != nil {
-			withdraw()
-		}
-		return nil
-	})
-}
 
 // List implements inspect.Lister (GET /mdnsfallback): the block's zones,
 // the record database's generation (one more at every change) and its
@@ -188,9 +168,9 @@ func appendRecord(b []byte, r *Record, checks map[string]checkState, comma bool)
 		b = append(b, ',')
 	}
 	b = append(b, "\n{\"domain\":"...)
-	b = appendJSONString(b, r.Domain)
+	b = jsonw.AppendString(b, r.Domain)
 	b = append(b, ",\"id\":"...)
-	b = appendJSONString(b, r.ID)
+	b = jsonw.AppendString(b, r.ID)
 	b = append(b, ",\"ip\":\""...)
 	b = r.IP.AppendTo(b)
 	b = append(b, "\",\"routing_prefix\":"...)
@@ -198,12 +178,12 @@ func appendRecord(b []byte, r *Record, checks map[string]checkState, comma bool)
 	b = append(b, ",\"ttl\":"...)
 	b = strconv.AppendUint(b, uint64(r.TTL), 10)
 	b = append(b, ",\"owner\":"...)
-	b = appendJSONString(b, r.Owner)
+	b = jsonw.AppendString(b, r.Owner)
 	if c, ok := checks[r.ID]; ok && r.Owner == updaterOwner && c.check != "" {
 		b = append(b, ",\"check\":"...)
-		b = appendJSONString(b, c.check)
+		b = jsonw.AppendString(b, c.check)
 		b = append(b, ",\"check_state\":"...)
-		b = appendJSONString(b, c.state)
+		b = jsonw.AppendString(b, c.state)
 	}
 	return append(b, '}')
 }
@@ -211,31 +191,16 @@ func appendRecord(b []byte, r *Record, checks map[string]checkState, comma bool)
 // appendWithheld appends a tracked container whose records are withheld.
 func appendWithheld(b []byte, id string, c checkState) []byte {
 	b = append(b, "{\"id\":"...)
-	b = appendJSONString(b, id)
+	b = jsonw.AppendString(b, id)
 	b = append(b, ",\"container\":"...)
-	b = appendJSONString(b, c.name)
+	b = jsonw.AppendString(b, c.name)
 	b = append(b, ",\"domain\":"...)
-	b = appendJSONString(b, c.domain)
+	b = jsonw.AppendString(b, c.domain)
 	b = append(b, ",\"check\":"...)
-	b = appendJSONString(b, c.check)
+	b = jsonw.AppendString(b, c.check)
 	b = append(b, ",\"check_state\":"...)
-	b = appendJSONString(b, c.state)
+	b = jsonw.AppendString(b, c.state)
 	return append(b, '}')
-}
-
-// appendJSONString appends s as a JSON string: printable ASCII without
-// quotes, backslashes or HTML characters as is (names, identifiers,
-// owners), anything else through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 func boolIndex(b bool) int {
@@ -287,7 +252,7 @@ func writeCache(bw *bufio.Writer, es []listedEntry, now time.Time) {
 	for i, e := range es {
 		b = append(b[:0], ",\n"[boolIndex(i == 0):]...)
 		b = append(b, "{\"name\":"...)
-		b = appendJSONString(b, e.key.name)
+		b = jsonw.AppendString(b, e.key.name)
 		typ := "A"
 		switch {
 		case e.key.v6:
@@ -304,7 +269,7 @@ func writeCache(bw *bufio.Writer, es []listedEntry, now time.Time) {
 			}
 			b = append(b, "{\"data\":"...)
 			if a.ptr != "" {
-				b = appendJSONString(b, a.ptr)
+				b = jsonw.AppendString(b, a.ptr)
 			} else {
 				b = append(b, '"')
 				b = a.addr.AppendTo(b)

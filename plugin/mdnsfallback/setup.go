@@ -14,6 +14,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
+	"github.com/meshdns/meshdns/plugin/inspect"
 	"github.com/meshdns/meshdns/plugin/pkg/carry"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/gauges"
@@ -67,7 +68,7 @@ func setup(c *caddy.Controller) error {
 		return p.shutdown()
 	})
 	c.OnFinalShutdown(p.shutdown)
-	p.listed(c) // inspect's /mdnsfallback (inspect.go)
+	inspect.Listed(c, pluginName, p) // inspect's /mdnsfallback (inspect.go)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		p.Next = next
 		return p

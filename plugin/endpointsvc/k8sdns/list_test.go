@@ -13,8 +13,8 @@ import (
 	"github.com/coredns/coredns/request"
 
 	"github.com/meshdns/meshdns/internal/clustergen"
-	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 
 	"github.com/miekg/dns"
 )

@@ -9,7 +9,7 @@ import (
 	"iter"
 	"slices"
 
-	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 )
 
 // The replication's view of a table (package replica): a table walked

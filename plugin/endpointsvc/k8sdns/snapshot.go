@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 )
 
 // The snapshot form of a Cluster: every namespace, Service and

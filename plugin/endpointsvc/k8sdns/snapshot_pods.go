@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 )
 
 // The pod index in the snapshot ("pods") and in the replication stream:

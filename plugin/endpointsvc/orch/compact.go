@@ -8,7 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 )
 
 // The snapshot's compact form. A task is written as [node_id, address,

@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"strconv"
 
-	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 )
 
 // Filter selects the services a listing holds: a namespace and a service

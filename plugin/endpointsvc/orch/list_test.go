@@ -11,7 +11,7 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
 
-	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 
 	"github.com/miekg/dns"
 )

@@ -7,8 +7,8 @@ import (
 	"time"
 	"weak"
 
-	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/jsonw"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 )
 
 // Leader is the stream's side of a replica that serves a table: it keeps

@@ -1,4 +1,4 @@
-// Package jsonw helps the snapshot writers of endpointsvc's models append
+// Package jsonw helps meshdns's snapshot writers and listings append
 // JSON by hand (a snapshot of a large cluster writes hundreds of thousands
 // of records: reflection per record would dominate) and stream it out in
 // chunks, so that no whole document is held in memory.
