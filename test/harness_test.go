@@ -260,9 +260,33 @@ func (s *Server) directiveAddr(directive string) string {
 }
 
 func (s *Server) waitReady() {
+	s.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	s.waitServing(deadline)
+	// inspect's listener opens in its OnStartup, before the DNS servers;
+	// a make test under load once found it refusing right after the DNS
+	// probe answered, so a test's first listing waits for it here, within
+	// the same start-up deadline.
+	if addr := s.directiveAddr("inspect"); addr != "" {
+		for {
+			c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+			if err == nil {
+				c.Close()
+				return
+			}
+			if time.Now().After(deadline) {
+				s.t.Fatalf("inspect %s not listening after 30s: %v\n%s", addr, err, s.Log())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// waitServing waits until meshdns answers: ready's 200 when the Corefile
+// has ready (unless WaitDNS), else any DNS answer.
+func (s *Server) waitServing(deadline time.Time) {
 	t := s.t
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	ready := s.directiveAddr("ready")
 	for time.Now().Before(deadline) {
 		if s.Exited() {
