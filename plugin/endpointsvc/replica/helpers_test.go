@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshdns/meshdns/internal/clustergen"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/kubefix"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/kubesource"
 
@@ -137,26 +138,10 @@ func (f *follower) stop() {
 	<-f.done
 }
 
-// eventually waits up to 5 s for cond to return "".
-func eventually(t testing.TB, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // waitGen waits until the sink serves generation gen.
 func waitGen(t testing.TB, s *fakeSink, gen uint64) {
 	t.Helper()
-	eventually(t, func() string {
+	kubefix.Eventually(t, func() string {
 		if g := s.gen(); g != gen {
 			return fmt.Sprintf("the follower is at generation %d, want %d (errors %v)", g, gen, s.errors())
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshdns/meshdns/internal/clustergen"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/kubefix"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 )
 
@@ -119,7 +120,7 @@ func TestResume(t *testing.T) {
 
 	// the same generation: nothing to send but the synced line
 	f = startFollower(t, base, "", sink)
-	eventually(t, func() string {
+	kubefix.Eventually(t, func() string {
 		if l.Stats.Resumed.Load() != 2 {
 			return "no second resume"
 		}
@@ -172,7 +173,7 @@ func TestHalfStateNeverServed(t *testing.T) {
 	prev := k8sdns.Build(&k8sdns.Cluster{Namespaces: []string{"old"}})
 	sink.tbl.Store(prev)
 	startFollower(t, base, "", sink, timing(300*time.Millisecond, 20*time.Millisecond))
-	eventually(t, func() string {
+	kubefix.Eventually(t, func() string {
 		if raw.connections() < 2 {
 			return "no second stream"
 		}
@@ -182,7 +183,7 @@ func TestHalfStateNeverServed(t *testing.T) {
 		t.Fatal("a half-received whole state was served")
 	}
 	waitGen(t, sink, 5)
-	eventually(t, func() string {
+	kubefix.Eventually(t, func() string {
 		if raw.connections() < 4 {
 			return "no fourth stream"
 		}
@@ -230,7 +231,7 @@ func TestHeartbeatAndSilence(t *testing.T) {
 	// the follower counts a heartbeat as a check that found nothing new
 	sink := &fakeSink{}
 	startFollower(t, base, "", sink)
-	eventually(t, func() string {
+	kubefix.Eventually(t, func() string {
 		if sink.unchanged.Load() < 2 {
 			return "no heartbeat seen"
 		}
@@ -300,7 +301,7 @@ func TestMalformedLines(t *testing.T) {
 			base, _ := serveLeader(t, &rawStream{scripts: [][]string{script}})
 			sink := &fakeSink{}
 			f := startFollower(t, base, "", sink, timing(5*time.Second, time.Hour)) // one stream
-			eventually(t, func() string {
+			kubefix.Eventually(t, func() string {
 				if len(sink.errors()) == 0 {
 					return "no error"
 				}
@@ -342,7 +343,7 @@ func TestToken(t *testing.T) {
 	}
 	bad := &fakeSink{}
 	f := startFollower(t, base, writeToken(t, "wrong"), bad)
-	eventually(t, func() string {
+	kubefix.Eventually(t, func() string {
 		if len(bad.errors()) == 0 {
 			return "no error with a wrong token"
 		}
@@ -397,7 +398,7 @@ func TestRequests(t *testing.T) {
 	// a follower waits for the leader's first table
 	sink := &fakeSink{}
 	startFollower(t, base, "", sink)
-	eventually(t, func() string {
+	kubefix.Eventually(t, func() string {
 		if errs := sink.errors(); len(errs) == 0 || !strings.Contains(errs[0].Error(), "503") {
 			return fmt.Sprintf("errors %v, want a 503", errs)
 		}
