@@ -20,7 +20,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/tools"
 cache=${MESHDNS_TOOLS_CACHE:-$HOME/.cache/meshdns-tools}
+mkdir -p "$cache"
 for tool in "$@"; do
+  # one build of a tool at a time on this machine: a second caller (another
+  # checkout's test run) waits for the first build and then finds it cached
+  exec {lock}>"$cache/.lock-$tool"
+  flock "$lock"
   case $tool in
     consul)
       out=$cache/consul-v1.16.3/consul
@@ -59,5 +64,7 @@ for tool in "$@"; do
       fi ;;
     *) echo "peer-tools: unknown tool $tool" >&2; exit 2 ;;
   esac
+  flock -u "$lock"
+  exec {lock}>&-
   echo "$tool=$out"
 done
