@@ -32,6 +32,9 @@ type vcWorld struct {
 	links  map[string]bool   // names the gateway's config entry lists
 	port   int
 	log    []string // what the generator did, for a failure's message
+	// fresh: within a burst (burstMutate), the names registered or linked
+	// in it, which it does not take away alone again; nil outside one.
+	fresh map[string]bool
 }
 
 func newVCWorld(t *testing.T, seed int64, consul *consulAgent) *vcWorld {
@@ -86,6 +89,9 @@ func (w *vcWorld) register(n string) {
 		w.link(n, true)
 	}
 	w.live[n] = true
+	if w.fresh != nil {
+		w.fresh[n] = true
+	}
 	w.note("register %s %s", w.kinds[n], n)
 }
 
@@ -111,6 +117,9 @@ func (w *vcWorld) deregister(n string) {
 // link adds or removes n from the terminating gateway's config entry.
 func (w *vcWorld) link(n string, on bool) {
 	w.links[n] = on
+	if on && w.fresh != nil {
+		w.fresh[n] = true
+	}
 	var svcs []string
 	for _, l := range w.sorted(w.links) {
 		svcs = append(svcs, fmt.Sprintf(`{"Name": %q}`, l))
@@ -162,7 +171,7 @@ func (w *vcWorld) mutate() {
 	case 0:
 		w.add()
 	case 1:
-		if n := w.pick(func(n string) bool { return w.live[n] }); n != "" {
+		if n := w.pick(func(n string) bool { return w.live[n] && !(w.kinds[n] == kindGhost && w.fresh[n]) }); n != "" {
 			w.deregister(n)
 		}
 	case 2:
@@ -170,13 +179,13 @@ func (w *vcWorld) mutate() {
 			w.register(n)
 		}
 	case 3:
-		if n := w.pick(func(n string) bool { return w.kinds[n] == kindSidecar && w.sides[n] }); n != "" {
+		if n := w.pick(func(n string) bool { return w.kinds[n] == kindSidecar && w.sides[n] && !w.fresh[n] }); n != "" {
 			w.consul.put("/v1/agent/service/deregister/"+n+"-sidecar-proxy", "")
 			w.sides[n] = false
 			w.note("deregister the sidecar of %s", n)
 		}
 	case 4:
-		if n := w.pick(func(n string) bool { return w.kinds[n] == kindLinked && w.live[n] && w.links[n] }); n != "" {
+		if n := w.pick(func(n string) bool { return w.kinds[n] == kindLinked && w.live[n] && w.links[n] && !w.fresh[n] }); n != "" {
 			w.link(n, false)
 			w.note("unlink %s", n)
 		}

@@ -104,6 +104,20 @@ func (t *Table) ipv6Of(i int32) []byte {
 	return a[:]
 }
 
+// Entries returns t's entries, one per key, in no particular order.
+func (t *Table) Entries() []Entry {
+	out := make([]Entry, 0, len(t.index))
+	for key, i := range t.index {
+		addrs := t.addrs(i)
+		e := Entry{Name: key, Addresses: make([]string, len(addrs))}
+		for j, a := range addrs {
+			e.Addresses[j] = a.String()
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 // WriteJSON writes t in the table file's own shape (an Envoy
 // virtual_domains array; the inline_dns_table object with a datacenter
 // field when t knows its agent's datacenter), so a snapshot can be read
