@@ -78,7 +78,7 @@ func vcDiffStart(t *testing.T, seed int64, dc string, adds, spread int) (w *vcWo
 		start := time.Now()
 		Eventually(t, 20*time.Second, func() string {
 			var err error
-			if want, err = consulAnswers(consul.DNS(), w.names()); err != nil {
+			if want, err = consulAnswers(consul.DNS(), w.names(), dc); err != nil {
 				return err.Error()
 			}
 			if d := meshDiffers(s.DNS(), want, names, dc); d != "" {
@@ -105,8 +105,8 @@ func vcDiffSeed(t *testing.T, seed int64) {
 		want = converge(fmt.Sprintf("change %d (%s)", i+1, w.log[len(w.log)-1]), w.names())
 	}
 	vips := 0
-	for k, v := range want {
-		if strings.HasSuffix(k, " A") && v != "" {
+	for _, n := range w.names() {
+		if want.vip(n) != "" {
 			vips++
 		}
 	}
@@ -120,8 +120,8 @@ func vcDiffSeed(t *testing.T, seed int64) {
 	}
 	for _, n := range w.names() {
 		key := n + ".virtual.default.ns.default.ap." + dc + ".dc.consul"
-		if listed[key] != want[n+" A"] {
-			t.Fatalf("listing: %s = %q, consul answers %q", key, listed[key], want[n+" A"])
+		if listed[key] != want.vip(n) {
+			t.Fatalf("listing: %s = %q, consul answers %q", key, listed[key], want.vip(n))
 		}
 		delete(listed, key)
 	}

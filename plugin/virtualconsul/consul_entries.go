@@ -169,9 +169,11 @@ func (s *consulSource) filter() string {
 		return consulKindsFilter
 	}
 	var dests, natives []string
-	for u := range s.upstreams { // names are [a-z0-9_-]
-		dests = append(dests, `ServiceProxy.DestinationServiceName == "`+u+`"`)
-		natives = append(natives, `ServiceName == "`+u+`"`)
+	for u := range s.upstreams { // names are [a-z0-9_-]: nothing to escape in a regexp
+		// Consul keeps a service name's letter case and its filter
+		// compares names as they are; upstreams holds them lowercased.
+		dests = append(dests, `ServiceProxy.DestinationServiceName matches "(?i)^`+u+`$"`)
+		natives = append(natives, `ServiceName matches "(?i)^`+u+`$"`)
 	}
 	sort.Strings(dests)
 	sort.Strings(natives)
