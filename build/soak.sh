@@ -10,6 +10,13 @@
 # timeout at three minutes a seed. Every difference, allowed ones with
 # their reason, lands in $MESHDNS_GEN_OUT (default bin/soak/seed-N.txt);
 # the summary lines are printed.
+#
+# Then the virtualconsul part: MESHDNS_SOAK_VC_SEEDS seeds (default 10, from
+# MESHDNS_SOAK_VC_FIRST, default 100) of the interleaving property on a real
+# Consul v1.16.3 agent (test/virtualconsul_interleave_test.go), 12 bursts a
+# seed instead of 5, meshdns stopped and the agent frozen at random points,
+# every answer against Consul's DNS (~30 s a seed). MESHDNS_SOAK_ONLY=clusterdns
+# or =virtualconsul runs one part alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/meshdns ] || build/build.sh bin/meshdns
@@ -18,9 +25,23 @@ seeds=${MESHDNS_SOAK_SEEDS:-20}
 out=${MESHDNS_GEN_OUT:-$PWD/bin/soak}
 rm -rf "$out" && mkdir -p "$out"
 status=0
-MESHDNS_BIN=$PWD/bin/meshdns MESHDNS_SOAK_SEEDS=$seeds MESHDNS_GEN_OUT=$out \
-  go test -count=1 -timeout "$((seeds * 3 + 5))m" -run 'TestClusterDNSGenerated$' -v ./test/ \
-  >"$out/go-test.log" 2>&1 || status=$?
-grep -E 'answered alike|: [0-9]+ namespaces|^ *(--- |ok|FAIL)' "$out/go-test.log" || true
-echo "soak: $seeds seeds, differences in $out (full log: $out/go-test.log)"
+only=${MESHDNS_SOAK_ONLY:-}
+if [ "$only" != virtualconsul ]; then
+  MESHDNS_BIN=$PWD/bin/meshdns MESHDNS_SOAK_SEEDS=$seeds MESHDNS_GEN_OUT=$out \
+    go test -count=1 -timeout "$((seeds * 3 + 5))m" -run 'TestClusterDNSGenerated$' -v ./test/ \
+    >"$out/go-test.log" 2>&1 || status=$?
+  grep -E 'answered alike|: [0-9]+ namespaces|^ *(--- |ok|FAIL)' "$out/go-test.log" || true
+  echo "soak: $seeds seeds, differences in $out (full log: $out/go-test.log)"
+fi
+if [ "$only" != clusterdns ]; then
+  build/peer-tools.sh consul >/dev/null
+  vc=${MESHDNS_SOAK_VC_SEEDS:-10}
+  # the suite's own seeds (1, 2) run too; -run picks the property alone
+  MESHDNS_BIN=$PWD/bin/meshdns MESHDNS_VC_INTERLEAVE_SEEDS=$vc \
+    MESHDNS_VC_INTERLEAVE_FIRST=${MESHDNS_SOAK_VC_FIRST:-100} MESHDNS_VC_INTERLEAVE_BURSTS=12 \
+    go test -count=1 -timeout "$((vc * 2 + 10))m" -run 'TestVirtualConsulConsulInterleaved$' -v ./test/ \
+    >"$out/virtualconsul.log" 2>&1 || status=$?
+  grep -E '^ *(--- |ok|FAIL)|restarted with the agent back' "$out/virtualconsul.log" || true
+  echo "soak: virtualconsul interleaving, $vc seeds (full log: $out/virtualconsul.log)"
+fi
 exit $status

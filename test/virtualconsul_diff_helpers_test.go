@@ -32,6 +32,9 @@ type vcWorld struct {
 	links  map[string]bool   // names the gateway's config entry lists
 	port   int
 	log    []string // what the generator did, for a failure's message
+	// fresh: within a burst (burstMutate), the names registered or linked
+	// in it, which it does not take away alone again; nil outside one.
+	fresh map[string]bool
 }
 
 func newVCWorld(t *testing.T, seed int64, consul *consulAgent) *vcWorld {
@@ -86,6 +89,9 @@ func (w *vcWorld) register(n string) {
 		w.link(n, true)
 	}
 	w.live[n] = true
+	if w.fresh != nil {
+		w.fresh[n] = true
+	}
 	w.note("register %s %s", w.kinds[n], n)
 }
 
@@ -111,6 +117,9 @@ func (w *vcWorld) deregister(n string) {
 // link adds or removes n from the terminating gateway's config entry.
 func (w *vcWorld) link(n string, on bool) {
 	w.links[n] = on
+	if on && w.fresh != nil {
+		w.fresh[n] = true
+	}
 	var svcs []string
 	for _, l := range w.sorted(w.links) {
 		svcs = append(svcs, fmt.Sprintf(`{"Name": %q}`, l))
@@ -162,7 +171,7 @@ func (w *vcWorld) mutate() {
 	case 0:
 		w.add()
 	case 1:
-		if n := w.pick(func(n string) bool { return w.live[n] }); n != "" {
+		if n := w.pick(func(n string) bool { return w.live[n] && !(w.kinds[n] == kindGhost && w.fresh[n]) }); n != "" {
 			w.deregister(n)
 		}
 	case 2:
@@ -170,13 +179,13 @@ func (w *vcWorld) mutate() {
 			w.register(n)
 		}
 	case 3:
-		if n := w.pick(func(n string) bool { return w.kinds[n] == kindSidecar && w.sides[n] }); n != "" {
+		if n := w.pick(func(n string) bool { return w.kinds[n] == kindSidecar && w.sides[n] && !w.fresh[n] }); n != "" {
 			w.consul.put("/v1/agent/service/deregister/"+n+"-sidecar-proxy", "")
 			w.sides[n] = false
 			w.note("deregister the sidecar of %s", n)
 		}
 	case 4:
-		if n := w.pick(func(n string) bool { return w.kinds[n] == kindLinked && w.live[n] && w.links[n] }); n != "" {
+		if n := w.pick(func(n string) bool { return w.kinds[n] == kindLinked && w.live[n] && w.links[n] && !w.fresh[n] }); n != "" {
 			w.link(n, false)
 			w.note("unlink %s", n)
 		}
@@ -188,21 +197,35 @@ func (w *vcWorld) mutate() {
 	}
 }
 
-// vcForms are the forms of a service's virtual name that meshdns answers:
-// short, with the datacenter, and full. Each is checked against Consul's
-// answer to the short form (Consul CE refuses the full form with .ns and
-// .ap, and ignores the datacenter of a virtual name).
-func vcForms(svc, dc string) []string {
-	return []string{svc + ".virtual.consul.", svc + ".virtual." + dc + ".dc.consul.", svc + ".virtual.default.ns.default.ap." + dc + ".dc.consul."}
+// vcForms are the forms of a service's virtual name that meshdns answers
+// (short, with the datacenter, full, a named port), each with the form
+// Consul's DNS is asked for its answer: the same, except the full one,
+// which Consul CE refuses (NXDOMAIN for .ns and .ap): its answer is the
+// short form's. (Consul ignores the datacenter of a virtual name and
+// answers a named port with the service's VIP: measured on v1.16.3.)
+func vcForms(svc, dc string) [][2]string {
+	short := svc + ".virtual.consul."
+	return [][2]string{
+		{short, short},
+		{svc + ".virtual." + dc + ".dc.consul.", svc + ".virtual." + dc + ".dc.consul."},
+		{svc + ".virtual.default.ns.default.ap." + dc + ".dc.consul.", short},
+		{"http." + svc + ".virtual.consul.", "http." + svc + ".virtual.consul."},
+	}
 }
 
 // answersOf returns the records of type qtype in the answer to name at addr
 // (Consul's DNS answers a virtual name's AAAA question with its A record:
 // only records of the asked type count).
 func answersOf(addr, name string, qtype uint16) ([]string, error) {
+	got, _, err := answerOf(addr, name, qtype)
+	return got, err
+}
+
+// answerOf is answersOf with the answer's rcode.
+func answerOf(addr, name string, qtype uint16) ([]string, int, error) {
 	r, err := TryQuery(addr, name, qtype, "udp")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var out []string
 	for _, rr := range r.Answer {
@@ -211,41 +234,55 @@ func answersOf(addr, name string, qtype uint16) ([]string, error) {
 		}
 	}
 	sort.Strings(out)
-	return out, nil
+	return out, r.Rcode, nil
 }
 
-// vcAnswers are Consul's answers per service and type ("A"/"AAAA" →
-// records joined by commas).
+// vcAnswers are Consul's answers per asked name and type ("name A" →
+// rcode and records, joined by commas).
 type vcAnswers map[string]string
 
-// consulAnswers asks Consul's DNS for every service of the world.
-func consulAnswers(consulDNS string, names []string) (vcAnswers, error) {
+// consulAnswers asks Consul's DNS for every form of every service of the
+// world.
+func consulAnswers(consulDNS string, names []string, dc string) (vcAnswers, error) {
 	out := vcAnswers{}
 	for _, n := range names {
-		for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA} {
-			got, err := answersOf(consulDNS, n+".virtual.consul.", qt)
-			if err != nil {
-				return nil, fmt.Errorf("consul %s: %w", n, err)
+		for _, f := range vcForms(n, dc) {
+			for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA} {
+				k := f[1] + " " + dns.TypeToString[qt]
+				if _, ok := out[k]; ok {
+					continue
+				}
+				got, rcode, err := answerOf(consulDNS, f[1], qt)
+				if err != nil {
+					return nil, fmt.Errorf("consul %s: %w", f[1], err)
+				}
+				out[k] = dns.RcodeToString[rcode] + " " + strings.Join(got, ",")
 			}
-			out[n+" "+dns.TypeToString[qt]] = strings.Join(got, ",")
 		}
 	}
 	return out, nil
 }
 
+// vcVIP is Consul's A answer for service n's short name ("" for none).
+func (a vcAnswers) vip(n string) string {
+	_, recs, _ := strings.Cut(a[n+".virtual.consul. A"], " ")
+	return recs
+}
+
 // meshDiffers says "" when meshdns answers every form of every service as
-// want says, else the first difference.
+// want says (rcode and records of the asked type), else the first
+// difference.
 func meshDiffers(mesh string, want vcAnswers, names []string, dc string) string {
 	for _, n := range names {
 		for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA} {
-			w := want[n+" "+dns.TypeToString[qt]]
 			for _, f := range vcForms(n, dc) {
-				got, err := answersOf(mesh, f, qt)
+				w := want[f[1]+" "+dns.TypeToString[qt]]
+				got, rcode, err := answerOf(mesh, f[0], qt)
 				if err != nil {
-					return fmt.Sprintf("meshdns %s %s: %v", f, dns.TypeToString[qt], err)
+					return fmt.Sprintf("meshdns %s %s: %v", f[0], dns.TypeToString[qt], err)
 				}
-				if strings.Join(got, ",") != w {
-					return fmt.Sprintf("%s %s: meshdns %v, consul %q", f, dns.TypeToString[qt], got, w)
+				if g := dns.RcodeToString[rcode] + " " + strings.Join(got, ","); g != w {
+					return fmt.Sprintf("%s %s: meshdns %q, consul %q", f[0], dns.TypeToString[qt], g, w)
 				}
 			}
 		}

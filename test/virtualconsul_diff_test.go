@@ -2,8 +2,6 @@ package test
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,79 +47,66 @@ var vcDiffSeeds = []int64{1, 2, 3}
 // its table, and again after a restart during the freeze (from the
 // snapshot).
 func TestVirtualConsulConsulGenerated(t *testing.T) {
-	seeds := vcDiffSeeds
-	if s := os.Getenv("MESHDNS_VC_DIFF_SEED"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatalf("MESHDNS_VC_DIFF_SEED=%q: %v", s, err)
-		}
-		seeds = []int64{n}
-	}
-	if s := os.Getenv("MESHDNS_VC_DIFF_SEEDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 || n > 10000 {
-			t.Fatalf("MESHDNS_VC_DIFF_SEEDS=%q: want a count up to 10000", s)
-		}
-		first := int64(100)
-		if f := os.Getenv("MESHDNS_VC_DIFF_FIRST"); f != "" {
-			if first, err = strconv.ParseInt(f, 10, 64); err != nil {
-				t.Fatalf("MESHDNS_VC_DIFF_FIRST=%q: %v", f, err)
-			}
-		}
-		for i := range int64(n) {
-			seeds = append(seeds, first+i)
-		}
-	}
-	for _, seed := range seeds {
+	for _, seed := range envSeeds(t, "MESHDNS_VC_DIFF", vcDiffSeeds) {
 		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) { vcDiffSeed(t, seed) })
 	}
 }
 
-func vcDiffSeed(t *testing.T, seed int64) {
-	const dc = "dc2"
-	consul := startConsulWith(t, false, "datacenter = \""+dc+"\"\n", "")
-	w := newVCWorld(t, seed, consul)
-	defer func() {
+// vcDiffStart starts a Consul agent in datacenter dc with seed's generated
+// catalog (a sidecar service warm, a terminating gateway tgw, adds to
+// adds+spread-1 more services) and meshdns following it (vcDiffCorefile); converge waits
+// until meshdns answers every form of the given names as Consul's DNS
+// answers them, and returns those answers.
+func vcDiffStart(t *testing.T, seed int64, dc string, adds, spread int) (w *vcWorld, consul *consulAgent, s *Server, converge func(phase string, names []string) vcAnswers) {
+	consul = startConsulWith(t, false, "datacenter = \""+dc+"\"\n", "")
+	w = newVCWorld(t, seed, consul)
+	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("seed %d did:\n  %s", seed, strings.Join(w.log, "\n  "))
 		}
-	}()
+	})
 	// A first sidecar service waits until the leader turned virtual IPs on.
 	w.kinds["warm"] = kindSidecar
 	w.register("warm")
 	consul.put("/v1/agent/service/register", `{"Name": "tgw", "Kind": "terminating-gateway", "Port": 8443}`)
-	for range 4 + w.rng.Intn(5) {
+	for range adds + w.rng.Intn(spread) {
 		w.add()
 	}
-	s := Start(t, vcDiffCorefile, Options{Ports: map[int]int{8500: portOf(consul.HTTP()), 8600: portOf(consul.DNS())}})
-	var want vcAnswers
-	converge := func(phase string) {
+	s = Start(t, vcDiffCorefile, Options{Ports: map[int]int{8500: portOf(consul.HTTP()), 8600: portOf(consul.DNS())}})
+	converge = func(phase string, names []string) (want vcAnswers) {
 		t.Helper()
 		start := time.Now()
-		Eventually(t, 15*time.Second, func() string {
+		Eventually(t, 20*time.Second, func() string {
 			var err error
-			if want, err = consulAnswers(consul.DNS(), w.names()); err != nil {
+			if want, err = consulAnswers(consul.DNS(), w.names(), dc); err != nil {
 				return err.Error()
 			}
-			if d := meshDiffers(s.DNS(), want, w.names(), dc); d != "" {
+			if d := meshDiffers(s.DNS(), want, names, dc); d != "" {
 				return phase + ": " + d
 			}
 			return ""
 		})
 		t.Logf("%s: alike after %v (%d services)", phase, time.Since(start).Round(time.Millisecond), len(w.kinds))
+		return want
 	}
-	converge("generated")
+	return w, consul, s, converge
+}
+
+func vcDiffSeed(t *testing.T, seed int64) {
+	const dc = "dc2"
+	w, consul, s, converge := vcDiffStart(t, seed, dc, 4, 5)
+	want := converge("generated", w.names())
 	// One change at a time: meshdns learns a VIP from the catalog entries
 	// that carry it, so a sidecar registered and removed alone within one
 	// round (its service staying, and with it the VIP in Consul) is never
 	// seen (README, "Following the control plane").
 	for i := range 4 + w.rng.Intn(4) {
 		w.mutate()
-		converge(fmt.Sprintf("change %d (%s)", i+1, w.log[len(w.log)-1]))
+		want = converge(fmt.Sprintf("change %d (%s)", i+1, w.log[len(w.log)-1]), w.names())
 	}
 	vips := 0
-	for k, v := range want {
-		if strings.HasSuffix(k, " A") && v != "" {
+	for _, n := range w.names() {
+		if want.vip(n) != "" {
 			vips++
 		}
 	}
@@ -135,8 +120,8 @@ func vcDiffSeed(t *testing.T, seed int64) {
 	}
 	for _, n := range w.names() {
 		key := n + ".virtual.default.ns.default.ap." + dc + ".dc.consul"
-		if listed[key] != want[n+" A"] {
-			t.Fatalf("listing: %s = %q, consul answers %q", key, listed[key], want[n+" A"])
+		if listed[key] != want.vip(n) {
+			t.Fatalf("listing: %s = %q, consul answers %q", key, listed[key], want.vip(n))
 		}
 		delete(listed, key)
 	}

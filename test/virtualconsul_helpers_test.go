@@ -22,7 +22,7 @@ web.virtual IN A 10.9.9.9
 web.service IN A 10.0.0.10
 web.service.virtual IN A 10.0.0.11
 amb.virtual IN A 10.0.0.12
-http.pay.virtual IN A 10.0.0.13
+web.virtual.dc9.dc IN A 10.0.0.13
 nope.virtual IN A 10.0.0.14
 web.virtual.p1.peer IN A 10.0.0.15
 `

@@ -105,23 +105,25 @@ func TestVirtualConsulConsulDifferential(t *testing.T) {
 	}
 }
 
-// TestVirtualConsulConsulUpstreams: with upstreams, only those services
+// TestVirtualConsulConsulUpstreams: with upstreams (in any letter case:
+// the catalog keeps a name's, Pay), only those services
 // are in the table; the others go to the Consul servers. The agent's address
 // comes from CONSUL_HTTP_ADDR.
 func TestVirtualConsulConsulUpstreams(t *testing.T) {
 	consul := startConsul(t, false)
 	consul.Register("web", 8080)
 	consul.Register("api", 8081)
+	consul.Register("Pay", 8082) // upstreams names it in other letters: Consul keeps the case
 	// No ADDRESS: CONSUL_HTTP_ADDR says where the agent is.
-	corefile := strings.Replace(fmt.Sprintf(vcConsulCorefile, " {\n            upstreams web\n        }"), "consul 127.0.0.1:8500 {", "consul {", 1)
+	corefile := strings.Replace(fmt.Sprintf(vcConsulCorefile, " {\n            upstreams web PAY\n        }"), "consul 127.0.0.1:8500 {", "consul {", 1)
 	s := Start(t, corefile, Options{Env: []string{"CONSUL_HTTP_ADDR=" + consul.HTTP()}, Ports: map[int]int{8600: portOf(consul.DNS())}})
 	Eventually(t, 5*time.Second, func() string {
-		if n := s.Metric("coredns_virtualconsul_entries"); n != 1 {
-			return fmt.Sprintf("entries = %v, want 1", n)
+		if n := s.Metric("coredns_virtualconsul_entries"); n != 2 {
+			return fmt.Sprintf("entries = %v, want 2", n)
 		}
 		return ""
 	})
-	for _, n := range []string{"web.virtual.consul.", "api.virtual.consul."} {
+	for _, n := range []string{"web.virtual.consul.", "api.virtual.consul.", "pay.virtual.consul."} {
 		if why := sameAnswer(s.DNS(), consul.DNS(), n); why != "" {
 			t.Fatal(why)
 		}

@@ -52,9 +52,10 @@ func TestVirtualConsulAnswers(t *testing.T) {
 		wantShort(t, addr, name, "A", want)
 	}
 	wantShort(t, addr, "v6.virtual.consul", "AAAA", "fd00::6")
-	// A named port goes to the servers even with an entry of its own (the
-	// table holds no per-port VIPs); the stand-in has none for it.
-	wantShort(t, addr, "grpc.pay.virtual.consul", "A")
+	// A named port answers its own entry when the table has one, else its
+	// service's VIP (what Consul's DNS answers for it).
+	wantShort(t, addr, "grpc.pay.virtual.consul", "A", "240.0.0.7")
+	wantShort(t, addr, "http.pay.virtual.consul", "A", "240.0.0.6")
 
 	// The answer carries the name exactly as asked, letter case included.
 	for _, c := range clients {
@@ -115,11 +116,11 @@ func TestVirtualConsulAnswers(t *testing.T) {
 		}
 	}
 
-	// Passed on to the servers: ambiguous, named port without its entry,
-	// Consul's own forms, unknown/misordered qualifiers, misses.
+	// Passed on to the servers: ambiguous, another datacenter, Consul's
+	// own forms, unknown/misordered qualifiers, misses.
 	for name, want := range map[string]string{
 		"amb.virtual.consul":         "10.0.0.12",
-		"http.pay.virtual.consul":    "10.0.0.13",
+		"web.virtual.dc9.dc.consul":  "10.0.0.13",
 		"web.service.virtual.consul": "10.0.0.11",
 		"web.service.consul":         "10.0.0.10",
 		"nope.virtual.consul":        "10.0.0.14",

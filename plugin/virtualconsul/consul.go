@@ -170,6 +170,9 @@ type consulSource struct {
 	// prev: the entries of the last round, by name, with those kept
 	// although no catalog entry gives them (consul_retain.go).
 	prev map[string]prevEntry
+	// checked is the extinction index at which every entry of known was
+	// last known to hold the VIP the catalog gives (consul_validate.go).
+	checked uint64
 
 	probeEvery, probeTimeout time.Duration // tests shorten them (0: the defaults)
 }
@@ -186,7 +189,10 @@ type proxyEntries struct {
 	// watch: the names of entries whose VIP may outlive their carrier
 	// (consul_retain.go): carried by a gateway, a Connect-native instance,
 	// or a proxy that fronts an instance of its destination.
-	watch   []string
+	watch []string
+	// pairs: the VIPs (and destinations) its instances carry, which
+	// validate checks the catalog against (consul_validate.go).
+	pairs   []vipPair
 	dc      string // the datacenter of its entries
 	skipped int    // entries with a name DNS cannot ask for, left out
 }
@@ -248,10 +254,7 @@ func (s *consulSource) Run(ctx context.Context, report func(Sync)) {
 			continue
 		}
 		retry = 0
-		if next < index {
-			next = 0 // the index went backwards (a new agent): start over
-		}
-		index = next
+		index = max(next, 1) // an index of 0 would make every query return at once (Consul's blocking-query rules)
 		report(sy)
 	}
 }
@@ -286,7 +289,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 		return 0, Sync{}, err
 	}
 	if tok != s.tok {
-		s.tok, s.known = tok, nil // another token may see another catalog: read it all
+		s.tok, s.known, s.checked = tok, nil, 0 // another token may see another catalog: read it all
 	}
 	qctx, cancel := context.WithTimeout(ctx, consulWait+consulWait/16+15*time.Second)
 	defer cancel()
@@ -304,8 +307,17 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	if index != 0 && meta.LastIndex == index && s.built && !s.pending {
 		return index, Sync{Result: SyncUnchanged}, nil // the wait ended with no change
 	}
+	if meta.LastIndex < index {
+		// The index went backwards (a snapshot restored, another
+		// cluster): nothing read before can be trusted.
+		s.known, s.checked = nil, 0
+	}
 	moved := meta.LastIndex != index
-	r, err := s.collect(qctx, client, listed, moved)
+	stale, err := s.recheck(qctx, client, listed, moved)
+	if err != nil {
+		return 0, Sync{}, err
+	}
+	r, err := s.collect(qctx, client, listed, moved, stale)
 	if err != nil {
 		return 0, Sync{}, err
 	}

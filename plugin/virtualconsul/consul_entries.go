@@ -169,9 +169,11 @@ func (s *consulSource) filter() string {
 		return consulKindsFilter
 	}
 	var dests, natives []string
-	for u := range s.upstreams { // names are [a-z0-9_-]
-		dests = append(dests, `ServiceProxy.DestinationServiceName == "`+u+`"`)
-		natives = append(natives, `ServiceName == "`+u+`"`)
+	for u := range s.upstreams { // names are [a-z0-9_-]: nothing to escape in a regexp
+		// Consul keeps a service name's letter case and its filter
+		// compares names as they are; upstreams holds them lowercased.
+		dests = append(dests, `ServiceProxy.DestinationServiceName matches "(?i)^`+u+`$"`)
+		natives = append(natives, `ServiceName matches "(?i)^`+u+`$"`)
 	}
 	sort.Strings(dests)
 	sort.Strings(natives)
@@ -196,7 +198,11 @@ func (s *consulSource) entries(svcs []*catalogEntry) (p proxyEntries) {
 		switch {
 		case e.ServiceKind == kindProxy && e.ServiceProxy != nil:
 			n := len(p.entries)
-			p.add(s, e, e.ServiceProxy.DestinationServiceName, e.ServiceTaggedAddresses[consulVirtualTag], true)
+			a := e.ServiceTaggedAddresses[consulVirtualTag]
+			p.add(s, e, e.ServiceProxy.DestinationServiceName, a, true)
+			if a.Address != "" {
+				p.addPair(vipPair{vip: a.Address, dest: e.ServiceProxy.DestinationServiceName})
+			}
 			if len(p.entries) > n && e.ServiceProxy.DestinationServiceID != "" {
 				p.watch = append(p.watch, p.entries[n].Name) // fronts an instance of its destination
 			}
@@ -215,7 +221,11 @@ func (s *consulSource) entries(svcs []*catalogEntry) (p proxyEntries) {
 			}
 		case e.ServiceKind == "" && e.ServiceConnect != nil && e.ServiceConnect.Native:
 			n := len(p.entries)
-			p.add(s, e, e.ServiceName, e.ServiceTaggedAddresses[consulVirtualTag], true)
+			a := e.ServiceTaggedAddresses[consulVirtualTag]
+			p.add(s, e, e.ServiceName, a, true)
+			if a.Address != "" {
+				p.addPair(vipPair{vip: a.Address, native: true})
+			}
 			for _, x := range p.entries[n:] {
 				p.watch = append(p.watch, x.Name) // an instance of its own service
 			}

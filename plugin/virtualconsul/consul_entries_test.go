@@ -115,8 +115,8 @@ func TestConsulFilter(t *testing.T) {
 		t.Errorf("filter = %s", f)
 	}
 	s := &consulSource{upstreams: map[string]bool{"web": true, "api": true}}
-	want := `(ServiceKind == "connect-proxy" and (ServiceProxy.DestinationServiceName == "api" or ServiceProxy.DestinationServiceName == "web"))` +
-		` or (ServiceConnect.Native == true and (ServiceName == "api" or ServiceName == "web"))` +
+	want := `(ServiceKind == "connect-proxy" and (ServiceProxy.DestinationServiceName matches "(?i)^api$" or ServiceProxy.DestinationServiceName matches "(?i)^web$"))` +
+		` or (ServiceConnect.Native == true and (ServiceName matches "(?i)^api$" or ServiceName matches "(?i)^web$"))` +
 		` or ServiceKind == "terminating-gateway"`
 	if f := s.filter(); f != want {
 		t.Errorf("filter = %s", f)

@@ -2,6 +2,7 @@ package virtualconsul
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/consul/api"
@@ -66,8 +67,16 @@ func (s *consulSource) retain(ctx context.Context, cat *api.Catalog, r round, mo
 		}
 		next[e.Name] = p
 	}
+	// A VIP another entry carries now was freed and given to that
+	// service: an entry kept without a carrier never keeps it.
+	carried := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		for _, a := range e.Addresses {
+			carried[a] = true
+		}
+	}
 	for name, p := range s.prev {
-		if _, ok := next[name]; ok || !p.watch {
+		if _, ok := next[name]; ok || !p.watch || slices.ContainsFunc(p.entry.Addresses, func(a string) bool { return carried[a] }) {
 			continue
 		}
 		if !moved && p.retained {
@@ -88,4 +97,19 @@ func (s *consulSource) retain(ctx context.Context, cat *api.Catalog, r round, mo
 	}
 	s.prev = next
 	return entries, nil
+}
+
+// Seed takes the table already serving (the snapshot, or the table carried
+// across a reload) as the last round's entries, each one whose VIP may
+// outlive its carrier: after a restart, an entry no catalog entry carries
+// any more (a sidecar deregistered alone, a service unlinked from its
+// gateway) is kept while its service has an instance, as before it. Which
+// came from a gateway is not known: a linked service that never had an
+// instance and was unlinked (whose VIP Consul 1.16.3 keeps for good) is
+// dropped.
+func (s *consulSource) Seed(t *Table) {
+	s.prev = make(map[string]prevEntry, t.Len())
+	for _, e := range t.Entries() {
+		s.prev[e.Name] = prevEntry{entry: e, watch: true}
+	}
 }

@@ -23,10 +23,11 @@ type round struct {
 	dc      string
 }
 
-// collect reads the services listed that are new, pending, or (when the
-// catalog moved) terminating gateways, keeps what it read before of the
+// collect reads the services listed that are new, pending, stale (their
+// VIP moved: recheck) or (when the catalog moved) terminating gateways,
+// keeps what it read before of the
 // others, and sets when the next round waits less (a VIP still pending).
-func (s *consulSource) collect(ctx context.Context, client *api.Client, listed map[string][]string, moved bool) (round, error) {
+func (s *consulSource) collect(ctx context.Context, client *api.Client, listed map[string][]string, moved bool, stale map[string]bool) (round, error) {
 	names := make([]string, 0, len(listed))
 	for n := range listed {
 		names = append(names, n)
@@ -35,7 +36,7 @@ func (s *consulSource) collect(ctx context.Context, client *api.Client, listed m
 	known := make(map[string]proxyEntries, len(names))
 	var unread []string
 	for _, n := range names {
-		if p, ok := s.known[n]; ok && !p.pending && !(p.gateway && moved) {
+		if p, ok := s.known[n]; ok && !p.pending && !(p.gateway && moved) && !stale[n] {
 			known[n] = p
 		} else {
 			unread = append(unread, n)
@@ -110,4 +111,40 @@ func (s *consulSource) build(r round) Sync {
 		sy.Skipped = map[string]int{skipName: r.skipped}
 	}
 	return sy
+}
+
+// recheck returns the cached services to read again in a round: none
+// unless the catalog moved and, since the cache was last checked, a
+// service went extinct (consul_validate.go); an extinction index that
+// went backwards (a restored snapshot) drops the cache whole.
+func (s *consulSource) recheck(ctx context.Context, client *api.Client, listed map[string][]string, moved bool) (map[string]bool, error) {
+	if !moved {
+		return nil, nil
+	}
+	ext, ok, err := s.extinction(ctx, client.Raw())
+	if err != nil {
+		return nil, err
+	}
+	var stale map[string]bool
+	switch {
+	case ext < s.checked:
+		s.known = nil
+	case ext == s.checked && ok:
+	default:
+		var check []string
+		for n := range listed {
+			if p, ok := s.known[n]; ok && !p.pending && !p.gateway {
+				check = append(check, n)
+			}
+		}
+		sort.Strings(check)
+		if stale, err = s.validate(ctx, client.Catalog(), check); err != nil {
+			return nil, err
+		}
+	}
+	s.checked = ext
+	if !ok {
+		s.checked = 0 // the probe's name is taken: check in every round that moved
+	}
+	return stale, nil
 }

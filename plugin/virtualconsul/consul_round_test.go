@@ -56,6 +56,9 @@ func (f *roundFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			parts = append(parts, fmt.Sprintf("%q: []", n))
 		}
 		fmt.Fprint(w, "{"+strings.Join(parts, ",")+"}")
+	case isSvc && name == extinctionProbe: // no service ever went extinct
+		w.Header().Set("X-Consul-Index", "1")
+		fmt.Fprint(w, `[]`)
 	case isSvc && f.reads[name] != "":
 		fmt.Fprint(w, f.reads[name])
 	case isSvc:
@@ -189,5 +192,46 @@ func TestConsulSourceRetainsWhileInstances(t *testing.T) {
 	sy := awaitSync(t, got, "the VIP freed", func(sy Sync) bool { return sy.Result == SyncOK })
 	if sy.Table.Len() != 0 {
 		t.Fatalf("after web's last instance left: %d entries, want 0", sy.Table.Len())
+	}
+}
+
+// TestConsulSourceSeedRetains: after a restart, an entry of the table
+// already serving (the snapshot) that no catalog entry carries any more is
+// kept while its service has an instance, as it was before the restart;
+// one whose service has none is dropped.
+func TestConsulSourceSeedRetains(t *testing.T) {
+	f := &roundFake{dc: "dc1", reads: map[string]string{"web": `[{"ServiceID": "web", "ServiceName": "web"}]`}}
+	s := &consulSource{}
+	seed, err := Build([]Entry{
+		{Name: "web.virtual.default.ns.default.ap.dc1.dc.consul", Addresses: []string{"240.0.0.1"}},
+		{Name: "gone.virtual.default.ns.default.ap.dc1.dc.consul", Addresses: []string{"240.0.0.2"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Seed(seed)
+	got := runSource(t, f, s)
+	sy := awaitSync(t, got, "first table", func(sy Sync) bool { return sy.Result == SyncOK })
+	if a, ok := sy.Table.Lookup("web.virtual.default.ns.default.ap.dc1.dc.consul"); !ok || sy.Table.Len() != 1 || a[0].String() != "240.0.0.1" {
+		t.Fatalf("first table after a restart: %d entries, web %v: want web's VIP kept alone", sy.Table.Len(), a)
+	}
+}
+
+// TestConsulSourceRetainedVIPTaken: an entry kept without a carrier is
+// dropped once another service carries its VIP (Consul freed it and gave
+// it away).
+func TestConsulSourceRetainedVIPTaken(t *testing.T) {
+	f := &roundFake{dc: "dc1", reads: map[string]string{
+		"web-sidecar-proxy": proxyRead("dc1", "web", "240.0.0.1"),
+		"web":               `[{"ServiceID": "web", "ServiceName": "web"}]`,
+	}}
+	got := runSource(t, f, &consulSource{})
+	awaitSync(t, got, "first table", func(sy Sync) bool { return sy.Result == SyncOK && sy.Table.Len() == 1 })
+	f.set(func(f *roundFake) { delete(f.reads, "web-sidecar-proxy") })
+	awaitSync(t, got, "a round after the sidecar left", func(sy Sync) bool { return sy.Result == SyncUnchanged })
+	f.set(func(f *roundFake) { f.reads["api-sidecar-proxy"] = proxyRead("dc1", "api", "240.0.0.1") })
+	sy := awaitSync(t, got, "the VIP given away", func(sy Sync) bool { return sy.Result == SyncOK })
+	if _, ok := sy.Table.Lookup("web.virtual.default.ns.default.ap.dc1.dc.consul"); ok || sy.Table.Len() != 1 {
+		t.Fatalf("web kept 240.0.0.1 after api took it: %d entries", sy.Table.Len())
 	}
 }

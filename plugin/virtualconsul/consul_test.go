@@ -61,6 +61,9 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
 		fmt.Fprint(w, `{"web-sidecar-proxy": []}`)
+	case r.URL.Path == "/v1/catalog/service/"+extinctionProbe: // no service ever went extinct
+		w.Header().Set("X-Consul-Index", "1")
+		fmt.Fprint(w, `[]`)
 	case r.URL.Path == "/v1/catalog/service/web-sidecar-proxy" && f.noVIP:
 		w.Header().Set("X-Consul-Index", fmt.Sprint(f.index+1))
 		fmt.Fprint(w, `[{"Datacenter": "DC7", "ServiceKind": "connect-proxy", "ServiceProxy": {"DestinationServiceName": "web"}}]`)
@@ -335,6 +338,9 @@ func (f *catalogFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		b.WriteString("}")
 		fmt.Fprint(w, b.String())
+	case isSvc && name == extinctionProbe: // no service ever went extinct
+		w.Header().Set("X-Consul-Index", "1")
+		fmt.Fprint(w, `[]`)
 	case isSvc && f.proxies[name] != "":
 		fmt.Fprintf(w, `[{"Datacenter": "dc1", "ServiceKind": "connect-proxy", "ServiceTaggedAddresses": {"consul-virtual": {"Address": %q}},
 			"ServiceProxy": {"DestinationServiceName": %q}}]`, f.proxies[name], strings.TrimSuffix(name, "-sidecar-proxy"))
@@ -386,7 +392,7 @@ func TestConsulSourceReadsOnlyWhatChanged(t *testing.T) {
 	}
 	reads := func(from int) (n int) {
 		for _, r := range f.log()[from:] {
-			if strings.HasPrefix(r, "/v1/catalog/service/") {
+			if strings.HasPrefix(r, "/v1/catalog/service/") && !strings.Contains(r, extinctionProbe) {
 				n++
 			}
 		}

@@ -272,6 +272,11 @@ func (v *VirtualConsul) start() error {
 		v.life.writer = w
 		v.life.wg.Go(func() { w.Run(ctx) }) // writes what is pending when ctx ends
 	}
+	if sd, ok := v.src.(seeded); ok {
+		if t := v.table.Load(); t != nil {
+			sd.Seed(t)
+		}
+	}
 	report := v.reporter(v.src.Name(), v.life.writer)
 	v.life.wg.Go(func() { v.src.Run(ctx, report) })
 	return nil

@@ -54,3 +54,10 @@ const (
 	SyncNoTable   = "no_table"  // the payload was valid but carried no table (xds: no virtual_dns listener): the old table keeps serving
 	SyncError     = "error"     // the source could not be read
 )
+
+// A seeded source is told, before Run, the table already serving (the
+// snapshot, or the table carried across a reload): what it knew before a
+// restart that its control plane may not show again.
+type seeded interface {
+	Seed(t *Table)
+}

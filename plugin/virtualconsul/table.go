@@ -41,8 +41,11 @@ type Table struct {
 	gen    uint64                 // generation: tables built later in the process have higher ones
 	// dc is the datacenter the source's agent is in ("" when the source
 	// does not say): short names expand with it unless the Corefile names
-	// one (datacenter).
+	// one (datacenter). When the source does not say, the datacenter all
+	// the table's entries are in, if they agree.
 	dc string
+	// dcs: the datacenters of the table's keys.
+	dcs map[string]struct{}
 }
 
 // vip is one key's answer, stored by value so the table holds no pointer per
@@ -104,6 +107,20 @@ func (t *Table) ipv6Of(i int32) []byte {
 	return a[:]
 }
 
+// Entries returns t's entries, one per key, in no particular order.
+func (t *Table) Entries() []Entry {
+	out := make([]Entry, 0, len(t.index))
+	for key, i := range t.index {
+		addrs := t.addrs(i)
+		e := Entry{Name: key, Addresses: make([]string, len(addrs))}
+		for j, a := range addrs {
+			e.Addresses[j] = a.String()
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 // WriteJSON writes t in the table file's own shape (an Envoy
 // virtual_domains array; the inline_dns_table object with a datacenter
 // field when t knows its agent's datacenter), so a snapshot can be read
@@ -148,6 +165,18 @@ func (t *Table) WriteJSON(w io.Writer) error {
 type Builder struct {
 	t *Table
 	n int // entries added so far, for error messages
+}
+
+// hasDC reports whether some key of t is in datacenter dc.
+func (t *Table) hasDC(dc []byte) bool {
+	_, ok := t.dcs[string(dc)]
+	return ok
+}
+
+// dcOfKey returns the datacenter label of a canonical key.
+func dcOfKey(key string) string {
+	rest := strings.TrimSuffix(key, ".dc.consul")
+	return rest[strings.LastIndexByte(rest, '.')+1:]
 }
 
 // NewBuilder returns a Builder for about sizeHint entries (0 when unknown).
@@ -198,6 +227,11 @@ func (b *Builder) add(key string, a netip.Addr) {
 		}
 		t.index[key] = int32(len(t.vips))
 		t.vips = append(t.vips, v)
+		if dc := dcOfKey(key); t.dcs == nil {
+			t.dcs = map[string]struct{}{dc: {}}
+		} else if _, ok := t.dcs[dc]; !ok {
+			t.dcs[dc] = struct{}{}
+		}
 		return
 	}
 	have := t.addrs(i)
@@ -239,6 +273,11 @@ func (b *Builder) SetDatacenter(dc string) { b.t.dc = dc }
 func (b *Builder) Table() *Table {
 	t := b.t
 	b.t = nil
+	if t.dc == "" && len(t.dcs) == 1 {
+		for dc := range t.dcs {
+			t.dc = dc // every entry is in one datacenter: the table's own
+		}
+	}
 	t.serial = uint32(time.Now().Unix())
 	t.gen = tableGen.Add(1)
 	return t

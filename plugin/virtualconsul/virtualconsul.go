@@ -72,7 +72,9 @@ func (v *VirtualConsul) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *d
 		if !v.authoritative {
 			return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
 		}
-		return v.negative(w, r, l.zone, l.table, dns.RcodeNameError)
+		// NODATA, not NXDOMAIN: Consul's DNS answers a virtual name that has
+		// no VIP with NOERROR and no records (measured on v1.16.3).
+		return v.negative(w, r, l.zone, l.table, dns.RcodeSuccess)
 	}
 	vp := l.vip
 	switch {
@@ -108,7 +110,7 @@ func (v *VirtualConsul) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *d
 // Outcomes of lookup.
 const (
 	notOurs     = iota // not in the plugin's zones: not counted
-	passThrough        // in a zone, not a name we answer (incl. every named port)
+	passThrough        // in a zone, not a name we answer (or of a datacenter the table does not hold)
 	notReady           // no table yet
 	missing            // a virtual name not in the table
 	found              // in the table: vip says what
@@ -149,12 +151,8 @@ func (v *VirtualConsul) lookup(q dns.Question) (l looked) {
 	}
 	var keyBuf [512]byte
 	if v.remote != nil {
+		p.port = nil // a named port is its service's VIP; Envoy's table has no ports
 		l.outcome, l.key = remote, string(append(appendKey(keyBuf[:0], p, v.ns, v.ap, v.dc), '.'))
-		return l
-	}
-	if p.port != nil {
-		// The table stores no per-port VIPs: named ports are the servers'.
-		l.outcome = passThrough
 		return l
 	}
 	if l.table = v.table.Load(); l.table == nil {
@@ -163,11 +161,22 @@ func (v *VirtualConsul) lookup(q dns.Question) (l looked) {
 	}
 	dc := v.dc
 	if !v.dcSet && l.table.dc != "" {
-		dc = l.table.dc // the source's agent's own datacenter
+		dc = l.table.dc // the table's own datacenter (its agent's, or its entries')
 	}
 	i, ok := l.table.index[string(appendKey(keyBuf[:0], p, v.ns, v.ap, dc))]
+	if !ok && p.port != nil {
+		// A named port answers its service's VIP, as Consul's DNS does
+		// (v1.16.3), unless the table holds an entry of its own for it.
+		p.port = nil
+		i, ok = l.table.index[string(appendKey(keyBuf[:0], p, v.ns, v.ap, dc))]
+	}
 	if !ok {
 		l.outcome = missing
+		if p.dc != nil && string(p.dc) != dc && !l.table.hasDC(p.dc) {
+			// Another datacenter the table knows nothing of: the servers
+			// answer it (Consul's DNS ignores the qualifier).
+			l.outcome = passThrough
+		}
 		return l
 	}
 	l.outcome, l.vip, l.idx = found, &l.table.vips[i], i

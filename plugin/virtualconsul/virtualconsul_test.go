@@ -73,9 +73,15 @@ func TestServeDNS(t *testing.T) {
 		{Qname: "amb.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "nope.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.virtual.other.ns.consul.", Qtype: dns.TypeA, Rcode: passed},
-		{Qname: "grpc.pay.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
-		// named ports are the servers' (no per-port VIPs), even with an entry
-		{Qname: "http.pay.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
+		// another datacenter the table holds nothing of: the servers'
+		{Qname: "web.virtual.dc9.dc.consul.", Qtype: dns.TypeA, Rcode: passed},
+		// a named port answers its service's VIP (as Consul's DNS does),
+		// or its own entry when the table has one
+		{Qname: "grpc.pay.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("grpc.pay.virtual.consul. 5 IN A 240.0.0.7")}},
+		{Qname: "http.pay.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("http.pay.virtual.consul. 5 IN A 240.0.0.8")}},
+		{Qname: "HTTP.web.virtual.dc1.dc.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("HTTP.web.virtual.dc1.dc.consul. 5 IN A 240.0.0.1")}},
+		{Qname: "http.web.virtual.consul.", Qtype: dns.TypeAAAA, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "http.nope.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.service.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.service.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.virtual.p1.peer.consul.", Qtype: dns.TypeA, Rcode: passed},
@@ -90,10 +96,13 @@ func TestServeDNS(t *testing.T) {
 
 func TestServeDNSAuthoritative(t *testing.T) {
 	runCases(t, handler(t, true), []test.Case{
-		{Qname: "nope.virtual.consul.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{wantSOA("consul.")}},
-		{Qname: "nope.virtual.corp.example.", Qtype: dns.TypeAAAA, Rcode: dns.RcodeNameError, Ns: []dns.RR{wantSOA("corp.example.")}},
-		// still passed on: a named port without its entry, ambiguous, other forms
-		{Qname: "grpc.pay.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
+		// NODATA, as Consul's DNS answers a virtual name without a VIP
+		{Qname: "nope.virtual.consul.", Qtype: dns.TypeA, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "nope.virtual.corp.example.", Qtype: dns.TypeAAAA, Ns: []dns.RR{wantSOA("corp.example.")}},
+		{Qname: "http.nope.virtual.consul.", Qtype: dns.TypeA, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "nope.virtual.dc2.dc.consul.", Qtype: dns.TypeA, Ns: []dns.RR{wantSOA("consul.")}},
+		// still passed on: another datacenter, ambiguous, other forms
+		{Qname: "nope.virtual.dc9.dc.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "amb.virtual.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.service.consul.", Qtype: dns.TypeA, Rcode: passed},
 		{Qname: "web.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("web.virtual.consul. 5 IN A 240.0.0.1")}},
@@ -116,7 +125,41 @@ func TestServeDNSTableDatacenter(t *testing.T) {
 	})
 	v.dcSet = true // datacenter dc1 in the Corefile
 	runCases(t, v, []test.Case{
-		{Qname: "web.virtual.consul.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "web.virtual.consul.", Qtype: dns.TypeA, Ns: []dns.RR{wantSOA("consul.")}},
+	})
+}
+
+// TestServeDNSEntriesDatacenter: a table that names no datacenter (a
+// file, an xDS listener) expands short names with the one its entries are
+// all in; entries in two datacenters leave the Corefile's (default dc1).
+func TestServeDNSEntriesDatacenter(t *testing.T) {
+	one, err := Build([]Entry{
+		{Name: "web.virtual.default.ns.default.ap.us-east-1.dc.consul", Addresses: []string{"240.0.0.1"}},
+		{Name: "api.virtual.default.ns.default.ap.us-east-1.dc.consul", Addresses: []string{"240.0.0.2"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Datacenter() != "us-east-1" {
+		t.Fatalf("table datacenter %q, want us-east-1", one.Datacenter())
+	}
+	v := handler(t, true)
+	v.table.Store(one)
+	runCases(t, v, []test.Case{
+		{Qname: "web.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("web.virtual.consul. 5 IN A 240.0.0.1")}},
+	})
+	two, err := Build([]Entry{
+		{Name: "web.virtual.default.ns.default.ap.us-east-1.dc.consul", Addresses: []string{"240.0.0.1"}},
+		{Name: "api.virtual.default.ns.default.ap.dc1.dc.consul", Addresses: []string{"240.0.0.2"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.table.Store(two)
+	runCases(t, v, []test.Case{
+		{Qname: "api.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("api.virtual.consul. 5 IN A 240.0.0.2")}},
+		{Qname: "web.virtual.consul.", Qtype: dns.TypeA, Ns: []dns.RR{wantSOA("consul.")}},
+		{Qname: "web.virtual.us-east-1.dc.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("web.virtual.us-east-1.dc.consul. 5 IN A 240.0.0.1")}},
 	})
 }
 

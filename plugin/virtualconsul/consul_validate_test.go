@@ -1,0 +1,293 @@
+package virtualconsul
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// modelInstance is one catalog instance of a carrier in modelConsul.
+type modelInstance struct {
+	Kind, Dest, VIP string
+}
+
+// modelConsul is an agent over a small catalog model: carriers (the
+// services the list shows) with their instances, the list's index and the
+// service extinction index, each set by the test. Blocking list queries
+// wait until the model changes; the list's validation filter (the clauses
+// validate writes) is evaluated against the model.
+type modelConsul struct {
+	mu       sync.Mutex
+	carriers map[string][]modelInstance
+	index    uint64 // the list's X-Consul-Index
+	extinct  uint64 // the extinction index (the probe's X-Consul-Index)
+	changed  chan struct{}
+	requests []string // path (+ "?index=N" for lists, "?filter" for validations) of every request
+}
+
+func newModelConsul(carriers map[string][]modelInstance) *modelConsul {
+	return &modelConsul{carriers: carriers, index: 10, extinct: 5, changed: make(chan struct{})}
+}
+
+// set changes the model and wakes blocking queries.
+func (m *modelConsul) set(mod func(m *modelConsul)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mod(m)
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// reads counts the requests whose recorded path is p.
+func (m *modelConsul) count(p string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, r := range m.requests {
+		if r == p {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *modelConsul) since(i int) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.requests[i:]...)
+}
+
+func (m *modelConsul) mark() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.requests)
+}
+
+var (
+	clauseName = regexp.MustCompile(`\(ServiceName == "([^"]*)" and not \(`)
+	clausePair = regexp.MustCompile(`Address == "([^"]*)" and (?:ServiceConnect\.Native == true|ServiceProxy\.DestinationServiceName == "([^"]*)")\)`)
+)
+
+func (m *modelConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	m.mu.Lock()
+	rec := r.URL.Path
+	switch {
+	case r.URL.Path == "/v1/catalog/services" && strings.Contains(q.Get("filter"), "not ("):
+		rec += "?filter"
+	case r.URL.Path == "/v1/catalog/services":
+		rec += "?index=" + q.Get("index")
+	}
+	m.requests = append(m.requests, rec)
+	if r.URL.Path == "/v1/catalog/services" && q.Get("index") == fmt.Sprint(m.index) {
+		ch := m.changed
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-r.Context().Done():
+			return
+		}
+		m.mu.Lock()
+	}
+	defer m.mu.Unlock()
+	w.Header().Set("X-Consul-KnownLeader", "true")
+	w.Header().Set("X-Consul-LastContact", "0")
+	w.Header().Set("X-Consul-Index", fmt.Sprint(m.index))
+	switch name, isSvc := strings.CutPrefix(r.URL.Path, "/v1/catalog/service/"); {
+	case r.URL.Path == "/v1/agent/self":
+		fmt.Fprint(w, `{"Config": {"Datacenter": "dc1"}}`)
+	case r.URL.Path == "/v1/agent/version":
+		fmt.Fprint(w, `{}`)
+	case r.URL.Path == "/v1/catalog/services":
+		out := map[string][]string{}
+		for n, insts := range m.carriers {
+			if f := q.Get("filter"); strings.Contains(f, "not (") && !m.differs(f, n, insts) {
+				continue
+			}
+			out[n] = []string{}
+		}
+		json.NewEncoder(w).Encode(out)
+	case isSvc && name == extinctionProbe:
+		w.Header().Set("X-Consul-Index", fmt.Sprint(m.extinct))
+		fmt.Fprint(w, `[]`)
+	case isSvc:
+		var out []map[string]any
+		for _, in := range m.carriers[name] {
+			e := map[string]any{"Datacenter": "dc1", "ServiceName": name, "ServiceKind": in.Kind,
+				"ServiceTaggedAddresses": map[string]any{"consul-virtual": map[string]any{"Address": in.VIP}}}
+			if in.Kind == kindProxy {
+				e["ServiceProxy"] = map[string]any{"DestinationServiceName": in.Dest}
+			} else {
+				e["ServiceConnect"] = map[string]any{"Native": true}
+			}
+			out = append(out, e)
+		}
+		if out == nil {
+			out = []map[string]any{}
+		}
+		json.NewEncoder(w).Encode(out)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// differs evaluates validate's filter for carrier n: true when the filter
+// has a clause for n and one of its instances carries a pair the clause
+// does not list.
+func (m *modelConsul) differs(filter, n string, insts []modelInstance) bool {
+	for _, c := range strings.Split(filter, ") or (ServiceName") {
+		if !strings.HasPrefix(c, "(ServiceName") {
+			c = "(ServiceName" + c
+		}
+		nm := clauseName.FindStringSubmatch(c)
+		if nm == nil || nm[1] != n {
+			continue
+		}
+		pairs := map[string]bool{}
+		for _, p := range clausePair.FindAllStringSubmatch(c, -1) {
+			pairs[p[1]+"/"+p[2]] = true
+		}
+		for _, in := range insts {
+			if !pairs[in.VIP+"/"+in.Dest] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func sidecar(dest, vip string) []modelInstance {
+	return []modelInstance{{Kind: kindProxy, Dest: dest, VIP: vip}}
+}
+
+// vipsOf returns the table's answers for the services of want, as
+// "service=VIP", and its size.
+func vipsOf(t *Table, want map[string]string) string {
+	out := map[string]string{}
+	for n := range want {
+		if a, ok := t.Lookup(n + ".virtual.default.ns.default.ap.dc1.dc.consul"); ok {
+			out[n] = fmt.Sprint(a)
+		}
+	}
+	return fmt.Sprint(t.Len(), out)
+}
+
+// awaitVIPs waits for a table whose entries are want.
+func awaitVIPs(t *testing.T, got <-chan Sync, want map[string]string) {
+	t.Helper()
+	w := map[string]string{}
+	for n, a := range want {
+		w[n] = "[" + a + "]"
+	}
+	wantS := fmt.Sprint(len(want), w)
+	last := ""
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case sy := <-got:
+			if sy.Result != SyncOK {
+				continue
+			}
+			if last = vipsOf(sy.Table, want); last == wantS {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no table %s in 5s; the last was %s", wantS, last)
+		}
+	}
+}
+
+// awaitRequest waits until m has had request r.
+func awaitRequest(t *testing.T, m *modelConsul, r string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for m.count(r) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no request %s in 5s: %v", r, m.since(0))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestConsulSourceVIPMovedUnderSameName is the issue's "wrong VIP, kept":
+// between two rounds a leaves (Consul frees 240.0.0.2), c registers and
+// gets it, a registers again with 240.0.0.4. a is listed before and after,
+// so only the extinction index tells: the cached entries are checked, a is
+// read again (and so is c, new), w is not.
+func TestConsulSourceVIPMovedUnderSameName(t *testing.T) {
+	m := newModelConsul(map[string][]modelInstance{
+		"w-sidecar-proxy": sidecar("w", "240.0.0.1"),
+		"a-sidecar-proxy": sidecar("a", "240.0.0.2"),
+	})
+	got := runSource(t, m, &consulSource{})
+	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.2"})
+	m.set(func(m *modelConsul) {
+		m.carriers["c-sidecar-proxy"] = sidecar("c", "240.0.0.2")
+		m.carriers["a-sidecar-proxy"] = sidecar("a", "240.0.0.4")
+		m.index, m.extinct = 20, 15
+	})
+	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.4", "c": "240.0.0.2"})
+	if n := m.count("/v1/catalog/service/w-sidecar-proxy"); n != 1 {
+		t.Fatalf("w read %d times, want once: its VIP did not move", n)
+	}
+	// Freed and taken by no one: a's VIP moved, no other service shows it.
+	m.set(func(m *modelConsul) {
+		m.carriers["a-sidecar-proxy"] = sidecar("a", "240.0.0.5")
+		m.index, m.extinct = 30, 25
+	})
+	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.5", "c": "240.0.0.2"})
+}
+
+// TestConsulSourceNoExtinctionNoRead: a change in which no service went
+// extinct costs the extinction probe and the next list: no read, no check.
+func TestConsulSourceNoExtinctionNoRead(t *testing.T) {
+	m := newModelConsul(map[string][]modelInstance{"a-sidecar-proxy": sidecar("a", "240.0.0.2")})
+	got := runSource(t, m, &consulSource{})
+	awaitVIPs(t, got, map[string]string{"a": "240.0.0.2"})
+	awaitRequest(t, m, "/v1/catalog/services?index=10")
+	from := m.mark()
+	m.set(func(m *modelConsul) { m.index = 11 })
+	awaitRequest(t, m, "/v1/catalog/services?index=11")
+	want := []string{"/v1/catalog/service/" + extinctionProbe, "/v1/catalog/services?index=11"}
+	if g := m.since(from); fmt.Sprint(g) != fmt.Sprint(want) {
+		t.Fatalf("requests of an unrelated change: %v, want %v", g, want)
+	}
+}
+
+// TestConsulSourceIndexBackwards: an index that goes backwards (a restored
+// snapshot) drops the cache: a, listed before and after, is read again.
+func TestConsulSourceIndexBackwards(t *testing.T) {
+	m := newModelConsul(map[string][]modelInstance{"a-sidecar-proxy": sidecar("a", "240.0.0.2")})
+	m.index, m.extinct = 100, 50
+	got := runSource(t, m, &consulSource{})
+	awaitVIPs(t, got, map[string]string{"a": "240.0.0.2"})
+	m.set(func(m *modelConsul) {
+		m.carriers["a-sidecar-proxy"] = sidecar("a", "240.0.0.9")
+		m.index, m.extinct = 7, 3
+	})
+	awaitVIPs(t, got, map[string]string{"a": "240.0.0.9"})
+}
+
+// TestConsulSourceIndexZeroClamped: an X-Consul-Index of 0 is taken as 1,
+// so the next list blocks instead of returning at once.
+func TestConsulSourceIndexZeroClamped(t *testing.T) {
+	m := newModelConsul(map[string][]modelInstance{"a-sidecar-proxy": sidecar("a", "240.0.0.2")})
+	m.index = 0
+	got := runSource(t, m, &consulSource{})
+	awaitVIPs(t, got, map[string]string{"a": "240.0.0.2"})
+	deadline := time.Now().Add(5 * time.Second)
+	for m.count("/v1/catalog/services?index=1") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no list with index=1 after an index of 0: %v", m.since(0))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := m.count("/v1/catalog/services?index=0"); n != 0 {
+		t.Fatalf("%d lists sent index=0", n)
+	}
+}
