@@ -42,10 +42,15 @@ func main() {
 		services  = flag.Int("services", 500, "proxy services in the catalog")
 		procs     = flag.Int("procs", 20, "meshdns processes following the agent")
 		changes   = flag.Int("changes", 50, "registrations (each followed by a deregistration) of one service")
+		fleet     = flag.Int("fleet", 0, "the fleet mode (fleet.go): this many consul sources in one meshdns against one Consul server")
 	)
 	flag.Parse()
 	if *consulBin == "" {
 		log.Fatal("benchconsul: -consul is required")
+	}
+	if *fleet > 0 {
+		runFleet(*consulBin, *meshdns, *fleet, *changes)
+		return
 	}
 	dir, err := os.MkdirTemp("", "benchconsul-")
 	if err != nil {

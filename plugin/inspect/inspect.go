@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -26,10 +27,26 @@ import (
 // Plugins are the paths inspect answers, one per plugin that lists.
 var Plugins = []string{"virtualconsul", "endpointsvc", "mdnsfallback"}
 
+// A listing streams for as long as its client reads, and holds its
+// table's generation meanwhile: a client that stops reading must not hold
+// it (nor a goroutine, nor the table's memory) for ever, and many clients
+// must not make the process hold many tables. So every write of a listing
+// must progress within writeDeadline (a slow client still gets a table of
+// millions of names, 64 KiB at a time), and at most maxListings stream at
+// once; one more is answered 503 with Retry-After.
+const (
+	writeDeadline = 10 * time.Second
+	maxListings   = 4
+)
+
 // Inspect is the listener of one inspect directive.
 type Inspect struct {
 	addr      string
 	tokenFile string
+	// deadline and slots: writeDeadline and maxListings (tests shorten
+	// and shrink them).
+	deadline time.Duration
+	slots    chan struct{}
 
 	mu    sync.Mutex
 	token string // read at start; "" without token_file
@@ -58,7 +75,8 @@ func (in *Inspect) start() error {
 	if err != nil {
 		return fmt.Errorf("inspect: %w", err)
 	}
-	// No write timeout: a listing of a million names streams for seconds.
+	// No write timeout: a listing of a million names streams for seconds;
+	// each write of it has writeDeadline instead (progressWriter).
 	in.srv = &http.Server{Handler: in, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second}
 	srv := in.srv
 	in.ln = ln
@@ -94,6 +112,15 @@ func (in *Inspect) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := strings.Trim(r.URL.Path, "/")
+	slots := in.listingSlots()
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("%d listings streaming already: try again", cap(slots)))
+		return
+	}
 	known := false
 	for _, p := range Plugins {
 		known = known || p == name
@@ -113,7 +140,11 @@ func (in *Inspect) list(w http.ResponseWriter, r *http.Request, name string) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	bw := bufio.NewWriterSize(w, 64<<10)
+	d := in.deadline
+	if d == 0 {
+		d = writeDeadline
+	}
+	bw := bufio.NewWriterSize(progressWriter{w: w, rc: http.NewResponseController(w), d: d}, 64<<10)
 	fmt.Fprintf(bw, "{\"plugin\":%q,\"instances\":[", name)
 	for i, l := range listers(name) {
 		if i > 0 {
@@ -123,7 +154,7 @@ func (in *Inspect) list(w http.ResponseWriter, r *http.Request, name string) {
 		if err := l.List(bw, r.URL.Query()); err != nil {
 			var bad *BadRequest
 			if errors.As(err, &bad) && i == 0 {
-				bw.Reset(w)
+				bw.Reset(progressWriter{w: w, rc: http.NewResponseController(w), d: d})
 				httpError(w, http.StatusBadRequest, bad.Msg)
 				return
 			}
@@ -174,4 +205,27 @@ func httpError(w http.ResponseWriter, code int, msg string) {
 	w.WriteHeader(code)
 	e, _ := json.Marshal(msg)
 	fmt.Fprintf(w, "{\"error\":%s}\n", e)
+}
+
+// listingSlots returns the semaphore of concurrent listings.
+func (in *Inspect) listingSlots() chan struct{} {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.slots == nil {
+		in.slots = make(chan struct{}, maxListings)
+	}
+	return in.slots
+}
+
+// progressWriter gives every write to a listing's client d to complete: a
+// client that stops reading fails the write, which ends the listing.
+type progressWriter struct {
+	w  io.Writer
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	_ = p.rc.SetWriteDeadline(time.Now().Add(p.d)) // a writer without deadlines (a test recorder) just writes
+	return p.w.Write(b)
 }

@@ -2,14 +2,18 @@ package inspect
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
 )
@@ -148,5 +152,85 @@ func TestStartStop(t *testing.T) {
 	}
 	if err := in.stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// stallLister writes size bytes in 64 KiB writes and says how List ended.
+type stallLister struct {
+	size int
+	done chan error
+}
+
+func (s stallLister) List(w io.Writer, _ url.Values) error {
+	chunk := make([]byte, 64<<10)
+	for n := 0; n < s.size; n += len(chunk) {
+		if _, err := w.Write(chunk); err != nil {
+			s.done <- err
+			return err
+		}
+	}
+	s.done <- nil
+	return nil
+}
+
+// TestStalledClient: a client that stops reading a listing does not hold
+// it: the next write misses its deadline and the listing ends (with it the
+// table it held).
+func TestStalledClient(t *testing.T) {
+	in := &Inspect{addr: "127.0.0.1:0", deadline: 300 * time.Millisecond}
+	if err := in.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer in.stop()
+	l := stallLister{size: 512 << 20, done: make(chan error, 1)}
+	defer Register("mdnsfallback", l)()
+	c, err := net.Dial("tcp", in.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET /mdnsfallback HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") // and never read
+	select {
+	case err := <-l.done:
+		if err == nil {
+			t.Fatal("512 MiB listed to a client that reads nothing")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a listing to a client that stopped reading still runs after 10 s")
+	}
+}
+
+// blockLister lists once release is closed.
+type blockLister struct{ started, release chan struct{} }
+
+func (b blockLister) List(w io.Writer, _ url.Values) error {
+	b.started <- struct{}{}
+	<-b.release
+	_, err := io.WriteString(w, `{}`)
+	return err
+}
+
+// TestListingCap: one listing more than the cap is answered 503 with
+// Retry-After; once one ended, a new one streams.
+func TestListingCap(t *testing.T) {
+	in := &Inspect{slots: make(chan struct{}, 2)}
+	b := blockLister{started: make(chan struct{}, 2), release: make(chan struct{})}
+	defer Register("mdnsfallback", b)()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { get(t, in, "http://localhost/mdnsfallback", nil) })
+		<-b.started
+	}
+	r := httptest.NewRequest(http.MethodGet, "http://localhost/mdnsfallback", nil)
+	rec := httptest.NewRecorder()
+	in.ServeHTTP(rec, r)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("a listing over the cap: %d %q, want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	close(b.release)
+	wg.Wait()
+	go func() { <-b.started }()
+	if code, body := get(t, in, "http://localhost/mdnsfallback", nil); code != 200 {
+		t.Fatalf("after the listings ended: %d %s", code, body)
 	}
 }

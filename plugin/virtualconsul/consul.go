@@ -36,8 +36,14 @@ const (
 	// source reports failing, rather than waiting out the 5-minute query.
 	consulProbeEvery   = 10 * time.Second
 	consulProbeTimeout = 3 * time.Second
-	consulRetryMin     = 500 * time.Millisecond // first retry after an error
-	consulRetryMax     = 10 * time.Second       // retries back off up to this
+	// Retries back off from consulRetryMin to consulRetryMax, each wait
+	// jittered (pause.Jitter: the first in [0.5 s, 2 s)), so the nodes of
+	// a fleet that failed at once do not ask again at once.
+	consulRetryMin = time.Second
+	consulRetryMax = 10 * time.Second
+	// consulWakeSpread spreads the requests that follow a blocking query
+	// woken by a change (every node's query returns at the same instant).
+	consulWakeSpread = 500 * time.Millisecond
 )
 
 // consulVirtualTag is the tagged address that holds a service's VIP.
@@ -170,6 +176,13 @@ type consulSource struct {
 	// prev: the entries of the last round, by name, with those kept
 	// although no catalog entry gives them (consul_retain.go).
 	prev map[string]prevEntry
+	// lastIndex is the list's index of the last round that completed: a
+	// round that finds it unchanged (after a failure, an election) reads
+	// nothing. A failed round keeps known and lastIndex.
+	lastIndex uint64
+	gw        gatewayWatch // the terminating gateways' config entries (consul_gateways.go)
+	// roundIndex is the list's index in the round under way.
+	roundIndex uint64
 	// checked is the extinction index at which every entry of known was
 	// last known to hold the VIP the catalog gives (consul_validate.go).
 	checked uint64
@@ -245,10 +258,11 @@ func (s *consulSource) Run(ctx context.Context, report func(Sync)) {
 			// The agent may come back as another one; and the first round
 			// after a failure must not block (index 0), so that a recovery
 			// is reported when the agent answers, not when the catalog
-			// next changes. It reads every proxy again.
-			client, index, s.known, s.selfAsked = nil, 0, nil, false
+			// next changes. The cache stays: that round reads only what
+			// changed meanwhile (nothing, after an election).
+			client, index, s.selfAsked = nil, 0, false
 			retry = pause.Double(retry, consulRetryMin, consulRetryMax)
-			if !pause.Sleep(ctx, retry) {
+			if !pause.Sleep(ctx, pause.Jitter(retry)) {
 				return
 			}
 			continue
@@ -294,7 +308,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	qctx, cancel := context.WithTimeout(ctx, consulWait+consulWait/16+15*time.Second)
 	defer cancel()
 	hung := s.watchdog(qctx, cancel, client)
-	listed, meta, err := s.list(qctx, client.Catalog(), index)
+	listed, meta, err := s.wait(qctx, client.Catalog(), index)
 	if err != nil {
 		if why := hung(); why != nil {
 			return 0, Sync{}, why
@@ -304,15 +318,19 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	if err := trusted(meta); err != nil {
 		return 0, Sync{}, err
 	}
-	if index != 0 && meta.LastIndex == index && s.built && !s.pending {
-		return index, Sync{Result: SyncUnchanged}, nil // the wait ended with no change
+	if meta.LastIndex == s.lastIndex && s.built && !s.pending && !s.gw.anyStale(s.gateways()) {
+		return meta.LastIndex, Sync{Result: SyncUnchanged}, nil // the wait ended with no change
 	}
-	if meta.LastIndex < index {
+	if meta.LastIndex < s.lastIndex {
 		// The index went backwards (a snapshot restored, another
 		// cluster): nothing read before can be trusted.
 		s.known, s.checked = nil, 0
 	}
-	moved := meta.LastIndex != index
+	moved := meta.LastIndex != s.lastIndex
+	s.roundIndex = meta.LastIndex
+	if index != 0 && moved && !pause.Sleep(qctx, pause.Spread(consulWakeSpread)) {
+		return 0, Sync{}, qctx.Err()
+	}
 	stale, err := s.recheck(qctx, client, listed, moved)
 	if err != nil {
 		return 0, Sync{}, err
@@ -324,7 +342,36 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	if r.entries, err = s.retain(qctx, client.Catalog(), r, moved); err != nil {
 		return 0, Sync{}, err
 	}
+	s.lastIndex = meta.LastIndex
+	if len(s.gateways()) > 0 {
+		s.gw.start(ctx, s)
+	}
 	return meta.LastIndex, s.build(r), nil
+}
+
+// wait is list, woken early when a terminating gateway's config entry
+// moved (consul_gateways.go): then the list is asked again at once.
+func (s *consulSource) wait(ctx context.Context, cat *api.Catalog, index uint64) (map[string][]string, *api.QueryMeta, error) {
+	lctx, lcancel := context.WithCancel(ctx)
+	s.gw.arm(lcancel)
+	listed, meta, err := s.list(lctx, cat, index)
+	woken := s.gw.disarm()
+	lcancel()
+	if err != nil && woken && ctx.Err() == nil {
+		return s.list(ctx, cat, 0)
+	}
+	return listed, meta, err
+}
+
+// gateways returns the terminating gateways the cache holds.
+func (s *consulSource) gateways() []string {
+	var out []string
+	for n, p := range s.known {
+		if p.gateway {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // list waits on the list of the services that carry VIPs until it passes

@@ -53,9 +53,20 @@ const consulReaders = 8
 // time, and returns their VIP entries.
 func (s *consulSource) read(ctx context.Context, raw *api.Raw, names []string) (map[string]proxyEntries, error) {
 	results := make([]proxyEntries, len(names))
-	errs := make([]error, len(names))
 	next := make(chan int)
 	var wg sync.WaitGroup
+	// The first error ends the round: the reads not yet sent are not sent
+	// (a 429 or a lost leader must not cost every read of the round).
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		once  sync.Once
+		first error
+	)
+	fail := func(err error) {
+		once.Do(func() { first = err })
+		stop()
+	}
 	for w := 0; w < min(consulReaders, len(names)); w++ {
 		wg.Add(1)
 		go func() {
@@ -67,13 +78,15 @@ func (s *consulSource) read(ctx context.Context, raw *api.Raw, names []string) (
 					err = trusted(meta)
 				}
 				if err != nil {
-					errs[i] = fmt.Errorf("catalog service %s: %w", names[i], err)
+					fail(fmt.Errorf("catalog service %s: %w", names[i], err))
 					continue
 				}
 				results[i] = s.entries(svcs)
 				for _, e := range svcs {
 					if e.ServiceKind == kindTermGateway {
-						errs[i] = s.linkedOnly(ctx, raw, e, &results[i])
+						if err := s.linkedOnly(ctx, raw, e, &results[i]); err != nil {
+							fail(err)
+						}
 						break
 					}
 				}
@@ -81,15 +94,21 @@ func (s *consulSource) read(ctx context.Context, raw *api.Raw, names []string) (
 		}()
 	}
 	for i := range names {
+		if ctx.Err() != nil {
+			break
+		}
 		next <- i
 	}
 	close(next)
 	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	out := make(map[string]proxyEntries, len(names))
 	for i, n := range names {
-		if errs[i] != nil {
-			return nil, errs[i]
-		}
 		out[n] = results[i]
 	}
 	return out, nil

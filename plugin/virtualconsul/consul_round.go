@@ -24,8 +24,8 @@ type round struct {
 }
 
 // collect reads the services listed that are new, pending, stale (their
-// VIP moved: recheck) or (when the catalog moved) terminating gateways,
-// keeps what it read before of the
+// VIP moved: recheck) or terminating gateways whose config entry moved
+// (consul_gateways.go), keeps what it read before of the
 // others, and sets when the next round waits less (a VIP still pending).
 func (s *consulSource) collect(ctx context.Context, client *api.Client, listed map[string][]string, moved bool, stale map[string]bool) (round, error) {
 	names := make([]string, 0, len(listed))
@@ -36,7 +36,8 @@ func (s *consulSource) collect(ctx context.Context, client *api.Client, listed m
 	known := make(map[string]proxyEntries, len(names))
 	var unread []string
 	for _, n := range names {
-		if p, ok := s.known[n]; ok && !p.pending && !(p.gateway && moved) && !stale[n] {
+		p, ok := s.known[n]
+		if ok && !p.pending && !(p.gateway && s.gw.stale(n, moved)) && !stale[n] {
 			known[n] = p
 		} else {
 			unread = append(unread, n)
@@ -51,6 +52,11 @@ func (s *consulSource) collect(ctx context.Context, client *api.Client, listed m
 	}
 	maps.Copy(known, read)
 	s.known = known
+	for n, p := range read {
+		if p.gateway {
+			s.gw.readAt(n, s.roundIndex)
+		}
+	}
 	r := round{gateway: map[string]bool{}, watch: map[string]bool{}, dc: s.dc}
 	pending := false
 	for _, n := range names {
@@ -113,13 +119,29 @@ func (s *consulSource) build(r round) Sync {
 	return sy
 }
 
-// recheck returns the cached services to read again in a round: none
-// unless the catalog moved and, since the cache was last checked, a
-// service went extinct (consul_validate.go); an extinction index that
-// went backwards (a restored snapshot) drops the cache whole.
+// recheck returns the cached services to read again in a round in which
+// the catalog moved (consul_validate.go): a cache whose check fits in one
+// request is checked at once; a bigger one only when, since it was last
+// checked, a service went extinct; an extinction index that went
+// backwards (a restored snapshot) drops the cache whole.
 func (s *consulSource) recheck(ctx context.Context, client *api.Client, listed map[string][]string, moved bool) (map[string]bool, error) {
 	if !moved {
 		return nil, nil
+	}
+	var check []string
+	size := 0 // about what checking every service listed takes
+	for n := range listed {
+		size += 2*len(n) + 120
+		if p, ok := s.known[n]; ok && !p.pending && !p.gateway {
+			check = append(check, n)
+		}
+	}
+	sort.Strings(check)
+	if size <= validateChunk {
+		// One request checks the whole cache: no need to ask first
+		// whether a service went extinct.
+		s.checked = 0
+		return s.validate(ctx, client.Catalog(), check)
 	}
 	ext, ok, err := s.extinction(ctx, client.Raw())
 	if err != nil {
@@ -131,13 +153,6 @@ func (s *consulSource) recheck(ctx context.Context, client *api.Client, listed m
 		s.known = nil
 	case ext == s.checked && ok:
 	default:
-		var check []string
-		for n := range listed {
-			if p, ok := s.known[n]; ok && !p.pending && !p.gateway {
-				check = append(check, n)
-			}
-		}
-		sort.Strings(check)
 		if stale, err = s.validate(ctx, client.Catalog(), check); err != nil {
 			return nil, err
 		}

@@ -28,6 +28,13 @@ type modelConsul struct {
 	extinct  uint64 // the extinction index (the probe's X-Consul-Index)
 	changed  chan struct{}
 	requests []string // path (+ "?index=N" for lists, "?filter" for validations) of every request
+	// gateways: terminating gateway → the VIPs of the services it links;
+	// gwMods its config entry's ModifyIndex, cfgIndex the entries' index.
+	gateways  map[string]map[string]string
+	gwMods    map[string]uint64
+	cfgIndex  uint64
+	failNext  int // answer the next requests (but agent probes) 429
+	failReads int // answer the next service reads 429
 }
 
 func newModelConsul(carriers map[string][]modelInstance) *modelConsul {
@@ -80,11 +87,24 @@ func (m *modelConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/v1/catalog/services" && strings.Contains(q.Get("filter"), "not ("):
 		rec += "?filter"
-	case r.URL.Path == "/v1/catalog/services":
+	case r.URL.Path == "/v1/catalog/services", r.URL.Path == "/v1/config/terminating-gateway":
 		rec += "?index=" + q.Get("index")
 	}
 	m.requests = append(m.requests, rec)
-	if r.URL.Path == "/v1/catalog/services" && q.Get("index") == fmt.Sprint(m.index) {
+	if m.failNext > 0 && r.URL.Path != "/v1/agent/version" {
+		m.failNext--
+		m.mu.Unlock()
+		http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+		return
+	}
+	if m.failReads > 0 && strings.HasPrefix(r.URL.Path, "/v1/catalog/service/") && !strings.HasSuffix(r.URL.Path, extinctionProbe) {
+		m.failReads--
+		m.mu.Unlock()
+		http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+		return
+	}
+	if blocked := r.URL.Path == "/v1/catalog/services" && q.Get("index") == fmt.Sprint(m.index) ||
+		r.URL.Path == "/v1/config/terminating-gateway" && q.Get("index") == fmt.Sprint(m.cfgIndex); blocked {
 		ch := m.changed
 		m.mu.Unlock()
 		select {
@@ -103,8 +123,32 @@ func (m *modelConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"Config": {"Datacenter": "dc1"}}`)
 	case r.URL.Path == "/v1/agent/version":
 		fmt.Fprint(w, `{}`)
+	case r.URL.Path == "/v1/config/terminating-gateway":
+		w.Header().Set("X-Consul-Index", fmt.Sprint(m.cfgIndex))
+		var out []map[string]any
+		for g := range m.gateways {
+			out = append(out, map[string]any{"Kind": "terminating-gateway", "Name": g, "ModifyIndex": m.gwMods[g]})
+		}
+		json.NewEncoder(w).Encode(out)
+	case strings.HasPrefix(r.URL.Path, "/v1/catalog/gateway-services/"):
+		var out []map[string]any
+		for s := range m.gateways[strings.TrimPrefix(r.URL.Path, "/v1/catalog/gateway-services/")] {
+			out = append(out, map[string]any{"Service": map[string]any{"Name": s}})
+		}
+		json.NewEncoder(w).Encode(out)
+	case isSvc && m.gateways[name] != nil:
+		addrs := map[string]any{}
+		for s, vip := range m.gateways[name] {
+			addrs["consul-virtual:"+s] = map[string]any{"Address": vip}
+		}
+		json.NewEncoder(w).Encode([]map[string]any{{"Datacenter": "dc1", "ServiceName": name, "ServiceKind": kindTermGateway, "ServiceTaggedAddresses": addrs}})
 	case r.URL.Path == "/v1/catalog/services":
 		out := map[string][]string{}
+		for g := range m.gateways {
+			if !strings.Contains(q.Get("filter"), "not (") {
+				out[g] = []string{}
+			}
+		}
 		for n, insts := range m.carriers {
 			if f := q.Get("filter"); strings.Contains(f, "not (") && !m.differs(f, n, insts) {
 				continue
@@ -177,14 +221,19 @@ func vipsOf(t *Table, want map[string]string) string {
 	return fmt.Sprint(t.Len(), out)
 }
 
-// awaitVIPs waits for a table whose entries are want.
-func awaitVIPs(t *testing.T, got <-chan Sync, want map[string]string) {
+// awaitVIPs waits for a table whose entries are want (and others more
+// that it does not check).
+func awaitVIPs(t *testing.T, got <-chan Sync, want map[string]string, others ...int) {
 	t.Helper()
 	w := map[string]string{}
 	for n, a := range want {
 		w[n] = "[" + a + "]"
 	}
-	wantS := fmt.Sprint(len(want), w)
+	n := len(want)
+	for _, o := range others {
+		n += o
+	}
+	wantS := fmt.Sprint(n, w)
 	last := ""
 	deadline := time.After(5 * time.Second)
 	for {
@@ -220,18 +269,30 @@ func awaitRequest(t *testing.T, m *modelConsul, r string) {
 // so only the extinction index tells: the cached entries are checked, a is
 // read again (and so is c, new), w is not.
 func TestConsulSourceVIPMovedUnderSameName(t *testing.T) {
+	t.Run("small", func(t *testing.T) { vipMoved(t, false) })
+	t.Run("big", func(t *testing.T) { vipMoved(t, true) }) // checked after the extinction probe
+}
+
+func vipMoved(t *testing.T, big bool) {
 	m := newModelConsul(map[string][]modelInstance{
 		"w-sidecar-proxy": sidecar("w", "240.0.0.1"),
 		"a-sidecar-proxy": sidecar("a", "240.0.0.2"),
 	})
+	if big {
+		bigCatalog(m)
+	}
+	others := 0
+	if big {
+		others = 200
+	}
 	got := runSource(t, m, &consulSource{})
-	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.2"})
+	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.2"}, others)
 	m.set(func(m *modelConsul) {
 		m.carriers["c-sidecar-proxy"] = sidecar("c", "240.0.0.2")
 		m.carriers["a-sidecar-proxy"] = sidecar("a", "240.0.0.4")
 		m.index, m.extinct = 20, 15
 	})
-	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.4", "c": "240.0.0.2"})
+	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.4", "c": "240.0.0.2"}, others)
 	if n := m.count("/v1/catalog/service/w-sidecar-proxy"); n != 1 {
 		t.Fatalf("w read %d times, want once: its VIP did not move", n)
 	}
@@ -240,22 +301,37 @@ func TestConsulSourceVIPMovedUnderSameName(t *testing.T) {
 		m.carriers["a-sidecar-proxy"] = sidecar("a", "240.0.0.5")
 		m.index, m.extinct = 30, 25
 	})
-	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.5", "c": "240.0.0.2"})
+	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.5", "c": "240.0.0.2"}, others)
 }
 
-// TestConsulSourceNoExtinctionNoRead: a change in which no service went
-// extinct costs the extinction probe and the next list: no read, no check.
-func TestConsulSourceNoExtinctionNoRead(t *testing.T) {
-	m := newModelConsul(map[string][]modelInstance{"a-sidecar-proxy": sidecar("a", "240.0.0.2")})
-	got := runSource(t, m, &consulSource{})
-	awaitVIPs(t, got, map[string]string{"a": "240.0.0.2"})
-	awaitRequest(t, m, "/v1/catalog/services?index=10")
-	from := m.mark()
-	m.set(func(m *modelConsul) { m.index = 11 })
-	awaitRequest(t, m, "/v1/catalog/services?index=11")
-	want := []string{"/v1/catalog/service/" + extinctionProbe, "/v1/catalog/services?index=11"}
-	if g := m.since(from); fmt.Sprint(g) != fmt.Sprint(want) {
-		t.Fatalf("requests of an unrelated change: %v, want %v", g, want)
+// TestConsulSourceUnrelatedChangeNoRead: a change that moved no cached
+// VIP costs one check of the cache and the next list: no read. A cache
+// too big to check in one request costs the extinction probe instead,
+// and no check while no service went extinct.
+func TestConsulSourceUnrelatedChangeNoRead(t *testing.T) {
+	for _, big := range []bool{false, true} {
+		m := newModelConsul(map[string][]modelInstance{"a-sidecar-proxy": sidecar("a", "240.0.0.2")})
+		want := []string{"/v1/catalog/services?filter", "/v1/catalog/services?index=11"}
+		if big {
+			bigCatalog(m)
+			want[0] = "/v1/catalog/service/" + extinctionProbe
+		}
+		got := runSource(t, m, &consulSource{})
+		awaitSync(t, got, "first table", func(sy Sync) bool { return sy.Result == SyncOK })
+		awaitRequest(t, m, "/v1/catalog/services?index=10")
+		from := m.mark()
+		m.set(func(m *modelConsul) { m.index = 11 })
+		awaitRequest(t, m, "/v1/catalog/services?index=11")
+		if g := m.since(from); fmt.Sprint(g) != fmt.Sprint(want) {
+			t.Fatalf("big %v: requests of an unrelated change: %v, want %v", big, g, want)
+		}
+	}
+}
+
+// bigCatalog adds 200 sidecars to m: more than one check request holds.
+func bigCatalog(m *modelConsul) {
+	for i := range 200 {
+		m.carriers[fmt.Sprintf("service-with-a-longer-name-%d-sidecar-proxy", i)] = sidecar(fmt.Sprintf("service-with-a-longer-name-%d", i), fmt.Sprintf("240.0.%d.%d", 1+i/250, 1+i%250))
 	}
 }
 
@@ -290,4 +366,72 @@ func TestConsulSourceIndexZeroClamped(t *testing.T) {
 	if n := m.count("/v1/catalog/services?index=0"); n != 0 {
 		t.Fatalf("%d lists sent index=0", n)
 	}
+}
+
+// TestConsulSourceFailedRoundKeepsCache: a round that fails (a 429 from
+// Consul's rate limiter) keeps the cache: the next round, finding the
+// catalog unchanged, reads nothing again.
+func TestConsulSourceFailedRoundKeepsCache(t *testing.T) {
+	m := newModelConsul(map[string][]modelInstance{"a-sidecar-proxy": sidecar("a", "240.0.0.2"), "b-sidecar-proxy": sidecar("b", "240.0.0.3")})
+	got := runSource(t, m, &consulSource{})
+	awaitVIPs(t, got, map[string]string{"a": "240.0.0.2", "b": "240.0.0.3"})
+	awaitRequest(t, m, "/v1/catalog/services?index=10")
+	from := m.mark()
+	m.set(func(m *modelConsul) { m.failNext = 1 }) // the blocking list answers 429
+	awaitSync(t, got, "the failed round", func(sy Sync) bool { return sy.Result == SyncError })
+	awaitSync(t, got, "the recovery", func(sy Sync) bool { return sy.Result == SyncUnchanged })
+	for _, r := range m.since(from) {
+		if strings.HasPrefix(r, "/v1/catalog/service/") || strings.HasSuffix(r, "?filter") {
+			t.Fatalf("the round after a failure read %s: %v", r, m.since(from))
+		}
+	}
+}
+
+// TestConsulSourceFailedRoundStops: the first failed read ends the round:
+// the reads not yet sent are not sent.
+func TestConsulSourceFailedRoundStops(t *testing.T) {
+	m := newModelConsul(map[string][]modelInstance{})
+	for i := range 40 {
+		m.carriers[fmt.Sprintf("s%d-sidecar-proxy", i)] = sidecar(fmt.Sprintf("s%d", i), fmt.Sprintf("240.0.0.%d", i+1))
+	}
+	m.failReads = 1
+	got := runSource(t, m, &consulSource{})
+	awaitSync(t, got, "the failed round", func(sy Sync) bool { return sy.Result == SyncError })
+	reads := 0
+	for _, r := range m.since(0) {
+		if strings.HasPrefix(r, "/v1/catalog/service/s") {
+			reads++
+		}
+	}
+	if reads > 2*consulReaders {
+		t.Fatalf("a round whose first read failed sent %d of its 40 reads", reads)
+	}
+	awaitVIPs(t, got, map[string]string{"s0": "240.0.0.1"}, 39) // and the next round reads them all
+}
+
+// TestConsulSourceGatewayReadOnItsEntry: a terminating gateway is read
+// again only when its config entry moved: a change elsewhere in the
+// catalog costs it nothing, a link (its entry moved, the list did not yet)
+// wakes the round and reads it.
+func TestConsulSourceGatewayReadOnItsEntry(t *testing.T) {
+	m := newModelConsul(map[string][]modelInstance{"a-sidecar-proxy": sidecar("a", "240.0.0.2")})
+	m.gateways = map[string]map[string]string{"tgw": {"ext": "240.0.0.9"}}
+	m.gwMods, m.cfgIndex = map[string]uint64{"tgw": 5}, 5
+	got := runSource(t, m, &consulSource{})
+	awaitVIPs(t, got, map[string]string{"a": "240.0.0.2", "ext": "240.0.0.9"})
+	awaitRequest(t, m, "/v1/config/terminating-gateway?index=5")
+	awaitRequest(t, m, "/v1/catalog/services?index=10")
+	from := m.mark()
+	m.set(func(m *modelConsul) { m.index = 11 })
+	awaitRequest(t, m, "/v1/catalog/services?index=11")
+	for _, r := range m.since(from) {
+		if strings.Contains(r, "tgw") {
+			t.Fatalf("a change elsewhere read the gateway: %v", m.since(from))
+		}
+	}
+	m.set(func(m *modelConsul) {
+		m.gateways["tgw"]["ext2"] = "240.0.0.10"
+		m.gwMods["tgw"], m.cfgIndex = 12, 12
+	})
+	awaitVIPs(t, got, map[string]string{"a": "240.0.0.2", "ext": "240.0.0.9", "ext2": "240.0.0.10"})
 }

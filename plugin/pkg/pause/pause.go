@@ -5,6 +5,7 @@ package pause
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 )
 
@@ -25,4 +26,25 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 // Start with cur = 0 to get lo.
 func Double(cur, lo, hi time.Duration) time.Duration {
 	return min(max(2*cur, lo), hi)
+}
+
+// Jitter returns a random duration in [d/2, 2d) (0 for d <= 0): a thousand
+// nodes that start the same wait at the same instant (a failure of their
+// common servers) spread their next request over 1.5 d instead of asking
+// at once.
+func Jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + rand.N(3*d/2)
+}
+
+// Spread returns a random duration in [0, d) (0 for d <= 0): the delay
+// before the requests a fleet-wide wake-up (a change every node's blocking
+// query saw at once) sets off.
+func Spread(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d)
 }
