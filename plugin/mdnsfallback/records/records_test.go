@@ -1,4 +1,4 @@
-package mdnsfallback
+package records
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func TestDBPutDelete(t *testing.T) {
-	d := NewDB([]string{"weave.local."}, 3)
+	d := NewDB([]string{"weave.local."}, 3, 0)
 	var gone []Record
 	changes := 0
 	d.onGone = func(g []Record) { gone = append(gone, g...) }
@@ -58,7 +58,7 @@ func TestDBPutDelete(t *testing.T) {
 }
 
 func TestDBValidation(t *testing.T) {
-	d := NewDB([]string{"weave.local."}, 10)
+	d := NewDB([]string{"weave.local."}, 10, 0)
 	for _, tc := range []struct {
 		r   Record
 		err error
@@ -87,7 +87,7 @@ func TestDBValidation(t *testing.T) {
 }
 
 func TestDBReplaceAndSnapshot(t *testing.T) {
-	d := NewDB([]string{"weave.local."}, 2)
+	d := NewDB([]string{"weave.local."}, 2, 0)
 	d.Put(Record{ID: "old", IP: ip("10.0.0.9"), Domain: "old.weave.local"})
 	recs := []Record{
 		{ID: "a", IP: ip("10.0.0.1"), Domain: "a.weave.local"},
@@ -95,11 +95,11 @@ func TestDBReplaceAndSnapshot(t *testing.T) {
 		{ID: "c", IP: ip("10.0.0.3"), Domain: "c.weave.local"},
 		{ID: "d", IP: ip("10.0.0.4"), Domain: "d.weave.local"}, // over max_records
 	}
-	b, err := encodeSnapshot(recs)
+	b, err := EncodeSnapshot(recs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := decodeSnapshot(b)
+	back, err := DecodeSnapshot(b)
 	if err != nil || len(back) != 4 {
 		t.Fatalf("decode: %v %v", back, err)
 	}
@@ -109,7 +109,7 @@ func TestDBReplaceAndSnapshot(t *testing.T) {
 	if d.ix.lookup("old.weave.local.") != nil || d.ix.lookup("a.weave.local.") == nil || d.ix.lookup("c.weave.local.") == nil {
 		t.Fatal("index not rebuilt")
 	}
-	if _, err := decodeSnapshot([]byte(`{"version":2}`)); err == nil {
+	if _, err := DecodeSnapshot([]byte(`{"version":2}`)); err == nil {
 		t.Fatal("version 2 accepted")
 	}
 }
@@ -118,7 +118,7 @@ func TestDBReplaceAndSnapshot(t *testing.T) {
 // write of the same record changes nothing (ErrOwned), each owner deletes
 // only its own, and a name answers the union of its records.
 func TestOwnership(t *testing.T) {
-	d := NewDB([]string{"weave.local."}, 100)
+	d := NewDB([]string{"weave.local."}, 100, 0)
 	a := ip("10.32.0.7")
 	dock := Record{ID: "c1", IP: a, Domain: "web.weave.local", Owner: "docker"}
 	if _, _, err := d.Put(dock); err != nil {
@@ -149,5 +149,27 @@ func TestOwnership(t *testing.T) {
 	}
 	if gone := d.DeleteOwned("x", "docker", nil); len(gone) != 0 {
 		t.Fatalf("the updater's delete removed an API record: %+v", gone)
+	}
+}
+
+// TestTTLMergeRule: one address of a name held by two identifiers is
+// served with the lower TTL as served, 0 standing for the Corefile's ttl.
+func TestTTLMergeRule(t *testing.T) {
+	for _, tc := range []struct{ a, b, want uint32 }{
+		{0, 5, 5},    // explicit 5 beats the ttl of 30
+		{5, 0, 5},    // in either order
+		{0, 60, 0},   // the ttl of 30 beats an explicit 60
+		{60, 0, 0},   // in either order
+		{20, 10, 10}, // two explicit ones: the lower
+	} {
+		d := NewDB([]string{"weave.local."}, 100, 30)
+		for _, r := range []Record{{ID: "a", IP: ip("10.32.0.1"), Domain: "web.weave.local", TTL: tc.a}, {ID: "b", IP: ip("10.32.0.1"), Domain: "web.weave.local", TTL: tc.b}} {
+			if _, _, err := d.Put(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := d.Lookup("web.weave.local.").ttlA[0]; got != tc.want {
+			t.Errorf("TTLs %d and %d: merged %d, want %d", tc.a, tc.b, got, tc.want)
+		}
 	}
 }

@@ -1,13 +1,13 @@
-package mdnsfallback
+package mdns
 
 import (
 	"sync"
 	"time"
 )
 
-// defaultQueryRate bounds the mDNS queries meshdns multicasts, per second
+// DefaultQueryRate bounds the mDNS queries meshdns multicasts, per second
 // over all names (each query is one packet per interface).
-const defaultQueryRate = 50
+const DefaultQueryRate = 50
 
 // Why a query was not sent (the reason label of mdns_queries_limited_total).
 const (
@@ -34,7 +34,7 @@ const limiterNames = 4096
 
 func newQueryLimiter(rate int) *queryLimiter {
 	if rate <= 0 {
-		rate = defaultQueryRate
+		rate = DefaultQueryRate
 	}
 	return &queryLimiter{rate: float64(rate), tokens: float64(rate), asked: map[string]time.Time{}}
 }

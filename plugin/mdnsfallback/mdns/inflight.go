@@ -1,4 +1,4 @@
-package mdnsfallback
+package mdns
 
 import (
 	"sync"

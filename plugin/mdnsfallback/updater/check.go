@@ -1,4 +1,4 @@
-package mdnsfallback
+package updater
 
 import (
 	"context"
@@ -98,7 +98,7 @@ func probe(ctx context.Context, client *http.Client, spec checkSpec, ip netip.Ad
 // checker runs the checks of the tracked containers every checkInterval (and
 // at once when a container with a check arrives), at most checkConcurrency
 // at a time, each bounded by checkTimeout.
-func (u *updater) checker(ctx context.Context) {
+func (u *Updater) checker(ctx context.Context) {
 	client := &http.Client{
 		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, MaxResponseHeaderBytes: 16 << 10},
 		CheckRedirect: func(*http.Request, []*http.Request) error {
@@ -106,7 +106,7 @@ func (u *updater) checker(ctx context.Context) {
 		},
 	}
 	defer client.CloseIdleConnections()
-	t := time.NewTicker(u.cfg.checkInterval)
+	t := time.NewTicker(u.cfg.CheckInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -127,7 +127,7 @@ type checkJob struct {
 
 // checkRound probes every tracked container that has a check and applies
 // the results.
-func (u *updater) checkRound(ctx context.Context, client *http.Client) {
+func (u *Updater) checkRound(ctx context.Context, client *http.Client) {
 	var jobs []checkJob
 	u.mu.Lock()
 	for id, t := range u.tracked {
@@ -152,7 +152,7 @@ func (u *updater) checkRound(ctx context.Context, client *http.Client) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			pctx, cancel := context.WithTimeout(ctx, u.cfg.checkTimeout)
+			pctx, cancel := context.WithTimeout(ctx, u.cfg.CheckTimeout)
 			results[i] = probe(pctx, client, j.spec, j.ip)
 			cancel()
 		}()

@@ -1,21 +1,49 @@
-package mdnsfallback
+package records
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"sync/atomic"
 	"time"
 
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
 )
+
+var log = clog.NewWithPlugin("mdnsfallback")
+
+// snapshotFile is the on-disk form of the database.
+type snapshotFile struct {
+	Version int      `json:"version"`
+	Records []Record `json:"records"`
+}
+
+// EncodeSnapshot is the snapshot file of recs.
+func EncodeSnapshot(recs []Record) ([]byte, error) {
+	return json.MarshalIndent(snapshotFile{Version: 1, Records: recs}, "", " ")
+}
+
+// DecodeSnapshot reads a snapshot file.
+func DecodeSnapshot(b []byte) ([]Record, error) {
+	var s snapshotFile
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	if s.Version != 1 {
+		return nil, fmt.Errorf("unknown snapshot version %d", s.Version)
+	}
+	return s.Records, nil
+}
 
 // snapshotPause is the least time between two snapshot writes; changes in
 // between are coalesced into the next write.
 const snapshotPause = 200 * time.Millisecond
 
-// snapshotWriter writes the database to its snapshot file off the request
+// Writer writes the database to its snapshot file off the request
 // path, after every change, coalescing bursts.
-type snapshotWriter struct {
+type Writer struct {
 	path  string
 	db    *DB
 	dirty atomic.Bool
@@ -24,12 +52,13 @@ type snapshotWriter struct {
 	done  chan struct{}
 }
 
-func newSnapshotWriter(path string, db *DB) *snapshotWriter {
-	return &snapshotWriter{path: path, db: db, kick: make(chan struct{}, 1)}
+// NewWriter returns a writer of db to path; Start runs it.
+func NewWriter(path string, db *DB) *Writer {
+	return &Writer{path: path, db: db, kick: make(chan struct{}, 1)}
 }
 
-// notify marks the database changed.
-func (s *snapshotWriter) notify() {
+// Notify marks the database changed.
+func (s *Writer) Notify() {
 	s.dirty.Store(true)
 	select {
 	case s.kick <- struct{}{}:
@@ -37,7 +66,8 @@ func (s *snapshotWriter) notify() {
 	}
 }
 
-func (s *snapshotWriter) start() {
+// Start runs the writer until Close.
+func (s *Writer) Start() {
 	s.stop, s.done = make(chan struct{}), make(chan struct{})
 	go s.run()
 }
@@ -50,7 +80,7 @@ const (
 	snapshotRetryMax = 30 * time.Second
 )
 
-func (s *snapshotWriter) run() {
+func (s *Writer) run() {
 	defer close(s.done)
 	var retry <-chan time.Time
 	backoff := time.Duration(0)
@@ -78,8 +108,8 @@ func (s *snapshotWriter) run() {
 	}
 }
 
-// close writes what is pending and stops the writer.
-func (s *snapshotWriter) close() {
+// Close writes what is pending and stops the writer.
+func (s *Writer) Close() {
 	if s.stop == nil {
 		return
 	}
@@ -90,11 +120,11 @@ func (s *snapshotWriter) close() {
 
 // write writes the database when it changed; a failure keeps it dirty and
 // is returned (the run loop retries it).
-func (s *snapshotWriter) write() error {
+func (s *Writer) write() error {
 	if !s.dirty.Swap(false) {
 		return nil
 	}
-	b, err := encodeSnapshot(s.db.Records(""))
+	b, err := EncodeSnapshot(s.db.Records(""))
 	if err == nil {
 		err = persist.WriteFile(s.path, b)
 	}
@@ -105,13 +135,13 @@ func (s *snapshotWriter) write() error {
 	return err
 }
 
-// load reads the snapshot into the database; a missing file is no error.
-func (s *snapshotWriter) load() (int, error) {
+// Load reads the snapshot into the database; a missing file is no error.
+func (s *Writer) Load() (int, error) {
 	b, err := persist.ReadFile(s.path)
 	if err != nil || b == nil {
 		return 0, err
 	}
-	recs, err := decodeSnapshot(b)
+	recs, err := DecodeSnapshot(b)
 	if err != nil {
 		// Keep the unreadable file for inspection instead of overwriting it
 		// with the next change.

@@ -1,4 +1,4 @@
-package mdnsfallback
+package mdns
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/internal/dnsname"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
 
 	"github.com/miekg/dns"
 	"golang.org/x/net/ipv4"
@@ -94,8 +97,8 @@ func ifacePrefixes(ifi *net.Interface) []netip.Prefix {
 	return out
 }
 
-// outPacket is a packet the responder wants sent.
-type outPacket struct {
+// Packet is a packet the responder wants sent.
+type Packet struct {
 	ifIndex int
 	to      netip.AddrPort
 	msg     *dns.Msg
@@ -103,11 +106,16 @@ type outPacket struct {
 	oneShot bool          // sent from the ephemeral-port socket (a legacy query)
 }
 
-// responder answers mDNS questions for local names, caches the answers it
+// Message is the packet's DNS message; Dest where it goes.
+func (o Packet) Message() *dns.Msg    { return o.msg }
+func (o Packet) Dest() netip.AddrPort { return o.to }
+func (o Packet) Delay() time.Duration { return o.delay }
+
+// Responder answers mDNS questions for local names, caches the answers it
 // hears and sends the queries of the fallback. handle is pure apart from the
 // cache and the in-flight table, so tests and fuzzing drive it directly.
-type responder struct {
-	p      *MDNSFallback
+type Responder struct {
+	n      *Node
 	names  []string // the configured interfaces, by name
 	ifmu   sync.RWMutex
 	ifaces map[int]*mdnsIface // by index; replaced whole, never changed in place (ifs)
@@ -137,7 +145,7 @@ type responder struct {
 
 	own ownPackets // what we sent lately: our own multicast, looped back, is not news
 
-	sent func(outPacket) // tests: sees every packet sent
+	sent func(Packet) // tests: sees every packet sent
 }
 
 // ownPackets remembers the hashes of the last packets sent, so that the
@@ -162,7 +170,7 @@ const ownPacketAge = 2 * time.Second
 // ownPacket reports whether b, from src, is a packet we sent lately: the
 // same bytes from one of our own addresses (another host's identical
 // query or answer comes from its own address, and is handled).
-func (r *responder) ownPacket(b []byte, src netip.Addr, now time.Time) bool {
+func (r *Responder) ownPacket(b []byte, src netip.Addr, now time.Time) bool {
 	if !r.own.sent(b, now) {
 		return false
 	}
@@ -202,8 +210,8 @@ type mcastKey struct {
 	ifIndex int
 }
 
-func newResponder(p *MDNSFallback, ifis []*net.Interface) *responder {
-	r := &responder{p: p, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
+func newResponder(n *Node, ifis []*net.Interface) *Responder {
+	r := &Responder{n: n, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
 	r.own.seed = maphash.MakeSeed()
 	for _, ifi := range ifis {
 		r.names = append(r.names, ifi.Name)
@@ -219,7 +227,7 @@ func newIface(ifi *net.Interface) *mdnsIface {
 
 // ifs returns the interfaces joined, by index. The map is never changed
 // after it is published: callers may range over it without a lock.
-func (r *responder) ifs() map[int]*mdnsIface {
+func (r *Responder) ifs() map[int]*mdnsIface {
 	r.ifmu.RLock()
 	defer r.ifmu.RUnlock()
 	return r.ifaces
@@ -227,7 +235,7 @@ func (r *responder) ifs() map[int]*mdnsIface {
 
 // open binds 0.0.0.0:5353 (shared with other mDNS stacks through
 // SO_REUSEADDR), joins 224.0.0.251 on every interface and starts reading.
-func (r *responder) open() error {
+func (r *Responder) open() error {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
@@ -279,7 +287,7 @@ func (r *responder) open() error {
 }
 
 // close stops the announcements and the read loop and waits for it.
-func (r *responder) close() {
+func (r *Responder) close() {
 	r.stopAnnouncements()
 	if r.conn == nil {
 		return
@@ -293,7 +301,7 @@ func (r *responder) close() {
 }
 
 // readLoop handles the packets of pc until it is closed, then closes done.
-func (r *responder) readLoop(pc *ipv4.PacketConn, done chan struct{}) {
+func (r *Responder) readLoop(pc *ipv4.PacketConn, done chan struct{}) {
 	defer close(done)
 	buf := make([]byte, maxPacket)
 	for {
@@ -320,13 +328,13 @@ func (r *responder) readLoop(pc *ipv4.PacketConn, done chan struct{}) {
 		if r.ownPacket(buf[:n], from.Addr().Unmap(), time.Now()) {
 			continue // our own packet, looped back
 		}
-		for _, out := range r.handleTo(buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), dst, ifIndex, time.Now()) {
+		for _, out := range r.Handle(buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), dst, ifIndex, time.Now()) {
 			r.send(out)
 		}
 	}
 }
 
-func (r *responder) send(o outPacket) {
+func (r *Responder) send(o Packet) {
 	if r.sent != nil {
 		r.sent(o)
 	}
@@ -337,7 +345,7 @@ func (r *responder) send(o outPacket) {
 	r.write(o)
 }
 
-func (r *responder) write(o outPacket) {
+func (r *Responder) write(o Packet) {
 	pc := r.pc
 	if o.oneShot {
 		pc = r.uc
@@ -351,17 +359,11 @@ func (r *responder) write(o outPacket) {
 	_, _ = pc.WriteTo(b, &ipv4.ControlMessage{IfIndex: o.ifIndex}, dst)
 }
 
-// handle processes one packet multicast to the mDNS group that arrived on
-// ifIndex from src, and returns the replies to send.
-func (r *responder) handle(b []byte, src netip.AddrPort, ifIndex int, now time.Time) []outPacket {
-	return r.handleTo(b, src, mdnsGroup, ifIndex, now)
-}
-
-// handleTo processes one packet sent to dst (the mDNS group, or one of our
+// Handle processes one packet sent to dst (the mDNS group, or one of our
 // own unicast addresses) that arrived on ifIndex from src, and returns the
 // replies to send. Malformed, off-link and foreign-interface packets are
 // dropped.
-func (r *responder) handleTo(b []byte, src netip.AddrPort, dst netip.Addr, ifIndex int, now time.Time) []outPacket {
+func (r *Responder) Handle(b []byte, src netip.AddrPort, dst netip.Addr, ifIndex int, now time.Time) []Packet {
 	ifaces := r.ifs()
 	iface := ifaces[ifIndex]
 	if iface == nil && len(ifaces) == 1 && ifIndex == 0 {
@@ -399,8 +401,8 @@ func (r *responder) handleTo(b []byte, src netip.AddrPort, dst netip.Addr, ifInd
 // learn caches the A/AAAA records of a response for names inside the
 // zones, local ones too (a name answers the union of its local records and
 // every other host's), and tells the queries waiting for them.
-func (r *responder) learn(m *dns.Msg, now time.Time) {
-	p := r.p
+func (r *Responder) learn(m *dns.Msg, now time.Time) {
+	n := r.n
 	var woke []string
 	for _, sec := range [][]dns.RR{m.Answer, m.Extra} {
 		for _, rr := range sec {
@@ -416,7 +418,7 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 				addr, _ = netip.AddrFromSlice(v.AAAA.To16())
 			case *dns.PTR:
 				if r.learnPTR(v, now) && h.Ttl > 0 {
-					woke = append(woke, lowerName(h.Name))
+					woke = append(woke, dnsname.Lower(h.Name))
 				}
 				continue
 			default:
@@ -426,43 +428,43 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 				mdnsDropped.WithLabelValues("bad_address").Inc() // no peer has it
 				continue
 			}
-			name := lowerName(h.Name)
-			if p.zoneOf(name) == "" {
+			name := dnsname.Lower(h.Name)
+			if !n.inZones(name) {
 				mdnsDropped.WithLabelValues("out_of_zone").Inc()
 				continue
 			}
-			if e := p.db.ix.lookup(name); e != nil && e.holds(addr) {
+			if e := n.local.Lookup(name); e != nil && e.Holds(addr) {
 				continue // a local record (our own, looped back, or the same held elsewhere): the database answers it
 			}
 			mdnsAnswers.Inc()
-			p.stats.answers.Add(1)
-			p.cache.add(name, addr, h.Ttl, h.Class&cacheFlushBit != 0, now)
-			p.neg.forget(name)
+			n.answers.Add(1)
+			n.cache.Add(name, addr, h.Ttl, h.Class&cacheFlushBit != 0, now)
+			n.neg.forget(name)
 			if h.Ttl > 0 {
 				woke = append(woke, name)
 			}
 		}
 	}
-	p.setCacheGauge()
-	for _, n := range woke {
-		p.inflight.answered(n, now)
+	n.setGauge()
+	for _, name := range woke {
+		n.inflight.answered(name, now)
 	}
 }
 
 // learnPTR caches a PTR record for an address inside the reverse networks
 // that points into the zones; it reports whether it did.
-func (r *responder) learnPTR(v *dns.PTR, now time.Time) bool {
-	p := r.p
-	name, target := lowerName(v.Hdr.Name), lowerName(v.Ptr)
-	addr, ok := parseReverse(name)
-	if !ok || !p.inReverse(addr) || p.zoneOf(target) == "" {
+func (r *Responder) learnPTR(v *dns.PTR, now time.Time) bool {
+	n := r.n
+	name, target := dnsname.Lower(v.Hdr.Name), dnsname.Lower(v.Ptr)
+	addr, ok := dnsname.ParseReverse(name)
+	if !ok || !dnsname.InPrefixes(n.cfg.Reverse, addr) || !n.inZones(target) {
 		mdnsDropped.WithLabelValues("out_of_zone").Inc()
 		return false
 	}
 	mdnsAnswers.Inc()
-	p.stats.answers.Add(1)
-	p.cache.addPTR(name, target, v.Hdr.Ttl, v.Hdr.Class&cacheFlushBit != 0, now)
-	p.neg.forget(name)
+	n.answers.Add(1)
+	n.cache.addPTR(name, target, v.Hdr.Ttl, v.Hdr.Class&cacheFlushBit != 0, now)
+	n.neg.forget(name)
 	return true
 }
 
@@ -480,7 +482,7 @@ func (r *responder) learnPTR(v *dns.PTR, now time.Time) bool {
 // replies reach meshdns alone — the only way to hear the stack beside it,
 // which does not loop its multicast replies back to its own host. qm is
 // r.shared, read once by the caller.
-func (r *responder) query(name string, qm bool) {
+func (r *Responder) query(name string, qm bool) {
 	class := uint16(dns.ClassINET)
 	if !qm {
 		class |= quBit
@@ -489,31 +491,31 @@ func (r *responder) query(name string, qm bool) {
 		{Name: name, Qtype: dns.TypeA, Qclass: class},
 		{Name: name, Qtype: dns.TypeAAAA, Qclass: class},
 	}}
-	if isReverse(name) {
+	if dnsname.IsReverse(name) {
 		m.Question = []dns.Question{{Name: name, Qtype: dns.TypePTR, Qclass: class}}
 	}
 	for idx := range r.ifs() {
-		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+		r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
 		if qm {
-			r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, oneShot: true})
+			r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, oneShot: true})
 		}
 		mdnsQueries.Inc()
-		r.p.stats.queries.Add(1)
+		r.n.queries.Add(1)
 	}
 }
 
 // goodbye multicasts TTL-0 records for recs on every interface. The
 // cache-flush bit stays clear, so peers drop only these addresses.
-func (r *responder) goodbye(recs []Record) {
+func (r *Responder) goodbye(recs []records.Record) {
 	var rrs []dns.RR
 	for _, rec := range recs {
-		rrs = append(rrs, recordRR(rec, 0))
+		rrs = append(rrs, records.RR(rec, 0))
 	}
 	for len(rrs) > 0 {
 		n := min(len(rrs), announceBatch)
 		m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs[:n]}
 		for idx := range r.ifs() {
-			r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+			r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
 			mdnsResponses.WithLabelValues("goodbye").Inc()
 		}
 		rrs = rrs[n:]

@@ -1,9 +1,12 @@
-package mdnsfallback
+package mdns
 
 import (
 	"math/rand/v2"
 	"net/netip"
 	"time"
+
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/internal/dnsname"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
 
 	"github.com/miekg/dns"
 )
@@ -14,20 +17,20 @@ import (
 
 // questionRRs returns the local records that answer q: A/AAAA/ANY for a
 // local name, PTR for the reverse name of a local address.
-func (r *responder) questionRRs(q dns.Question) []dns.RR {
-	name := lowerName(q.Name)
+func (r *Responder) questionRRs(q dns.Question) []dns.RR {
+	name := dnsname.Lower(q.Name)
 	if q.Qtype == dns.TypePTR {
-		addr, ok := parseReverse(name)
+		addr, ok := dnsname.ParseReverse(name)
 		if !ok {
 			return nil
 		}
-		return r.p.ptrRRs(r.p.db.ix.lookupPTR(addr), q.Name)
+		return records.PTRs(r.n.local.LookupPTR(addr), q.Name, r.n.cfg.TTL)
 	}
 	if q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA && q.Qtype != dns.TypeANY {
 		return nil
 	}
-	if e := r.p.db.ix.lookup(name); e != nil {
-		return r.p.entryRRs(e, q.Name, q.Qtype)
+	if e := r.n.local.Lookup(name); e != nil {
+		return e.RRs(q.Name, q.Qtype, r.n.cfg.TTL)
 	}
 	return nil
 }
@@ -36,7 +39,7 @@ func (r *responder) questionRRs(q dns.Question) []dns.RR {
 // the reverse names of local addresses (PTR). A
 // query sent straight to our unicast address (direct) is answered by
 // unicast to its source, whatever its QU bit (RFC 6762 §5.5).
-func (r *responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex int, now time.Time) []outPacket {
+func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex int, now time.Time) []Packet {
 	legacy := src.Port() != mdnsPort
 	var mcast, ucast []dns.RR
 	var legacyQ []dns.Question
@@ -63,20 +66,20 @@ func (r *responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex 
 			mcast = append(mcast, r.notRecent(rrs, ifIndex, now)...)
 		}
 	}
-	var out []outPacket
+	var out []Packet
 	if len(ucast) > 0 {
 		resp := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: ucast}
 		if legacy {
 			resp.Id = m.Id
 			resp.Question = legacyQ
 		}
-		out = append(out, outPacket{ifIndex: ifIndex, to: src, msg: resp})
+		out = append(out, Packet{ifIndex: ifIndex, to: src, msg: resp})
 	}
 	if len(mcast) > 0 {
 		r.noteMulticast(mcast, ifIndex, now)
 		resp := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: mcast}
 		delay := sharedDelayMin + rand.N(sharedDelayMax-sharedDelayMin)
-		out = append(out, outPacket{ifIndex: ifIndex, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: resp, delay: delay})
+		out = append(out, Packet{ifIndex: ifIndex, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: resp, delay: delay})
 	}
 	for _, o := range out {
 		mdnsResponses.WithLabelValues(kindOf(o, legacy)).Inc()
@@ -84,7 +87,7 @@ func (r *responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex 
 	return out
 }
 
-func kindOf(o outPacket, legacy bool) string {
+func kindOf(o Packet, legacy bool) string {
 	switch {
 	case o.to.Addr() == mdnsGroup:
 		return "multicast"
@@ -104,8 +107,8 @@ func suppressKnown(rrs, known []dns.RR) []dns.RR {
 	for _, rr := range rrs {
 		drop := false
 		for _, k := range known {
-			if k.Header().Rrtype == rr.Header().Rrtype && equalAddr(k, rr) &&
-				lowerName(k.Header().Name) == lowerName(rr.Header().Name) && k.Header().Ttl >= rr.Header().Ttl/2 {
+			if k.Header().Rrtype == rr.Header().Rrtype && dnsname.SameData(k, rr) &&
+				dnsname.Lower(k.Header().Name) == dnsname.Lower(rr.Header().Name) && k.Header().Ttl >= rr.Header().Ttl/2 {
 				drop = true
 				break
 			}
@@ -117,21 +120,6 @@ func suppressKnown(rrs, known []dns.RR) []dns.RR {
 	return kept
 }
 
-func equalAddr(a, b dns.RR) bool {
-	switch x := a.(type) {
-	case *dns.A:
-		y, ok := b.(*dns.A)
-		return ok && x.A.Equal(y.A)
-	case *dns.AAAA:
-		y, ok := b.(*dns.AAAA)
-		return ok && x.AAAA.Equal(y.AAAA)
-	case *dns.PTR:
-		y, ok := b.(*dns.PTR)
-		return ok && lowerName(x.Ptr) == lowerName(y.Ptr)
-	}
-	return false
-}
-
 // rrKey is the multicast-limit key of a local A/AAAA record.
 func rrKey(rr dns.RR, ifIndex int) mcastKey {
 	var a netip.Addr
@@ -141,15 +129,15 @@ func rrKey(rr dns.RR, ifIndex int) mcastKey {
 	case *dns.AAAA:
 		a, _ = netip.AddrFromSlice(v.AAAA.To16())
 	case *dns.PTR:
-		return mcastKey{lowerName(rr.Header().Name) + " " + lowerName(v.Ptr), a, ifIndex}
+		return mcastKey{dnsname.Lower(rr.Header().Name) + " " + dnsname.Lower(v.Ptr), a, ifIndex}
 	}
-	return mcastKey{lowerName(rr.Header().Name), a, ifIndex}
+	return mcastKey{dnsname.Lower(rr.Header().Name), a, ifIndex}
 }
 
 // notRecent keeps the records not multicast on ifIndex in the last second
 // (RFC 6762 §6: per record and interface), which also bounds what a query
 // flood can make us send.
-func (r *responder) notRecent(rrs []dns.RR, ifIndex int, now time.Time) []dns.RR {
+func (r *Responder) notRecent(rrs []dns.RR, ifIndex int, now time.Time) []dns.RR {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	kept := rrs[:0]
@@ -162,13 +150,13 @@ func (r *responder) notRecent(rrs []dns.RR, ifIndex int, now time.Time) []dns.RR
 }
 
 // noteMulticast remembers that rrs were multicast on ifIndex at now.
-func (r *responder) noteMulticast(rrs []dns.RR, ifIndex int, now time.Time) {
+func (r *Responder) noteMulticast(rrs []dns.RR, ifIndex int, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.noteMulticastLocked(rrs, ifIndex, now)
 }
 
-func (r *responder) noteMulticastLocked(rrs []dns.RR, ifIndex int, now time.Time) {
+func (r *Responder) noteMulticastLocked(rrs []dns.RR, ifIndex int, now time.Time) {
 	if len(r.lastMcast) > 4096 {
 		for k, t := range r.lastMcast {
 			if now.Sub(t) >= mcastInterval {
