@@ -32,7 +32,7 @@ func testResponder(p *MDNSFallback, sent func(mdns.Packet)) *mdns.Responder {
 // hear hands r a packet multicast to the group from src.
 func hear(t testing.TB, r *mdns.Responder, m *dns.Msg, src netip.AddrPort) []mdns.Packet {
 	t.Helper()
-	return r.Handle(pack(t, m), src, mdns.Group, testIfIndex, time.Now())
+	return r.Handle(pack(t, m), mdns.Inbound{Src: src, Dst: mdns.Group, IfIndex: testIfIndex, TTL: 255}, time.Now())
 }
 
 type sink struct {
@@ -134,7 +134,7 @@ func TestPTROverMDNS(t *testing.T) {
 	var s sink
 	r := testResponder(p, s.add)
 
-	out := r.Handle(pack(t, question("1.0.32.10.in-addr.arpa.", dns.TypePTR, dns.ClassINET|quBit)), peer, mdns.Group, testIfIndex, time.Now())
+	out := r.Handle(pack(t, question("1.0.32.10.in-addr.arpa.", dns.TypePTR, dns.ClassINET|quBit)), mdns.Inbound{Src: peer, Dst: mdns.Group, IfIndex: testIfIndex, TTL: 255}, time.Now())
 	if len(out) != 1 || len(out[0].Message().Answer) != 1 || out[0].Message().Answer[0].(*dns.PTR).Ptr != "web.weave.local." {
 		t.Fatalf("PTR question for a local address: %+v", out)
 	}
@@ -153,7 +153,7 @@ func TestPTROverMDNS(t *testing.T) {
 		t.Fatalf("PTR query: %+v", q)
 	}
 	ans := answerMsg(&dns.PTR{Hdr: dns.RR_Header{Name: "2.0.32.10.in-addr.arpa.", Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: 60}, Ptr: "db.weave.local."})
-	r.Handle(pack(t, ans), netip.MustParseAddrPort("10.250.0.2:5353"), mdns.Group, testIfIndex, time.Now())
+	r.Handle(pack(t, ans), mdns.Inbound{Src: netip.MustParseAddrPort("10.250.0.2:5353"), Dst: mdns.Group, IfIndex: testIfIndex, TTL: 255}, time.Now())
 	m := <-done
 	if len(m.Answer) != 1 || m.Answer[0].(*dns.PTR).Ptr != "db.weave.local." {
 		t.Fatalf("PTR of another host's address: %v", m)
@@ -162,7 +162,7 @@ func TestPTROverMDNS(t *testing.T) {
 	bad := answerMsg(
 		&dns.PTR{Hdr: dns.RR_Header{Name: "9.0.0.192.in-addr.arpa.", Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: 60}, Ptr: "x.weave.local."},
 		&dns.PTR{Hdr: dns.RR_Header{Name: "3.0.32.10.in-addr.arpa.", Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: 60}, Ptr: "printer.local."})
-	r.Handle(pack(t, bad), netip.MustParseAddrPort("10.250.0.2:5353"), mdns.Group, testIfIndex, time.Now())
+	r.Handle(pack(t, bad), mdns.Inbound{Src: netip.MustParseAddrPort("10.250.0.2:5353"), Dst: mdns.Group, IfIndex: testIfIndex, TTL: 255}, time.Now())
 	if p.lan.Answers().Len() != 1 {
 		t.Fatalf("cache holds %d entries, want the one PTR", p.lan.Answers().Len())
 	}
@@ -181,7 +181,7 @@ func TestRandomNameFlood(t *testing.T) {
 	r := testResponder(p, nil)
 	now := time.Now()
 	for i := range 16 {
-		r.Handle(pack(t, answerMsg(aRR(fmt.Sprintf("peer%d.weave.local.", i), "10.250.0.9", 120, true))), peer, mdns.Group, testIfIndex, now)
+		r.Handle(pack(t, answerMsg(aRR(fmt.Sprintf("peer%d.weave.local.", i), "10.250.0.9", 120, true))), mdns.Inbound{Src: peer, Dst: mdns.Group, IfIndex: testIfIndex, TTL: 255}, now)
 	}
 	start := time.Now()
 	servfail := 0

@@ -36,28 +36,41 @@ func (r *Responder) questionRRs(q dns.Question) []dns.RR {
 }
 
 // answer builds the replies to a query for local names (A, AAAA, ANY) and
-// the reverse names of local addresses (PTR). A
-// query sent straight to our unicast address (direct) is answered by
-// unicast to its source, whatever its QU bit (RFC 6762 §5.5).
+// the reverse names of local addresses (PTR): one answer per distinct
+// question (a question repeated, or an ANY beside an A, adds nothing),
+// less the known answers (RFC 6762 §7.1), in packets of at most
+// maxPayload bytes (§17). A query sent straight to our unicast address
+// (direct) is answered by unicast to its source, whatever its QU bit
+// (§5.5); unicast and legacy replies are bounded per source (replyRate).
 func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex int, now time.Time) []Packet {
 	legacy := src.Port() != mdnsPort
 	var mcast, ucast []dns.RR
 	var legacyQ []dns.Question
+	seenQ := map[dns.Question]bool{}
+	seenRR := map[mcastKey]bool{}
 	for _, q := range m.Question {
-		if q.Qclass&^quBit != dns.ClassINET && q.Qclass&^quBit != dns.ClassANY {
+		cls := q.Qclass &^ quBit
+		if cls != dns.ClassINET && cls != dns.ClassANY {
 			continue
 		}
-		rrs := suppressKnown(r.questionRRs(q), m.Answer)
+		k := dns.Question{Name: dnsname.Lower(q.Name), Qtype: q.Qtype, Qclass: cls}
+		if seenQ[k] {
+			continue // asked already in this query: answered once
+		}
+		seenQ[k] = true
+		var rrs []dns.RR
+		for _, rr := range suppressKnown(r.questionRRs(q), m.Answer) {
+			if key := rrKey(rr, 0); !seenRR[key] {
+				seenRR[key] = true
+				rrs = append(rrs, rr)
+			}
+		}
 		if len(rrs) == 0 {
 			continue
 		}
 		switch {
 		case legacy:
-			for _, rr := range rrs {
-				if rr.Header().Ttl > legacyMaxTTL {
-					rr.Header().Ttl = legacyMaxTTL
-				}
-			}
+			capTTL(rrs)
 			legacyQ = append(legacyQ, q)
 			ucast = append(ucast, rrs...)
 		case q.Qclass&quBit != 0 || direct:
@@ -67,24 +80,80 @@ func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex 
 		}
 	}
 	var out []Packet
-	if len(ucast) > 0 {
-		resp := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: ucast}
+	if len(ucast) > 0 && r.replies.allow(src.Addr(), now) {
 		if legacy {
-			resp.Id = m.Id
-			resp.Question = legacyQ
+			out = append(out, Packet{ifIndex: ifIndex, to: src, msg: legacyReply(m, legacyQ, ucast)})
+		} else {
+			for _, msg := range split(ucast) {
+				out = append(out, Packet{ifIndex: ifIndex, to: src, msg: msg})
+			}
 		}
-		out = append(out, Packet{ifIndex: ifIndex, to: src, msg: resp})
+	} else if len(ucast) > 0 {
+		mdnsDropped.WithLabelValues("reply_rate").Inc()
 	}
 	if len(mcast) > 0 {
 		r.noteMulticast(mcast, ifIndex, now)
-		resp := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: mcast}
 		delay := sharedDelayMin + rand.N(sharedDelayMax-sharedDelayMin)
-		out = append(out, Packet{ifIndex: ifIndex, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: resp, delay: delay})
+		for _, msg := range split(mcast) {
+			out = append(out, Packet{ifIndex: ifIndex, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: msg, delay: delay})
+		}
 	}
 	for _, o := range out {
 		mdnsResponses.WithLabelValues(kindOf(o, legacy)).Inc()
 	}
 	return out
+}
+
+// capTTL caps the TTLs of a legacy reply (RFC 6762 §6.7).
+func capTTL(rrs []dns.RR) {
+	for _, rr := range rrs {
+		if rr.Header().Ttl > legacyMaxTTL {
+			rr.Header().Ttl = legacyMaxTTL
+		}
+	}
+}
+
+// maxPayload bounds the DNS message of a packet we send, so that with its
+// IPv6 and UDP headers (48 bytes) the packet stays within RFC 6762 §17's
+// 9,000 bytes.
+const maxPayload = maxPacket - 48
+
+// split packs rrs into responses of at most maxPayload bytes each.
+func split(rrs []dns.RR) []*dns.Msg {
+	var out []*dns.Msg
+	m := newResponse()
+	for _, rr := range rrs {
+		m.Answer = append(m.Answer, rr)
+		if m.Len() > maxPayload && len(m.Answer) > 1 {
+			m.Answer = m.Answer[:len(m.Answer)-1]
+			out = append(out, m)
+			m = newResponse()
+			m.Answer = append(m.Answer, rr)
+		}
+	}
+	return append(out, m)
+}
+
+func newResponse() *dns.Msg {
+	return &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}}
+}
+
+// legacyReply is the conventional unicast reply to a legacy query (RFC
+// 6762 §6.7): its ID and questions echoed, within the size the querier
+// takes (512 bytes, or its EDNS0 buffer up to maxPayload), truncated
+// with TC set when the answers do not fit.
+func legacyReply(q *dns.Msg, questions []dns.Question, answers []dns.RR) *dns.Msg {
+	m := newResponse()
+	m.Id, m.Question, m.Answer = q.Id, questions, answers
+	size := dns.MinMsgSize
+	if opt := q.IsEdns0(); opt != nil {
+		size = min(max(int(opt.UDPSize()), dns.MinMsgSize), maxPayload)
+	}
+	for m.Len() > size && len(m.Answer) > 0 {
+		m.Answer = m.Answer[:len(m.Answer)-1]
+		m.Truncated = true
+	}
+	return m
 }
 
 func kindOf(o Packet, legacy bool) string {

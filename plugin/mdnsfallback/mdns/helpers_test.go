@@ -43,7 +43,7 @@ func itoa3(i int) string {
 
 // handle is Handle for a packet multicast to the group.
 func (r *Responder) handle(b []byte, src netip.AddrPort, ifIndex int, now time.Time) []Packet {
-	return r.Handle(b, src, mdnsGroup, ifIndex, now)
+	return r.Handle(b, Inbound{Src: src, Dst: mdnsGroup, IfIndex: ifIndex, TTL: 255}, now)
 }
 
 func testNode() *Node { n, _ := newTestNode(nil); return n }

@@ -83,6 +83,15 @@ func (f *inflight) answered(name string, now time.Time) bool {
 	return true
 }
 
+// pending reports whether a query for name is in flight: a unicast
+// response counts for it only then (RFC 6762 §6).
+func (f *inflight) pending(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.m[name]
+	return ok
+}
+
 // abandon ends c, the call for name, at once, without its onDone: the
 // query was never sent.
 func (f *inflight) abandon(name string, c *call) {

@@ -65,6 +65,27 @@ func (i *mdnsIface) onLink(src netip.Addr, now time.Time) bool {
 	return false
 }
 
+// broadcast reports whether src is the directed broadcast address of one
+// of the interface's IPv4 networks.
+func (i *mdnsIface) broadcast(src netip.Addr) bool {
+	if !src.Is4() {
+		return false
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	for _, p := range i.prefixes {
+		if !p.Addr().Is4() || p.Bits() >= 31 || !p.Contains(src) {
+			continue
+		}
+		a, host := p.Addr().As4(), uint32(1)<<(32-p.Bits())-1
+		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
+		if netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}) == src {
+			return true
+		}
+	}
+	return false
+}
+
 // ifacePrefixes returns the interface's IPv4 addresses with their prefix
 // lengths (not masked: each one's Addr is one of the host's addresses).
 // ownAddr reports whether src is one of the interface's own addresses.
@@ -143,7 +164,8 @@ type Responder struct {
 	ucDone  chan struct{}
 	watched chan struct{} // closed when the interface watcher ended
 
-	own ownPackets // what we sent lately: our own multicast, looped back, is not news
+	own     ownPackets   // what we sent lately: our own multicast, looped back, is not news
+	replies replyLimiter // unicast and legacy replies per source
 
 	sent func(Packet) // tests: sees every packet sent
 }
@@ -257,7 +279,7 @@ func (r *Responder) open() error {
 			return fmt.Errorf("mdns join %s on %s: %w", mdnsGroup, i.ifi.Name, err)
 		}
 	}
-	if err := pc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst, true); err != nil {
+	if err := pc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst|ipv4.FlagTTL, true); err != nil {
 		conn.Close()
 		return fmt.Errorf("mdns control messages: %w", err)
 	}
@@ -270,7 +292,7 @@ func (r *Responder) open() error {
 		return fmt.Errorf("mdns one-shot socket: %w", err)
 	}
 	uc := ipv4.NewPacketConn(ucConn)
-	if err := uc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst, true); err != nil {
+	if err := uc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst|ipv4.FlagTTL, true); err != nil {
 		conn.Close()
 		ucConn.Close()
 		return fmt.Errorf("mdns control messages: %w", err)
@@ -280,8 +302,8 @@ func (r *Responder) open() error {
 	r.pc, r.conn, r.done, r.watched = pc, conn, make(chan struct{}), make(chan struct{})
 	r.uc, r.ucConn, r.ucDone = uc, ucConn, make(chan struct{})
 	r.checkShared()
-	go r.readLoop(r.pc, r.done)
-	go r.readLoop(r.uc, r.ucDone)
+	go r.readLoop(r.pc, r.done, false)
+	go r.readLoop(r.uc, r.ucDone, true)
 	go r.watchInterfaces(r.done)
 	return nil
 }
@@ -300,10 +322,11 @@ func (r *Responder) close() {
 	r.conn = nil
 }
 
-// readLoop handles the packets of pc until it is closed, then closes done.
-func (r *Responder) readLoop(pc *ipv4.PacketConn, done chan struct{}) {
+// readLoop handles the packets of pc (the ephemeral-port socket with
+// oneShot) until it is closed, then closes done.
+func (r *Responder) readLoop(pc *ipv4.PacketConn, done chan struct{}, oneShot bool) {
 	defer close(done)
-	buf := make([]byte, maxPacket)
+	buf := make([]byte, 1<<16) // larger than any packet it accepts: an oversized one is seen whole
 	for {
 		n, cm, src, err := pc.ReadFrom(buf)
 		if err != nil {
@@ -316,19 +339,20 @@ func (r *Responder) readLoop(pc *ipv4.PacketConn, done chan struct{}) {
 		if !ok {
 			continue
 		}
-		ifIndex := 0
-		dst := mdnsGroup
+		in := Inbound{Dst: mdnsGroup, OneShot: oneShot}
 		if cm != nil {
-			ifIndex = cm.IfIndex
+			in.IfIndex, in.TTL = cm.IfIndex, cm.TTL
 			if d, ok := netip.AddrFromSlice(cm.Dst); ok {
-				dst = d.Unmap()
+				in.Dst = d.Unmap()
 			}
 		}
 		from := ua.AddrPort()
-		if r.ownPacket(buf[:n], from.Addr().Unmap(), time.Now()) {
+		in.Src = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+		if r.ownPacket(buf[:n], in.Src.Addr(), time.Now()) {
+			mdnsDropped.WithLabelValues("own").Inc()
 			continue // our own packet, looped back
 		}
-		for _, out := range r.Handle(buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), dst, ifIndex, time.Now()) {
+		for _, out := range r.Handle(buf[:n], in, time.Now()) {
 			r.send(out)
 		}
 	}
@@ -359,49 +383,103 @@ func (r *Responder) write(o Packet) {
 	_, _ = pc.WriteTo(b, &ipv4.ControlMessage{IfIndex: o.ifIndex}, dst)
 }
 
-// Handle processes one packet sent to dst (the mDNS group, or one of our
-// own unicast addresses) that arrived on ifIndex from src, and returns the
-// replies to send. Malformed, off-link and foreign-interface packets are
-// dropped.
-func (r *Responder) Handle(b []byte, src netip.AddrPort, dst netip.Addr, ifIndex int, now time.Time) []Packet {
-	ifaces := r.ifs()
-	iface := ifaces[ifIndex]
-	if iface == nil && len(ifaces) == 1 && ifIndex == 0 {
-		for _, i := range ifaces {
-			iface = i
-		}
-	}
-	if iface == nil {
-		mdnsDropped.WithLabelValues("interface").Inc()
-		return nil
+// Inbound is how a packet arrived.
+type Inbound struct {
+	Src     netip.AddrPort
+	Dst     netip.Addr // the mDNS group, or one of our own unicast addresses
+	IfIndex int
+	TTL     int  // its IP TTL (IPv6: hop limit), from the control message
+	OneShot bool // it came to the ephemeral-port socket (answers to our one-shot queries)
+}
+
+// Handle processes one packet and returns the replies to send. It keeps
+// only what RFC 6762 lets the LAN say, and counts every packet or record
+// it drops in mdns_dropped_total by reason:
+//
+//   - interface: not on a joined interface; oversized: over 9,000 bytes
+//     (§17); malformed: not a DNS message; opcode: not a plain query or
+//     response; bad_source: from an address no host sends from (the
+//     unspecified, limited or directed broadcast, multicast addresses);
+//   - responses: source_port: not from port 5353 (§6); ttl: an IP TTL
+//     other than 255 (§11: it crossed a router); unsolicited: a record of
+//     a unicast response (to one of our unicast addresses, §6) for a name
+//     we have no query pending for — only multicast responses are news
+//     anybody may send; out_of_zone, bad_address: see learn;
+//   - queries: off_link: an IP TTL below 255 from outside the interface's
+//     networks (§11); a query to the ephemeral-port socket is dropped as
+//     unexpected.
+func (r *Responder) Handle(b []byte, in Inbound, now time.Time) []Packet {
+	iface := r.ifaceOf(in.IfIndex)
+	switch {
+	case iface == nil:
+		return drop("interface")
+	case len(b) > maxPacket:
+		return drop("oversized")
+	case badSource(in.Src.Addr(), iface):
+		return drop("bad_source")
 	}
 	m := new(dns.Msg)
 	if err := m.Unpack(b); err != nil {
-		mdnsDropped.WithLabelValues("malformed").Inc()
-		return nil
-	}
-	if !iface.onLink(src.Addr(), now) {
-		mdnsDropped.WithLabelValues("off_link").Inc()
-		return nil
+		return drop("malformed")
 	}
 	if m.Opcode != dns.OpcodeQuery || m.Rcode != dns.RcodeSuccess {
-		return nil
+		return drop("opcode")
 	}
 	if m.Response {
-		if src.Port() != mdnsPort { // RFC 6762 §6: MUST be ignored
-			mdnsDropped.WithLabelValues("source_port").Inc()
-			return nil
+		switch {
+		case in.Src.Port() != mdnsPort: // RFC 6762 §6: MUST be ignored
+			return drop("source_port")
+		case in.TTL != 255:
+			return drop("ttl")
 		}
-		r.learn(m, now)
+		r.learn(m, !in.Dst.IsMulticast(), now)
 		return nil
 	}
-	return r.answer(m, src, !dst.IsMulticast(), iface.ifi.Index, now)
+	switch {
+	case in.OneShot:
+		return drop("unexpected")
+	case in.TTL != 255 && !iface.onLink(in.Src.Addr(), now):
+		return drop("off_link")
+	}
+	return r.answer(m, in.Src, !in.Dst.IsMulticast(), iface.ifi.Index, now)
 }
 
-// learn caches the A/AAAA records of a response for names inside the
-// zones, local ones too (a name answers the union of its local records and
+// drop counts a dropped packet by reason and returns no replies.
+func drop(reason string) []Packet {
+	mdnsDropped.WithLabelValues(reason).Inc()
+	return nil
+}
+
+// ifaceOf returns the joined interface of index (the only one when the
+// index is unknown), or nil.
+func (r *Responder) ifaceOf(index int) *mdnsIface {
+	ifaces := r.ifs()
+	if i := ifaces[index]; i != nil {
+		return i
+	}
+	if len(ifaces) == 1 && index == 0 {
+		for _, i := range ifaces {
+			return i
+		}
+	}
+	return nil
+}
+
+// badSource reports whether src is an address no host sends from: the
+// unspecified address, the limited broadcast, the directed broadcast of
+// one of the interface's networks, or a multicast address.
+func badSource(src netip.Addr, iface *mdnsIface) bool {
+	if !src.IsValid() || src.IsUnspecified() || src.IsMulticast() || src == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return true
+	}
+	return iface.broadcast(src)
+}
+
+// learn caches the A/AAAA records of a response (unicast: sent to one of
+// our unicast addresses, whose records count only for names we have a
+// query pending for) for names inside the zones, local ones too (a name answers the union of its local records and
 // every other host's), and tells the queries waiting for them.
-func (r *Responder) learn(m *dns.Msg, now time.Time) {
+func (r *Responder) learn(m *dns.Msg, unicast bool, now time.Time) {
 	n := r.n
 	var woke []string
 	for _, sec := range [][]dns.RR{m.Answer, m.Extra} {
@@ -417,6 +495,10 @@ func (r *Responder) learn(m *dns.Msg, now time.Time) {
 			case *dns.AAAA:
 				addr, _ = netip.AddrFromSlice(v.AAAA.To16())
 			case *dns.PTR:
+				if unicast && !n.inflight.pending(dnsname.Lower(h.Name)) {
+					mdnsDropped.WithLabelValues("unsolicited").Inc()
+					continue
+				}
 				if r.learnPTR(v, now) && h.Ttl > 0 {
 					woke = append(woke, dnsname.Lower(h.Name))
 				}
@@ -429,6 +511,10 @@ func (r *Responder) learn(m *dns.Msg, now time.Time) {
 				continue
 			}
 			name := dnsname.Lower(h.Name)
+			if unicast && !n.inflight.pending(name) {
+				mdnsDropped.WithLabelValues("unsolicited").Inc() // not an answer to a query of ours
+				continue
+			}
 			if !n.inZones(name) {
 				mdnsDropped.WithLabelValues("out_of_zone").Inc()
 				continue

@@ -112,7 +112,9 @@ func TestResponderAnswers(t *testing.T) {
 		t.Fatalf("known answer repeated: %v", out)
 	}
 
-	// Names we do not hold, other types, off-link sources, other interfaces, garbage: silence.
+	// Names we do not hold, other types, off-link sources (another subnet
+	// and an IP TTL below 255: it crossed a router), other interfaces,
+	// garbage: silence.
 	for i, tc := range []struct {
 		b   []byte
 		src netip.AddrPort
@@ -125,7 +127,7 @@ func TestResponderAnswers(t *testing.T) {
 		{pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET|quBit)), peer, 99},
 		{[]byte{1, 2, 3}, peer, testIfIndex},
 	} {
-		if out := r.handle(tc.b, tc.src, tc.idx, now); len(out) != 0 {
+		if out := r.Handle(tc.b, Inbound{Src: tc.src, Dst: mdnsGroup, IfIndex: tc.idx, TTL: 64}, now); len(out) != 0 {
 			t.Errorf("%d: answered %v", i, out)
 		}
 	}
@@ -166,8 +168,8 @@ func TestResponderLearns(t *testing.T) {
 	if rrs, _, _ := p.cache.lookup("web.weave.local.", "web.weave.local.", dns.TypeA, now, nil); len(rrs) != 1 || rrs[0].(*dns.A).A.String() != "10.250.0.66" {
 		t.Fatalf("local name's cache: %v, want the other host's address only", rrs)
 	}
-	// Off-link answers are ignored.
-	r.handle(pack(t, answerMsg(aRR("evil.weave.local.", "10.250.0.3", 120, true))), netip.MustParseAddrPort("203.0.113.1:5353"), testIfIndex, now)
+	// Answers that crossed a router (IP TTL below 255) are ignored.
+	r.Handle(pack(t, answerMsg(aRR("evil.weave.local.", "10.250.0.3", 120, true))), Inbound{Src: netip.MustParseAddrPort("203.0.113.1:5353"), Dst: mdnsGroup, IfIndex: testIfIndex, TTL: 254}, now)
 	if p.cache.Has("evil.weave.local.", now) {
 		t.Fatal("off-link answer cached")
 	}
@@ -357,7 +359,7 @@ func TestDirectUnicastQuery(t *testing.T) {
 	r := testResponder(p)
 	now := time.Unix(1000, 0)
 	q := pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET))
-	out := r.Handle(q, peer, netip.MustParseAddr("10.250.0.1"), testIfIndex, now)
+	out := r.Handle(q, Inbound{Src: peer, Dst: netip.MustParseAddr("10.250.0.1"), IfIndex: testIfIndex, TTL: 255}, now)
 	if len(out) != 1 || out[0].to != peer || len(out[0].msg.Answer) != 1 {
 		t.Fatalf("direct query: %+v, want one unicast reply to %v", out, peer)
 	}
