@@ -9,7 +9,8 @@
 # phase). Bounded: about half a minute a seed on 2 cores, and go test's
 # timeout at three minutes a seed. Every difference, allowed ones with
 # their reason, lands in $MESHDNS_GEN_OUT (default bin/soak/seed-N.txt);
-# the summary lines are printed.
+# the summary lines are printed. Then the mdnsfallback hostile-LAN generator
+# (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/meshdns ] || build/build.sh bin/meshdns
@@ -23,4 +24,16 @@ MESHDNS_BIN=$PWD/bin/meshdns MESHDNS_SOAK_SEEDS=$seeds MESHDNS_GEN_OUT=$out \
   >"$out/go-test.log" 2>&1 || status=$?
 grep -E 'answered alike|: [0-9]+ namespaces|^ *(--- |ok|FAIL)' "$out/go-test.log" || true
 echo "soak: $seeds seeds, differences in $out (full log: $out/go-test.log)"
+
+# mdns: the hostile-LAN generator of issue 29 (test/mdnsfallback_hostile_test.go)
+# for MESHDNS_SOAK_MDNS_SEEDS seeds (default 20) of MESHDNS_SOAK_MDNS_STEPS steps
+# (default 400): meshdns on two hosts, Avahi on a third, a raw-socket attacker on
+# the fourth. About ten seconds a seed; go test's timeout at a minute a seed.
+mseeds=${MESHDNS_SOAK_MDNS_SEEDS:-20}
+msteps=${MESHDNS_SOAK_MDNS_STEPS:-400}
+MESHDNS_BIN=$PWD/bin/meshdns MESHDNS_HOSTILE_SEEDS=$mseeds MESHDNS_HOSTILE_STEPS=$msteps MESHDNS_HOSTILE_FIRST=100 \
+  go test -count=1 -timeout "$((mseeds + 5))m" -run 'TestMdnsfallbackHostileLAN$' -v ./test/ \
+  >"$out/mdns-hostile.log" 2>&1 || status=$?
+grep -E 'lookups, |hostile_test.go|^ *(--- |ok|FAIL)' "$out/mdns-hostile.log" || true
+echo "soak mdns: $mseeds seeds of $msteps steps (full log: $out/mdns-hostile.log)"
 exit $status

@@ -174,7 +174,8 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, p.deleteAPI(id, func(r records.Record) bool { return dom == "" || r.Domain == dom }))
+		ans := p.deleteAPI(id, func(r records.Record) bool { return dom == "" || r.Domain == dom })
+		p.writeDurable(w, ans)
 		return
 	}
 	if !allow(w, r, http.MethodPut, http.MethodDelete) || !p.authorized(w, r) {
@@ -211,7 +212,7 @@ func (p *MDNSFallback) routeRecord(w http.ResponseWriter, r *http.Request, id, i
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, p.deleteAPI(id, func(r records.Record) bool { return r.IP == ip && (dom == "" || r.Domain == dom) }))
+		p.writeDurable(w, p.deleteAPI(id, func(r records.Record) bool { return r.IP == ip && (dom == "" || r.Domain == dom) }))
 		return
 	}
 	f, err := parseFields(r, body)
@@ -222,7 +223,7 @@ func (p *MDNSFallback) routeRecord(w http.ResponseWriter, r *http.Request, id, i
 	rec, created, err := p.db.Put(records.Record{ID: id, IP: ip, Domain: f.domain, RoutingPrefix: f.prefix, TTL: f.ttl})
 	switch {
 	case errors.Is(err, records.ErrOwned): // acknowledged, not taken over: the answer shows whose it is
-		writeJSON(w, http.StatusOK, putAnswer{Record: rec})
+		p.writeDurable(w, putAnswer{Record: rec})
 		return
 	case errors.Is(err, records.ErrFull):
 		writeError(w, http.StatusConflict, err.Error())
@@ -232,10 +233,34 @@ func (p *MDNSFallback) routeRecord(w http.ResponseWriter, r *http.Request, id, i
 		return
 	}
 	if f.checkAlive && p.checkAlive(rec) {
-		writeJSON(w, http.StatusOK, putAnswer{Record: rec, NotRunning: true})
+		p.writeDurable(w, putAnswer{Record: rec, NotRunning: true})
 		return
 	}
-	writeJSON(w, http.StatusOK, putAnswer{Record: rec, Created: created})
+	p.writeDurable(w, putAnswer{Record: rec, Created: created})
+}
+
+// durableWait bounds how long a write waits for the snapshot.
+const durableWait = 10 * time.Second
+
+// writeDurable answers a PUT or DELETE: 200 with v once the database as
+// it is now is on disk (with snapshot; at once without), so a 200 means
+// the change survives a crash. A snapshot write that fails (the writer
+// retries it) or takes over durableWait answers 503: the change is made
+// and serves, but is not on disk yet.
+//
+// The wait does not follow the request's context: a client that half-closes
+// its side after the request (nc, HTTP/1.0) is still answered.
+func (p *MDNSFallback) writeDurable(w http.ResponseWriter, v any) {
+	if s := p.snap.Load(); s != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), durableWait)
+		defer cancel()
+		if err := s.Sync(ctx, p.db.Generation()); err != nil {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "the change is made but not on disk yet (the snapshot write is retried): "+err.Error())
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 type deleted struct {
@@ -449,6 +474,7 @@ type statusBody struct {
 	Zones        []string         `json:"zones"`
 	Records      int              `json:"records"`
 	MaxRecords   int              `json:"max_records"`
+	Aside        int              `json:"aside,omitempty"` // records kept aside: outside the zones, or past max_records
 	CacheEntries int              `json:"cache_entries"`
 	CacheSize    int              `json:"cache_size"`
 	Interfaces   []string         `json:"interfaces"`
@@ -466,6 +492,7 @@ func (p *MDNSFallback) status() statusBody {
 		Version:      caddy.AppName + " " + caddy.AppVersion,
 		Zones:        p.cfg.zones,
 		Records:      p.db.Len(),
+		Aside:        len(p.db.Aside()),
 		MaxRecords:   p.cfg.maxRecords,
 		CacheEntries: p.lan.Len(),
 		CacheSize:    p.cfg.cacheSize,

@@ -205,7 +205,7 @@ func BenchmarkList(b *testing.B) {
 	for i := range recs {
 		recs[i] = records.Record{ID: fmt.Sprintf("ctr%d", i), IP: netip.AddrFrom4([4]byte{10, 32, byte(i >> 8), byte(i)}), Domain: fmt.Sprintf("svc-%d.weave.local.", i/2)}
 	}
-	if skipped := p.db.Replace(recs); skipped != 0 {
+	if _, skipped := p.db.Replace(recs); skipped != 0 {
 		b.Fatalf("%d skipped", skipped)
 	}
 	recs = nil

@@ -209,3 +209,57 @@ func TestRandomNameFlood(t *testing.T) {
 		}
 	}
 }
+
+// TestOtherTypesNeedNoQuery: the traffic for nothing — HTTPS and
+// SRV questions for a name another host holds — sends no mDNS query:
+// types other than A, AAAA and ANY are answered from what is known
+// (NODATA for a name with addresses, here or on other hosts; NXDOMAIN for
+// one nobody is known to hold). An HTTPS question asked while the name's
+// A query is in flight waits for it instead of answering NXDOMAIN early.
+func TestOtherTypesNeedNoQuery(t *testing.T) {
+	p := newTestPlugin(func(c *config) { c.timeout = time.Second })
+	r := testResponder(p, nil)
+	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	hear(t, r, answerMsg(aRR("far.weave.local.", "10.250.0.9", 120, false)), peer)
+	serve := func(name string, qtype uint16) *dns.Msg {
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		p.ServeDNS(context.Background(), rec, m)
+		return rec.Msg
+	}
+	time.Sleep(20 * time.Millisecond) // the background query for web's other holders is out
+	base := queriesSent(p)
+	for range 10 {
+		for _, qt := range []uint16{dns.TypeHTTPS, dns.TypeSRV} {
+			if m := serve("far.weave.local.", qt); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 || len(m.Ns) != 1 {
+				t.Fatalf("%s of a name another host holds: %v", dns.TypeToString[qt], m)
+			}
+			if m := serve("web.weave.local.", qt); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 {
+				t.Fatalf("%s of a local name: %v", dns.TypeToString[qt], m)
+			}
+			if m := serve("nobody.weave.local.", qt); m.Rcode != dns.RcodeNameError {
+				t.Fatalf("%s of a name nobody holds: %v", dns.TypeToString[qt], m)
+			}
+		}
+	}
+	if n := queriesSent(p) - base; n != 0 {
+		t.Fatalf("60 questions of other types sent %d mDNS queries", n)
+	}
+	// A, then HTTPS while the A query is in flight: NODATA once it is answered.
+	a := make(chan *dns.Msg)
+	go func() { a <- serve("late.weave.local.", dns.TypeA) }()
+	for queriesSent(p) == base {
+		time.Sleep(time.Millisecond)
+	}
+	https := make(chan *dns.Msg)
+	go func() { https <- serve("late.weave.local.", dns.TypeHTTPS) }()
+	time.Sleep(10 * time.Millisecond)
+	hear(t, r, answerMsg(aRR("late.weave.local.", "10.250.0.8", 120, false)), peer)
+	if m := <-https; m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 {
+		t.Fatalf("HTTPS asked beside A: %v", m)
+	}
+	if m := <-a; len(m.Answer) != 1 {
+		t.Fatalf("A: %v", m)
+	}
+}

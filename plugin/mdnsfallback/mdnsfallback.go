@@ -147,6 +147,9 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 
 	if e := p.db.Lookup(name); e != nil {
 		p.count(server, resLocal)
+		if !asksAddress(qtype) {
+			return p.reply(w, r, zone, nil) // the name exists: NODATA, and nothing to ask the LAN
+		}
 		return p.reply(w, r, zone, p.withRemote(e, name, qname, qtype))
 	}
 	if name == zone.Zone { // the apex: its SOA, NODATA for anything else, never mDNS
@@ -155,7 +158,32 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 		}
 		return p.reply(w, r, zone, nil)
 	}
+	if !asksAddress(qtype) {
+		return p.serveKnown(ctx, w, r, zone, server, name)
+	}
 	return p.serveRemote(ctx, w, r, zone, server, name)
+}
+
+// asksAddress reports whether a question of qtype is one mDNS is asked
+// for: A, AAAA, or both (ANY).
+func asksAddress(qtype uint16) bool {
+	return qtype == dns.TypeA || qtype == dns.TypeAAAA || qtype == dns.TypeANY
+}
+
+// serveKnown answers a question of another type (HTTPS, SRV, MX, TXT…)
+// for a name nobody here holds from what is known of the name, without an
+// mDNS query: the LAN holds nothing but addresses. NODATA when other hosts
+// answered addresses for it, NXDOMAIN (or the next plugin) otherwise. A
+// query for the name's addresses already in flight (a browser asks A, AAAA
+// and HTTPS at once) is waited for, never started.
+func (p *MDNSFallback) serveKnown(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone *soa.Names, server, name string) (int, error) {
+	p.lan.Await(ctx, name)
+	if p.lan.Has(name, time.Now()) {
+		p.count(server, resCache)
+		return p.reply(w, r, zone, nil)
+	}
+	p.count(server, resMiss)
+	return p.nxdomain(ctx, w, r, zone, r.Question[0].Name)
 }
 
 // withRemote returns the local records of e as qtype asks, with the
@@ -170,7 +198,7 @@ func (p *MDNSFallback) withRemote(e *records.Entry, name, qname string, qtype ui
 	}
 	remote, res, refresh := p.lan.Lookup(name, qname, qtype, time.Now())
 	if res == mdns.Unknown || refresh {
-		p.lan.AskInBackground(name)
+		p.lan.AskOthers(name) // a budget of its own, backing off: never the refreshes'
 	}
 	for _, rr := range remote {
 		if !holds(answer, rr) {
@@ -190,7 +218,7 @@ func (p *MDNSFallback) serveRemote(ctx context.Context, w dns.ResponseWriter, r 
 	switch res {
 	case mdns.Positive:
 		if refresh {
-			p.lan.AskInBackground(name)
+			p.lan.Refresh(name)
 		}
 		p.count(server, resCache)
 		return p.reply(w, r, zone, shuffle(answer))
@@ -205,6 +233,9 @@ func (p *MDNSFallback) serveRemote(ctx context.Context, w dns.ResponseWriter, r 
 	switch p.lan.Resolve(ctx, name) {
 	case mdns.Busy:
 		p.count(server, resMiss)
+		if p.cfg.fall.Through(qname) {
+			return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
+		}
 		return dns.RcodeServerFailure, nil // too many mDNS queries in flight, or the query budget spent
 	case mdns.Recent:
 		p.count(server, resMiss)

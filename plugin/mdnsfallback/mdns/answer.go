@@ -82,10 +82,10 @@ func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex 
 	var out []Packet
 	if len(ucast) > 0 && r.replies.allow(src.Addr(), now) {
 		if legacy {
-			out = append(out, Packet{ifIndex: ifIndex, to: src, msg: legacyReply(m, legacyQ, ucast)})
+			out = append(out, Packet{ifIndex: ifIndex, to: src, msg: legacyReply(m, legacyQ, ucast), fresh: true, legacy: true})
 		} else {
 			for _, msg := range split(ucast) {
-				out = append(out, Packet{ifIndex: ifIndex, to: src, msg: msg})
+				out = append(out, Packet{ifIndex: ifIndex, to: src, msg: msg, fresh: true})
 			}
 		}
 	} else if len(ucast) > 0 {
@@ -95,7 +95,7 @@ func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex 
 		r.noteMulticast(mcast, ifIndex, now)
 		delay := sharedDelayMin + rand.N(sharedDelayMax-sharedDelayMin)
 		for _, msg := range split(mcast) {
-			out = append(out, Packet{ifIndex: ifIndex, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: msg, delay: delay})
+			out = append(out, Packet{ifIndex: ifIndex, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: msg, delay: delay, fresh: true})
 		}
 	}
 	for _, o := range out {

@@ -135,7 +135,7 @@ func (n *Node) Resolve(ctx context.Context, name string) int {
 	if resp == nil {
 		return Busy
 	}
-	c, why := n.ask(resp, name, false)
+	c, why := n.ask(resp, name, queryAsked)
 	switch {
 	case c == nil && why == limitedName:
 		return Recent
@@ -149,11 +149,31 @@ func (n *Node) Resolve(ctx context.Context, name string) int {
 	return Asked
 }
 
-// AskInBackground asks the network for name without waiting (a local
-// name's other hosts, a refresh), within half the query budget.
-func (n *Node) AskInBackground(name string) {
+// Refresh asks the network for a cached name clients still use, without
+// waiting, within half the query budget.
+func (n *Node) Refresh(name string) {
 	if resp := n.resp.Load(); resp != nil {
-		n.ask(resp, name, true)
+		n.ask(resp, name, queryRefresh)
+	}
+}
+
+// AskOthers asks the network for the other holders of a name this host
+// holds, without waiting, within a budget of its own: the refreshes of
+// other hosts' names are never refused for them.
+func (n *Node) AskOthers(name string) {
+	if resp := n.resp.Load(); resp != nil {
+		n.ask(resp, name, queryOthers)
+	}
+}
+
+// Await waits for the query for name in flight, if any, to end (or ctx);
+// it never sends one.
+func (n *Node) Await(ctx context.Context, name string) {
+	if c := n.inflight.get(name); c != nil {
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+		}
 	}
 }
 
@@ -161,7 +181,7 @@ func (n *Node) AskInBackground(name string) {
 // and returns the call; nil and why when the query was held back.
 // When the call ends, each address family nobody answered is remembered
 // as such for negative_ttl.
-func (n *Node) ask(resp *Responder, name string, background bool) (*call, string) {
+func (n *Node) ask(resp *Responder, name string, kind int) (*call, string) {
 	qm := resp.shared.Load()
 	c, leader := n.inflight.join(name, n.cfg.Timeout, qm, func() {
 		now := time.Now()
@@ -182,11 +202,7 @@ func (n *Node) ask(resp *Responder, name string, background bool) (*call, string
 		return nil, limitedRate
 	}
 	if leader {
-		allow := n.limiter.allow
-		if background {
-			allow = n.limiter.allowBackground
-		}
-		if ok, why := allow(name, time.Now()); !ok {
+		if ok, why := n.limiter.allowKind(name, time.Now(), kind); !ok {
 			mdnsLimited.WithLabelValues(why).Inc()
 			n.inflight.abandon(name, c)
 			return nil, why
@@ -230,6 +246,16 @@ func (n *Node) Announce(rec records.Record) {
 func (n *Node) Goodbye(gone []records.Record) {
 	if r := n.resp.Load(); r != nil {
 		r.goodbye(gone)
+	}
+}
+
+// GoodbyeAll is what a stop sends: goodbyes for recs (every local
+// record) on every interface, after which the responder sends nothing
+// else (a reply or announcement still due would contradict them).
+func (n *Node) GoodbyeAll(recs []records.Record) {
+	if r := n.resp.Load(); r != nil {
+		r.quiet.Store(true)
+		r.goodbye(recs)
 	}
 }
 

@@ -29,24 +29,60 @@ func TestQueryLimiter(t *testing.T) {
 	}
 }
 
-// TestQueryLimiterBackground: background queries stop at half the budget;
-// the other half stays for the queries clients wait on.
-func TestQueryLimiterBackground(t *testing.T) {
+// TestQueryLimiterKinds: refreshes stop at half the budget, leaving the
+// other half to the queries clients wait on; the queries for the other
+// holders of local names have a bucket of their own (a tenth), so they
+// never spend the refreshes' budget.
+func TestQueryLimiterKinds(t *testing.T) {
 	l := newQueryLimiter(10)
 	now := time.Unix(1000, 0)
-	bg := 0
-	for i := 0; i < 20; i++ {
-		if ok, _ := l.allowBackground(fmt.Sprintf("bg%d.", i), now); ok {
-			bg++
+	count := func(prefix string, kind int) int {
+		n := 0
+		for i := 0; i < 20; i++ {
+			if ok, _ := l.allowKind(fmt.Sprintf("%s%d.", prefix, i), now, kind); ok {
+				n++
+			}
+		}
+		return n
+	}
+	others, refresh, asked := count("local", queryOthers), count("bg", queryRefresh), count("fg", queryAsked)
+	if others != 1 || refresh != 5 || asked != 5 {
+		t.Fatalf("of a burst of 10: others %d, refresh %d, asked %d; want 1, 5 and 5", others, refresh, asked)
+	}
+}
+
+// TestQueryBackoff: a name asked again and again (nobody answers) waits
+// 1, 2, 4, 8 … seconds between its queries (RFC 6762 §5.2), up to a
+// minute for a name clients ask and an hour in the background; an answer
+// starts it over.
+func TestQueryBackoff(t *testing.T) {
+	l := newQueryLimiter(10000)
+	now := time.Unix(1000, 0)
+	var gaps []time.Duration
+	last := now
+	for at := now; at.Sub(now) < 10*time.Minute; at = at.Add(100 * time.Millisecond) {
+		if ok, _ := l.allow("gone.", at); ok {
+			gaps = append(gaps, at.Sub(last))
+			last = at
 		}
 	}
-	fg := 0
-	for i := 0; i < 20; i++ {
-		if ok, _ := l.allow(fmt.Sprintf("fg%d.", i), now); ok {
-			fg++
+	want := []time.Duration{0, 1, 2, 4, 8, 16, 32, 60, 60}
+	for i, w := range want {
+		if i >= len(gaps) || gaps[i].Round(100*time.Millisecond) != w*time.Second {
+			t.Fatalf("gaps between the queries of a name nobody answers: %v, want %v s then a minute", gaps, want)
 		}
 	}
-	if bg != 5 || fg != 5 {
-		t.Fatalf("background %d, foreground %d of a burst of 10: want 5 and 5", bg, fg)
+	ok := 0
+	for at := now; at.Sub(now) < 3*time.Hour; at = at.Add(time.Second) {
+		if y, _ := l.allowKind("local.", at, queryOthers); y {
+			ok++
+		}
+	}
+	if ok > 14 { // 1, 2, 4 … 2048 s, then hourly
+		t.Fatalf("%d background queries for a local name in three hours", ok)
+	}
+	l.answered("gone.")
+	if y, _ := l.allow("gone.", now.Add(3*time.Hour+time.Second)); !y {
+		t.Fatal("an answer did not start the back-off over")
 	}
 }

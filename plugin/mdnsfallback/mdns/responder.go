@@ -125,6 +125,9 @@ type Packet struct {
 	msg     *dns.Msg
 	delay   time.Duration // sent this long after it was made
 	oneShot bool          // sent from the ephemeral-port socket (a legacy query)
+	// fresh: the local records it carries are checked against the
+	// database when it is sent (see current); legacy caps their TTLs.
+	fresh, legacy bool
 }
 
 // Message is the packet's DNS message; Dest where it goes.
@@ -165,6 +168,8 @@ type Responder struct {
 	watched chan struct{} // closed when the interface watcher ended
 
 	own     ownPackets   // what we sent lately: our own multicast, looped back, is not news
+	sendMu  sync.Mutex   // held across reading a fresh packet's records and writing it (emit)
+	quiet   atomic.Bool  // stopping: the goodbyes of every record are sent, nothing else
 	replies replyLimiter // unicast and legacy replies per source
 
 	sent func(Packet) // tests: sees every packet sent
@@ -358,13 +363,37 @@ func (r *Responder) readLoop(pc *ipv4.PacketConn, done chan struct{}, oneShot bo
 	}
 }
 
+// send sends o, after its delay.
 func (r *Responder) send(o Packet) {
+	if o.delay > 0 {
+		time.AfterFunc(o.delay, func() { r.emit(o) })
+		return
+	}
+	r.emit(o)
+}
+
+// emit writes o now. Invariant (deleted means deleted): packets are
+// written one at a time under sendMu, and a fresh packet's records are
+// read from the database under it, just before the write. A delete
+// changes the database before its goodbye takes sendMu, so a reply read
+// before the delete is on the wire before the goodbye, and one read after
+// it no longer carries the record: no peer hears an answer after the
+// goodbye. A quiet responder (stopping, its goodbyes sent) sends nothing
+// more but those.
+func (r *Responder) emit(o Packet) {
+	r.sendMu.Lock()
+	defer r.sendMu.Unlock()
+	if o.fresh {
+		if r.quiet.Load() {
+			return
+		}
+		if o.msg = r.current(o.msg, o.legacy); o.msg == nil {
+			mdnsDropped.WithLabelValues("stale").Inc()
+			return
+		}
+	}
 	if r.sent != nil {
 		r.sent(o)
-	}
-	if o.delay > 0 {
-		time.AfterFunc(o.delay, func() { r.write(o) })
-		return
 	}
 	r.write(o)
 }
@@ -528,6 +557,7 @@ func (r *Responder) learn(m *dns.Msg, unicast bool, now time.Time) {
 			n.neg.forget(name)
 			if h.Ttl > 0 {
 				woke = append(woke, name)
+				n.limiter.answered(name)
 			}
 		}
 	}
@@ -601,9 +631,71 @@ func (r *Responder) goodbye(recs []records.Record) {
 		n := min(len(rrs), announceBatch)
 		m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs[:n]}
 		for idx := range r.ifs() {
-			r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+			r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, fresh: !r.quiet.Load()})
 			mdnsResponses.WithLabelValues("goodbye").Inc()
 		}
 		rrs = rrs[n:]
 	}
+}
+
+// current returns m with only the records that are true now: a positive
+// record the database holds (with the TTL it has now, capped for a legacy
+// reply), a goodbye for one it no longer holds (a record put back since
+// was announced, and the goodbye must not follow it); nil when none is
+// left. Called under sendMu.
+func (r *Responder) current(m *dns.Msg, legacy bool) *dns.Msg {
+	var kept []dns.RR
+	for _, rr := range m.Answer {
+		ttl, held := r.held(rr)
+		switch {
+		case rr.Header().Ttl == 0 && !held:
+			kept = append(kept, rr)
+		case rr.Header().Ttl > 0 && held:
+			if legacy {
+				ttl = min(ttl, legacyMaxTTL)
+			}
+			if ttl != rr.Header().Ttl {
+				rr = dns.Copy(rr)
+				rr.Header().Ttl = ttl
+			}
+			kept = append(kept, rr)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	c := m.Copy()
+	c.Answer = kept
+	return c
+}
+
+// held reports whether the database holds the local record rr (an A,
+// AAAA or PTR record), and its TTL as served.
+func (r *Responder) held(rr dns.RR) (uint32, bool) {
+	name := dnsname.Lower(rr.Header().Name)
+	var a netip.Addr
+	switch v := rr.(type) {
+	case *dns.A:
+		a, _ = netip.AddrFromSlice(v.A.To4())
+	case *dns.AAAA:
+		a, _ = netip.AddrFromSlice(v.AAAA.To16())
+	case *dns.PTR:
+		if addr, ok := dnsname.ParseReverse(name); ok {
+			target := dnsname.Lower(v.Ptr)
+			for _, n := range r.n.local.LookupPTR(addr) {
+				if n == target {
+					return r.n.cfg.TTL, true
+				}
+			}
+		}
+		return 0, false
+	default:
+		return 0, false
+	}
+	e := r.n.local.Lookup(name)
+	if e == nil {
+		return 0, false
+	}
+	t, ok := e.TTL(a.Unmap())
+	return r.n.ttl(t), ok
 }

@@ -1,11 +1,14 @@
 package records
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/miekg/dns"
 )
 
 // DB is the local record database. Writers serialise on a mutex; readers use
@@ -27,8 +30,13 @@ type DB struct {
 	byAddr  map[netip.Addr]map[key]struct{}
 	byID    map[string]map[key]struct{}
 	ix      *index
-	count   atomic.Int64
-	gen     atomic.Uint64 // one more at every change, under mu: the inspect listing's generation
+	// aside are the records Replace could not take because they lie
+	// outside the zones or past max_records (a zone typo, a lower bound):
+	// kept, not served, written to the snapshot and handed across a
+	// reload, so that they come back when the zones hold them again.
+	aside []Record
+	count atomic.Int64
+	gen   atomic.Uint64 // one more at every change, under mu: the inspect listing's generation
 
 	onChange func()
 	onPut    func(r Record)      // after a record was added or changed
@@ -160,6 +168,9 @@ func (d *DB) OwnedIDs(owner string) map[string]bool {
 
 func (d *DB) deleteWhere(id string, match func(Record) bool) []Record {
 	d.mu.Lock()
+	if d.dropAside(id, match) {
+		d.gen.Add(1)
+	}
 	var gone []Record
 	names := map[string]bool{}
 	addrs := map[netip.Addr]bool{}
@@ -205,6 +216,22 @@ func (d *DB) deleteWhere(id string, match func(Record) bool) []Record {
 	return gone
 }
 
+// dropAside removes the records aside of id that match (a delete of the
+// identifier covers them too: they must not come back later); d.mu is
+// held. It reports whether any went.
+func (d *DB) dropAside(id string, match func(Record) bool) bool {
+	kept := d.aside[:0]
+	for _, r := range d.aside {
+		if r.ID != id || !match(r) {
+			kept = append(kept, r)
+		}
+	}
+	gone := len(kept) != len(d.aside)
+	clear(d.aside[len(kept):])
+	d.aside = kept
+	return gone
+}
+
 func (d *DB) changed(bye []Record) {
 	if len(bye) > 0 && d.onGone != nil {
 		d.onGone(bye)
@@ -233,20 +260,30 @@ func (d *DB) Records(id string) []Record {
 }
 
 // Replace swaps the whole content for recs (a loaded snapshot or records
-// carried across a reload). Invalid records are skipped and counted; recs
-// beyond max_records are dropped too.
-func (d *DB) Replace(recs []Record) (skipped int) {
+// carried across a reload, with the records aside of before). Records
+// outside the zones, or past max_records, are kept aside (and counted);
+// invalid ones are skipped (and counted).
+func (d *DB) Replace(recs []Record) (aside, skipped int) {
 	d.mu.Lock()
+	d.aside = nil
 	d.records = map[key]Record{}
 	d.byName = map[string]map[key]struct{}{}
 	d.byAddr = map[netip.Addr]map[key]struct{}{}
 	d.byID = map[string]map[key]struct{}{}
 	for _, r := range recs {
-		r, err := d.Normalize(r)
-		if err != nil || len(d.records) >= d.maxRecords {
+		n, err := d.Normalize(r)
+		switch {
+		case errors.Is(err, ErrBadDomain) && validOutside(r):
+			d.aside = append(d.aside, r)
+			continue
+		case err != nil:
 			skipped++
 			continue
+		case len(d.records) >= d.maxRecords:
+			d.aside = append(d.aside, n)
+			continue
 		}
+		r = n
 		k := keyOf(r)
 		d.records[k] = r
 		add(d.byName, r.Domain, k)
@@ -265,9 +302,45 @@ func (d *DB) Replace(recs []Record) (skipped int) {
 	d.ix.swap(nm, pm)
 	d.count.Store(int64(len(d.records)))
 	d.gen.Add(1)
+	aside = len(d.aside)
 	d.mu.Unlock()
-	return skipped
+	return aside, skipped
 }
+
+// validOutside reports whether r, refused for its domain, is a valid
+// record of a domain name outside the zones (not a malformed one).
+func validOutside(r Record) bool {
+	if ValidID(r.ID) != nil || !r.IP.IsValid() || r.Domain == "" {
+		return false
+	}
+	_, ok := dns.IsDomainName(r.Domain)
+	return ok
+}
+
+// Aside returns the records kept aside.
+func (d *DB) Aside() []Record {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]Record(nil), d.aside...)
+}
+
+// All returns the records and the records aside, as a snapshot or a
+// reload keeps them, and the generation they are of.
+func (d *DB) All() (recs, aside []Record, gen uint64) {
+	d.mu.Lock()
+	recs = make([]Record, 0, len(d.records))
+	for _, r := range d.records {
+		recs = append(recs, r)
+	}
+	aside = append([]Record(nil), d.aside...)
+	gen = d.gen.Load()
+	d.mu.Unlock()
+	Sort(recs)
+	return recs, aside, gen
+}
+
+// Generation is the database's generation: one more at every change.
+func (d *DB) Generation() uint64 { return d.gen.Load() }
 
 // rebuildName republishes the entry for name; d.mu is held.
 func (d *DB) rebuildName(name string) {

@@ -29,6 +29,21 @@ func (e *Entry) Holds(a netip.Addr) bool {
 	return false
 }
 
+// TTL returns the TTL of the entry's address a (0: the Corefile's ttl),
+// and whether the entry holds a.
+func (e *Entry) TTL(a netip.Addr) (uint32, bool) {
+	ips, ttls := e.a, e.ttlA
+	if a.Is6() {
+		ips, ttls = e.aaaa, e.ttlAAAA
+	}
+	for i, ip := range ips {
+		if x, ok := netip.AddrFromSlice(ip); ok && x.Unmap() == a {
+			return ttls[i], true
+		}
+	}
+	return 0, false
+}
+
 // RRs builds the A/AAAA records of the entry under qname (A for TypeA,
 // AAAA for TypeAAAA, both for TypeANY, none otherwise), a record's TTL 0
 // standing for defTTL. They never carry the cache-flush bit, in DNS or in

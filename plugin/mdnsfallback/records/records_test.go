@@ -91,20 +91,21 @@ func TestDBReplaceAndSnapshot(t *testing.T) {
 	d.Put(Record{ID: "old", IP: ip("10.0.0.9"), Domain: "old.weave.local"})
 	recs := []Record{
 		{ID: "a", IP: ip("10.0.0.1"), Domain: "a.weave.local"},
-		{ID: "b", IP: ip("10.0.0.2"), Domain: "b.example.com"}, // outside the zone: skipped
+		{ID: "b", IP: ip("10.0.0.2"), Domain: "b.example.com"}, // outside the zone: aside
 		{ID: "c", IP: ip("10.0.0.3"), Domain: "c.weave.local"},
-		{ID: "d", IP: ip("10.0.0.4"), Domain: "d.weave.local"}, // over max_records
+		{ID: "d", IP: ip("10.0.0.4"), Domain: "d.weave.local"},  // over max_records: aside
+		{ID: "e", IP: ip("10.0.0.5"), Domain: "e..weave.local"}, // not a name: skipped
 	}
-	b, err := EncodeSnapshot(recs)
+	b, err := EncodeSnapshot(recs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	back, err := DecodeSnapshot(b)
-	if err != nil || len(back) != 4 {
+	if err != nil || len(back) != 5 {
 		t.Fatalf("decode: %v %v", back, err)
 	}
-	if skipped := d.Replace(back); skipped != 2 || d.Len() != 2 {
-		t.Fatalf("replace: skipped %d, len %d", skipped, d.Len())
+	if aside, skipped := d.Replace(back); aside != 2 || skipped != 1 || d.Len() != 2 {
+		t.Fatalf("replace: aside %d, skipped %d, len %d", aside, skipped, d.Len())
 	}
 	if d.ix.lookup("old.weave.local.") != nil || d.ix.lookup("a.weave.local.") == nil || d.ix.lookup("c.weave.local.") == nil {
 		t.Fatal("index not rebuilt")
@@ -171,5 +172,36 @@ func TestTTLMergeRule(t *testing.T) {
 		if got := d.Lookup("web.weave.local.").ttlA[0]; got != tc.want {
 			t.Errorf("TTLs %d and %d: merged %d, want %d", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+// TestAsideKeptAndRestored: records outside the zones (a zone typo) are
+// kept aside, not served, written to the snapshot, and come back when the
+// zones hold them again; a delete of their identifier removes them too.
+func TestAsideKeptAndRestored(t *testing.T) {
+	good := NewDB([]string{"weave.local."}, 10, 0)
+	for _, r := range []Record{{ID: "a", IP: ip("10.0.0.1"), Domain: "a.weave.local"}, {ID: "b", IP: ip("10.0.0.2"), Domain: "b.weave.local"}, {ID: "c", IP: ip("10.0.0.3"), Domain: "c.weave.local"}} {
+		if _, _, err := good.Put(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, aside, _ := good.All()
+	typo := NewDB([]string{"weave.lcoal."}, 10, 0)
+	if n, skipped := typo.Replace(append(recs, aside...)); n != 3 || skipped != 0 || typo.Len() != 0 {
+		t.Fatalf("zone typo: aside %d, skipped %d, served %d", n, skipped, typo.Len())
+	}
+	typo.DeleteID("c")
+	recs, aside, _ = typo.All()
+	b, err := EncodeSnapshot(recs, aside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeSnapshot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := NewDB([]string{"weave.local."}, 10, 0)
+	if n, _ := fixed.Replace(back); n != 0 || fixed.Len() != 2 || fixed.Lookup("a.weave.local.") == nil || fixed.Lookup("c.weave.local.") != nil {
+		t.Fatalf("zones back: %d aside, %v served", n, fixed.Records(""))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,9 +96,15 @@ func probe(ctx context.Context, client *http.Client, spec checkSpec, ip netip.Ad
 	return nil
 }
 
-// checker runs the checks of the tracked containers every checkInterval (and
-// at once when a container with a check arrives), at most checkConcurrency
-// at a time, each bounded by checkTimeout.
+// checker runs the checks of the tracked containers until ctx ends: each
+// container is checked every checkInterval (at once when it arrives, a
+// first check going before the periodic ones), each check bounded by
+// checkTimeout, the checks started at most CheckRate a second over all
+// containers (so a thousand containers never make a connect storm), and
+// each result applied as soon as its check ends — a slow or blackholed
+// container holds up nobody else's. A container whose check passed is
+// withheld only after CheckFailures failures in a row (Docker's
+// HEALTHCHECK retries); one that never passed stays out until it does.
 func (u *Updater) checker(ctx context.Context) {
 	client := &http.Client{
 		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, MaxResponseHeaderBytes: 16 << 10},
@@ -106,17 +113,57 @@ func (u *Updater) checker(ctx context.Context) {
 		},
 	}
 	defer client.CloseIdleConnections()
-	t := time.NewTicker(u.cfg.CheckInterval)
-	defer t.Stop()
+	probeFn := u.probe
+	if probeFn == nil {
+		probeFn = func(ctx context.Context, spec checkSpec, ip netip.Addr) error { return probe(ctx, client, spec, ip) }
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	gap := time.Second / time.Duration(u.rate())
+	next := time.Now() // the earliest start of the next check
 	for {
+		// A tenth of a second's worth at a time: a new container's first
+		// check, due meanwhile, goes before the rest of a long backlog.
+		jobs, wake := u.dueChecks(time.Now(), max(u.rate()/10, 1))
+		for _, j := range jobs {
+			if d := time.Until(next); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					u.releaseChecks(jobs)
+					return
+				}
+			}
+			if now := time.Now(); now.After(next) {
+				next = now
+			}
+			next = next.Add(gap)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pctx, cancel := context.WithTimeout(ctx, u.cfg.CheckTimeout)
+				err := probeFn(pctx, j.spec, j.ip)
+				cancel()
+				if ctx.Err() == nil {
+					u.applyCheck(j, err)
+				}
+			}()
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(wake):
 		case <-u.kick:
 		}
-		u.checkRound(ctx, client)
 	}
+}
+
+// rate is the configured connect rate.
+func (u *Updater) rate() int {
+	if u.cfg.CheckRate > 0 {
+		return u.cfg.CheckRate
+	}
+	return DefaultCheckRate
 }
 
 type checkJob struct {
@@ -125,64 +172,98 @@ type checkJob struct {
 	ip   netip.Addr
 }
 
-// checkRound probes every tracked container that has a check and applies
-// the results.
-func (u *Updater) checkRound(ctx context.Context, client *http.Client) {
-	var jobs []checkJob
-	u.mu.Lock()
-	for id, t := range u.tracked {
-		if t.check != nil && len(t.recs) > 0 {
-			jobs = append(jobs, checkJob{id: id, spec: *t.check, ip: t.recs[0].IP})
-		}
-	}
-	u.mu.Unlock()
-	if len(jobs) == 0 {
-		return
-	}
-	results := make([]error, len(jobs))
-	sem := make(chan struct{}, checkConcurrency)
-	var wg sync.WaitGroup
-	for i, j := range jobs {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			pctx, cancel := context.WithTimeout(ctx, u.cfg.CheckTimeout)
-			results[i] = probe(pctx, client, j.spec, j.ip)
-			cancel()
-		}()
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		return
-	}
+// dueChecks returns at most limit of the checks due at now (first checks
+// first, then by due time), marking them running, and how long until the
+// next one is due (at most a tenth of checkInterval; at once when more
+// were due than it returned).
+func (u *Updater) dueChecks(now time.Time, limit int) ([]checkJob, time.Duration) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for i, j := range jobs {
-		res := checkPass
-		if results[i] != nil {
-			res = checkFail
+	wake := u.cfg.CheckInterval / 10
+	type due struct {
+		checkJob
+		first bool
+		at    time.Time
+	}
+	var ds []due
+	for id, t := range u.tracked {
+		if t.check == nil || len(t.recs) == 0 || t.checking {
+			continue
 		}
-		u.counts.checks[res].Add(1)
-		updaterChecks.WithLabelValues(checkResultNames[res]).Inc()
-		t := u.tracked[j.id]
-		if t == nil || t.check == nil || *t.check != j.spec {
-			continue // gone or changed meanwhile
+		if t.next.After(now) {
+			wake = min(wake, t.next.Sub(now))
+			continue
 		}
-		healthy := res == checkPass
-		if healthy != t.healthy {
-			if healthy {
-				log.Infof("Container %s (%s): check %s passes, %s added", shortID(j.id), t.c.Name, j.spec, t.c.fqdn())
-			} else {
-				log.Infof("Container %s (%s): check %s fails (%v), %s withheld", shortID(j.id), t.c.Name, j.spec, results[i], t.c.fqdn())
-			}
-			t.healthy = healthy
-			u.applyLocked(t)
+		ds = append(ds, due{checkJob{id: id, spec: *t.check, ip: t.recs[0].IP}, !t.checked, t.next})
+	}
+	sort.Slice(ds, func(i, j int) bool {
+		if ds[i].first != ds[j].first {
+			return ds[i].first
+		}
+		return ds[i].at.Before(ds[j].at)
+	})
+	if len(ds) > limit {
+		ds, wake = ds[:limit], 0
+	}
+	for _, d := range ds {
+		u.tracked[d.id].checking = true
+	}
+	jobs := make([]checkJob, len(ds))
+	for i := range ds {
+		jobs[i] = ds[i].checkJob
+	}
+	return jobs, max(wake, 10*time.Millisecond)
+}
+
+// releaseChecks marks jobs not running (the checker stops).
+func (u *Updater) releaseChecks(jobs []checkJob) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, j := range jobs {
+		if t := u.tracked[j.id]; t != nil {
+			t.checking = false
 		}
 	}
+}
+
+// failures is the configured failure threshold.
+func (u *Updater) failures() int {
+	if u.cfg.CheckFailures > 0 {
+		return u.cfg.CheckFailures
+	}
+	return DefaultCheckFailures
+}
+
+// applyCheck applies the result of one check (err nil: passed) at once.
+func (u *Updater) applyCheck(j checkJob, err error) {
+	res := checkPass
+	if err != nil {
+		res = checkFail
+	}
+	u.counts.checks[res].Add(1)
+	updaterChecks.WithLabelValues(checkResultNames[res]).Inc()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	t := u.tracked[j.id]
+	if t == nil || t.check == nil || *t.check != j.spec {
+		return // gone or changed meanwhile
+	}
+	t.checking, t.checked = false, true
+	t.next = time.Now().Add(u.cfg.CheckInterval)
+	healthy := t.healthy
+	if err == nil {
+		t.fails, healthy = 0, true
+	} else if t.fails++; !t.healthy || t.fails >= u.failures() {
+		healthy = false
+	}
+	if healthy == t.healthy {
+		return
+	}
+	if healthy {
+		log.Infof("Container %s (%s): check %s passes, %s added", shortID(j.id), t.c.Name, j.spec, t.c.fqdn())
+	} else {
+		log.Infof("Container %s (%s): check %s fails (%v, %d in a row), %s withheld", shortID(j.id), t.c.Name, j.spec, err, t.fails, t.c.fqdn())
+	}
+	t.healthy = healthy
+	u.applyLocked(t)
 }

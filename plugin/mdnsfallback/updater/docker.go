@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -34,6 +35,8 @@ func NewDocker(endpoint string) (*dockerEngine, error) {
 	}
 	return &dockerEngine{cli: cli}, nil
 }
+
+var _ Engine = (*dockerEngine)(nil)
 
 func (d *dockerEngine) Endpoint() string { return d.cli.DaemonHost() }
 
@@ -105,24 +108,40 @@ func slimEvent(m events.Message) (Event, bool) {
 	return Event{}, false
 }
 
-// Running lists the running containers and inspects each (the list lacks
-// hostname and domain name).
-func (d *dockerEngine) Running(ctx context.Context) ([]Container, error) {
+// Running lists the running containers and inspects them (the list lacks
+// hostname and domain name), inspectConcurrency at a time; a container
+// whose inspect fails is left out and named in failed.
+func (d *dockerEngine) Running(ctx context.Context) ([]Container, []string, error) {
 	list, err := d.cli.ContainerList(ctx, container.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make([]Container, 0, len(list))
-	for _, s := range list {
-		c, err := d.Inspect(ctx, s.ID)
-		if err != nil {
-			return nil, err
-		}
-		if c.Running {
-			out = append(out, c)
+	out := make([]Container, len(list))
+	errs := make([]error, len(list))
+	sem := make(chan struct{}, inspectConcurrency)
+	var wg sync.WaitGroup
+	for i, s := range list {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ictx, cancel := context.WithTimeout(ctx, engineCallTimeout)
+			out[i], errs[i] = d.Inspect(ictx, s.ID)
+			cancel()
+		}()
+	}
+	wg.Wait()
+	var running []Container
+	var failed []string
+	for i, c := range out {
+		switch {
+		case errs[i] != nil:
+			failed = append(failed, list[i].ID)
+		case c.Running:
+			running = append(running, c)
 		}
 	}
-	return out, nil
+	return running, failed, ctx.Err()
 }
 
 func (d *dockerEngine) Inspect(ctx context.Context, id string) (Container, error) {

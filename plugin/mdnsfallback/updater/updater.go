@@ -40,11 +40,16 @@ const (
 	// running containers and reconciles, so a missed event (a failed
 	// inspect on start, an engine that dropped one) is repaired.
 	DefaultReconcileInterval = 30 * time.Second
-	checkConcurrency         = 8 // probes in flight at once
-	backoffInitial           = 250 * time.Millisecond
-	backoffCap               = 10 * time.Second
-	engineCallTimeout        = 10 * time.Second
-	listTimeout              = time.Minute // list plus one inspect per running container
+	// DefaultCheckFailures: failures in a row that withhold a container
+	// whose check passed (Docker's HEALTHCHECK retries).
+	DefaultCheckFailures = 3
+	// DefaultCheckRate: checks started a second, over all containers.
+	DefaultCheckRate   = 100
+	inspectConcurrency = 8 // inspects of a reconcile in flight at once
+	backoffInitial     = 250 * time.Millisecond
+	backoffCap         = 10 * time.Second
+	engineCallTimeout  = 10 * time.Second
+	listTimeout        = time.Minute // list plus one inspect per running container
 )
 
 // Config is the parsed `updater docker [ENDPOINT] {…}` sub-block.
@@ -56,6 +61,8 @@ type Config struct {
 	// ReconcileInterval is the period of the full reconcile while
 	// connected (0: DefaultReconcileInterval).
 	ReconcileInterval time.Duration
+	CheckFailures     int // failures in a row that withhold a container (0: DefaultCheckFailures)
+	CheckRate         int // checks started a second (0: DefaultCheckRate)
 }
 
 // Store is what the updater needs of the record database: put and delete
@@ -103,8 +110,9 @@ type Engine interface {
 	// replays the ones it kept since then) until ctx ends or the stream
 	// fails (the error channel then yields the cause).
 	Events(ctx context.Context, since time.Time) (<-chan Event, <-chan error)
-	// Running lists the running containers with their addresses.
-	Running(ctx context.Context) ([]Container, error)
+	// Running lists the running containers with their addresses, and the
+	// IDs of those it could not inspect (left out of the list).
+	Running(ctx context.Context) ([]Container, []string, error)
 	// Inspect returns one container; a container that does not exist comes
 	// back with Running false and no error.
 	Inspect(ctx context.Context, id string) (Container, error)
@@ -186,6 +194,11 @@ type tracked struct {
 	bad     string     // the label when it does not parse
 	healthy bool
 	present bool // its records are in the database
+	// The check's schedule: a check is running; the first result came;
+	// failures in a row; when the next check is due.
+	checking, checked bool
+	fails             int
+	next              time.Time
 }
 
 // counts the updater exports in /status; Prometheus has them too.
@@ -205,13 +218,18 @@ type Updater struct {
 
 	mu      sync.Mutex
 	tracked map[string]*tracked // by container ID
+	epoch   uint64              // one more at every event's change
+	touched map[string]uint64   // the epoch of the last event's change of a container (since the last reconcile)
 	state   string              // connecting, connected, disconnected, stopped
 	since   time.Time
 	lastErr string
 	apiVer  string
 	counts  updaterCounts
 
-	kick   chan struct{} // run the checks now
+	kick chan struct{} // run the checks now
+	// probe runs one check; nil: probe over the network (tests put a
+	// fake here).
+	probe  func(ctx context.Context, spec checkSpec, ip netip.Addr) error
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -222,9 +240,9 @@ func New(cfg Config, db Store, zones []string, eng Engine, servers []string) *Up
 	return &Updater{
 		cfg: cfg, db: db, zones: zones, eng: eng,
 		connected: gauges.Of(updaterConnected, servers), containers: gauges.Of(updaterContainers, servers),
-		tracked: map[string]*tracked{},
-		state:   "stopped",
-		kick:    make(chan struct{}, 1),
+		tracked: map[string]*tracked{}, touched: map[string]uint64{},
+		state: "stopped",
+		kick:  make(chan struct{}, 1),
 	}
 }
 
@@ -333,13 +351,25 @@ func (u *Updater) session(ctx context.Context) (time.Duration, error) {
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	work := u.startWorkers(sctx)
+	var reconciling atomic.Bool
 	for {
 		select {
 		case <-sctx.Done():
 			return up(), sctx.Err()
 		case <-tick.C:
-			if err := u.relist(sctx); err != nil {
-				return up(), err
+			// Off the event loop: events keep flowing (an engine drops the
+			// events of a subscriber that does not read them) while the
+			// reconcile lists and inspects.
+			if reconciling.CompareAndSwap(false, true) {
+				u.wg.Add(1)
+				go func() {
+					defer u.wg.Done()
+					defer reconciling.Store(false)
+					if err := u.relist(sctx); err != nil && sctx.Err() == nil {
+						log.Warningf("Reconcile with %s: %v (retried at the next one)", u.eng.Endpoint(), err)
+					}
+				}()
 			}
 		case err := <-errs:
 			if err == nil {
@@ -350,20 +380,65 @@ func (u *Updater) session(ctx context.Context) (time.Duration, error) {
 			if !ok {
 				return up(), errStreamEnded
 			}
-			u.handle(sctx, ev)
+			u.counts.events.Add(1)
+			updaterEvents.WithLabelValues(ev.Action).Inc()
+			work[workerOf(ev.ID, len(work))] <- ev
 		}
 	}
 }
 
-// relist lists the running containers and reconciles the records.
+// eventWorkers handle events in parallel (an inspect each), each
+// container's events on one worker, in their order.
+const eventWorkers = 8
+
+// startWorkers starts the event workers until ctx ends and returns their
+// queues.
+func (u *Updater) startWorkers(ctx context.Context) []chan Event {
+	qs := make([]chan Event, eventWorkers)
+	for i := range qs {
+		qs[i] = make(chan Event, 4096)
+		u.wg.Add(1)
+		go func() {
+			defer u.wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ev := <-qs[i]:
+					u.handle(ctx, ev)
+				}
+			}
+		}()
+	}
+	return qs
+}
+
+// workerOf is the worker of a container ID.
+func workerOf(id string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return int(h % uint32(n))
+}
+
+// relist lists the running containers and reconciles the records. The
+// engine inspects them in parallel; a container whose inspect failed is
+// left as it is (neither added nor removed) and the reconcile goes on.
 func (u *Updater) relist(ctx context.Context) error {
+	u.mu.Lock()
+	since := u.epoch
+	u.mu.Unlock()
 	lctx, lcancel := context.WithTimeout(ctx, listTimeout)
-	list, err := u.eng.Running(lctx)
+	list, failed, err := u.eng.Running(lctx)
 	lcancel()
 	if err != nil {
 		return err
 	}
-	u.reconcile(list)
+	for _, id := range failed {
+		log.Warningf("Inspecting container %s failed: left as it is until the next reconcile", shortID(id))
+	}
+	u.reconcile(list, failed, since)
 	return nil
 }
 
@@ -373,36 +448,49 @@ func (e updaterError) Error() string { return string(e) }
 
 const errStreamEnded = updaterError("event stream ended")
 
-// handle applies one event.
+// handle applies one event: the container is inspected and its records
+// brought in line, or removed.
 func (u *Updater) handle(ctx context.Context, ev Event) {
-	u.counts.events.Add(1)
-	updaterEvents.WithLabelValues(ev.Action).Inc()
 	switch ev.Action {
 	case "die", "stop", "destroy":
-		u.remove(ev.ID)
+		u.remove(ev.ID, u.nextEpoch(), 0)
 	case "start", "connect", "disconnect":
 		ictx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 		c, err := u.eng.Inspect(ictx, ev.ID)
 		cancel()
 		if err != nil {
-			// The next reconcile (after the stream breaks) catches up.
+			// The next reconcile catches up.
 			log.Warningf("Inspecting container %s: %v", shortID(ev.ID), err)
 			return
 		}
-		u.upsert(c)
+		u.upsert(c, u.nextEpoch(), 0)
 	}
 }
 
-// reconcile makes the database match the list of running containers: new
-// ones are added, tracked ones that vanished lose their records, and so do
-// records this updater owns for containers that no longer run.
-func (u *Updater) reconcile(list []Container) {
+// nextEpoch numbers an event's change.
+func (u *Updater) nextEpoch() uint64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.epoch++
+	return u.epoch
+}
+
+// reconcile makes the database match the list of running containers
+// (taken after epoch since): new ones are added, tracked ones that
+// vanished lose their records, and so do records this updater owns for
+// containers that no longer run. A container an event changed after since
+// is the event's (the list is older), and one whose inspect failed stays
+// as it is.
+func (u *Updater) reconcile(list []Container, failed []string, since uint64) {
 	u.counts.reconciles.Add(1)
 	updaterReconciles.Inc()
 	seen := map[string]bool{}
+	for _, id := range failed {
+		seen[id] = true
+	}
 	for _, c := range list {
 		seen[c.ID] = true
-		u.upsert(c)
+		u.upsert(c, 0, since)
 	}
 	u.mu.Lock()
 	var gone []string
@@ -413,28 +501,46 @@ func (u *Updater) reconcile(list []Container) {
 	}
 	u.mu.Unlock()
 	for _, id := range gone {
-		u.remove(id)
+		u.remove(id, 0, since)
 	}
 	for id := range u.db.OwnedIDs(Owner) {
-		u.mu.Lock()
-		t := u.tracked[id]
-		u.mu.Unlock()
-		if t == nil || !t.present {
-			u.db.DeleteOwned(id, Owner, nil)
+		if !seen[id] {
+			u.remove(id, 0, since)
 		}
 	}
+	u.mu.Lock()
+	for id, e := range u.touched {
+		if e <= since {
+			delete(u.touched, id)
+		}
+	}
+	u.mu.Unlock()
+}
+
+// stale reports, for a change of a reconcile (ev 0) from a list taken
+// after epoch since, whether an event changed id since; for an event's
+// change (ev > 0) it records it. u.mu is held.
+func (u *Updater) stale(id string, ev, since uint64) bool {
+	if ev > 0 {
+		u.touched[id] = ev
+		return false
+	}
+	return u.touched[id] > since
 }
 
 // upsert tracks a container (or drops it when it stopped or is not in the
-// zones) and brings its records in line.
-func (u *Updater) upsert(c Container) {
+// zones) and brings its records in line; ev and since as for stale.
+func (u *Updater) upsert(c Container, ev, since uint64) {
 	recs := wantedRecords(c, u.cfg.Network, u.zones)
-	if len(recs) == 0 {
-		u.remove(c.ID)
-		return
-	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if u.stale(c.ID, ev, since) {
+		return
+	}
+	if len(recs) == 0 {
+		u.removeLocked(c.ID)
+		return
+	}
 	t := u.tracked[c.ID]
 	if t == nil || t.c.Check != c.Check {
 		nt := &tracked{}
@@ -466,12 +572,20 @@ func (u *Updater) upsert(c Container) {
 	u.containers.Set(float64(len(u.tracked)))
 }
 
-// remove forgets a container and deletes its records (with goodbyes).
-func (u *Updater) remove(id string) {
+// remove forgets a container and deletes its records (with goodbyes);
+// ev and since as for stale.
+func (u *Updater) remove(id string, ev, since uint64) {
 	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.stale(id, ev, since) {
+		u.removeLocked(id)
+	}
+}
+
+// removeLocked is remove with u.mu held.
+func (u *Updater) removeLocked(id string) {
 	delete(u.tracked, id)
 	u.containers.Set(float64(len(u.tracked)))
-	u.mu.Unlock()
 	u.db.DeleteOwned(id, Owner, nil)
 }
 

@@ -16,15 +16,16 @@ import (
 // Engine is an updater.Engine whose containers and event stream the test
 // drives; SetDown makes every call fail and breaks the streams.
 type Engine struct {
-	mu       sync.Mutex
-	ctrs     map[string]updater.Container
-	down     bool
-	subs     []chan updater.Event
-	errs     []chan error
-	sessions int // successful subscriptions
-	pings    int
-	// InspectErr, when set, is returned by Inspect for the IDs it holds.
-	inspectErr map[string]error
+	mu         sync.Mutex
+	ctrs       map[string]updater.Container
+	down       bool
+	subs       []chan updater.Event
+	errs       []chan error
+	sessions   int // successful subscriptions
+	pings      int
+	inspectErr map[string]error // Inspect of these IDs fails (FailInspect)
+	hold       chan struct{}    // Running waits for it to close (HoldRunning)
+	delay      time.Duration    // each Inspect and each container Running inspects takes this long
 }
 
 // New returns an engine with no containers.
@@ -67,23 +68,42 @@ func (f *Engine) Events(ctx context.Context, _ time.Time) (<-chan updater.Event,
 }
 
 // Running implements updater.Engine.
-func (f *Engine) Running(context.Context) ([]updater.Container, error) {
+func (f *Engine) Running(ctx context.Context) ([]updater.Container, []string, error) {
+	f.mu.Lock()
+	hold, delay, n := f.hold, f.delay, len(f.ctrs)
+	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+	time.Sleep(delay * time.Duration(n) / 8) // inspected eight at a time
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
-		return nil, ErrDown
+		return nil, nil, ErrDown
 	}
 	var out []updater.Container
-	for _, c := range f.ctrs {
-		if c.Running {
+	var failed []string
+	for id, c := range f.ctrs {
+		switch {
+		case f.inspectErr[id] != nil:
+			failed = append(failed, id)
+		case c.Running:
 			out = append(out, c)
 		}
 	}
-	return out, nil
+	return out, failed, nil
 }
 
 // Inspect implements updater.Engine.
 func (f *Engine) Inspect(_ context.Context, id string) (updater.Container, error) {
+	f.mu.Lock()
+	delay := f.delay
+	f.mu.Unlock()
+	time.Sleep(delay)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -97,6 +117,27 @@ func (f *Engine) Inspect(_ context.Context, id string) (updater.Container, error
 		return updater.Container{ID: id}, nil
 	}
 	return c, nil
+}
+
+// HoldRunning makes Running wait until release is called.
+func (f *Engine) HoldRunning() (release func()) {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	f.hold = ch
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		f.hold = nil
+		f.mu.Unlock()
+		close(ch)
+	}
+}
+
+// SetDelay makes each inspect take d.
+func (f *Engine) SetDelay(d time.Duration) {
+	f.mu.Lock()
+	f.delay = d
+	f.mu.Unlock()
 }
 
 // Emit sends an event to the live subscribers.
