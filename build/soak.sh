@@ -15,8 +15,9 @@
 # MESHDNS_SOAK_VC_FIRST, default 100) of the interleaving property on a real
 # Consul v1.16.3 agent (test/virtualconsul_interleave_test.go), 12 bursts a
 # seed instead of 5, meshdns stopped and the agent frozen at random points,
-# every answer against Consul's DNS (~30 s a seed). MESHDNS_SOAK_ONLY=clusterdns
-# or =virtualconsul runs one part alone.
+# every answer against Consul's DNS (~30 s a seed). Then the mdnsfallback
+# hostile-LAN generator (below). MESHDNS_SOAK_ONLY=clusterdns, =virtualconsul
+# or =mdns runs one part alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/meshdns ] || build/build.sh bin/meshdns
@@ -26,14 +27,14 @@ out=${MESHDNS_GEN_OUT:-$PWD/bin/soak}
 rm -rf "$out" && mkdir -p "$out"
 status=0
 only=${MESHDNS_SOAK_ONLY:-}
-if [ "$only" != virtualconsul ]; then
+if [ -z "$only" ] || [ "$only" = clusterdns ]; then
   MESHDNS_BIN=$PWD/bin/meshdns MESHDNS_SOAK_SEEDS=$seeds MESHDNS_GEN_OUT=$out \
     go test -count=1 -timeout "$((seeds * 3 + 5))m" -run 'TestClusterDNSGenerated$' -v ./test/ \
     >"$out/go-test.log" 2>&1 || status=$?
   grep -E 'answered alike|: [0-9]+ namespaces|^ *(--- |ok|FAIL)' "$out/go-test.log" || true
   echo "soak: $seeds seeds, differences in $out (full log: $out/go-test.log)"
 fi
-if [ "$only" != clusterdns ]; then
+if [ -z "$only" ] || [ "$only" = virtualconsul ]; then
   build/peer-tools.sh consul >/dev/null
   vc=${MESHDNS_SOAK_VC_SEEDS:-10}
   # the suite's own seeds (1, 2) run too; -run picks the property alone
@@ -43,5 +44,18 @@ if [ "$only" != clusterdns ]; then
     >"$out/virtualconsul.log" 2>&1 || status=$?
   grep -E '^ *(--- |ok|FAIL)|restarted with the agent back' "$out/virtualconsul.log" || true
   echo "soak: virtualconsul interleaving, $vc seeds (full log: $out/virtualconsul.log)"
+fi
+if [ -z "$only" ] || [ "$only" = mdns ]; then
+  # mdns: the hostile-LAN generator of issue 29 (test/mdnsfallback_hostile_test.go)
+  # for MESHDNS_SOAK_MDNS_SEEDS seeds (default 20) of MESHDNS_SOAK_MDNS_STEPS steps
+  # (default 400): meshdns on two hosts, Avahi on a third, a raw-socket attacker on
+  # the fourth. About ten seconds a seed; go test's timeout at a minute a seed.
+  mseeds=${MESHDNS_SOAK_MDNS_SEEDS:-20}
+  msteps=${MESHDNS_SOAK_MDNS_STEPS:-400}
+  MESHDNS_BIN=$PWD/bin/meshdns MESHDNS_HOSTILE_SEEDS=$mseeds MESHDNS_HOSTILE_STEPS=$msteps MESHDNS_HOSTILE_FIRST=100 \
+    go test -count=1 -timeout "$((mseeds + 5))m" -run 'TestMdnsfallbackHostileLAN$' -v ./test/ \
+    >"$out/mdns-hostile.log" 2>&1 || status=$?
+  grep -E 'lookups, |hostile_test.go|^ *(--- |ok|FAIL)' "$out/mdns-hostile.log" || true
+  echo "soak mdns: $mseeds seeds of $msteps steps (full log: $out/mdns-hostile.log)"
 fi
 exit $status

@@ -217,6 +217,7 @@ publish-workstation=no
 type nsMeshdns struct {
 	h    *netHost
 	dir  string
+	bin  string // the binary; meshdnsBin when empty
 	proc *bgProc
 	args []string
 }
@@ -252,9 +253,39 @@ func (h *netHost) startMeshdnsBlock(t testing.TB, zones, extra string) *nsMeshdn
 	return m
 }
 
+// startMeshdnsWith runs bin (meshdnsBin when "") in the namespace with
+// the stanza's extra options and a snapshot holding recs (id, ip, domain),
+// and waits until it is ready.
+func (h *netHost) startMeshdnsWith(t testing.TB, bin, extra string, recs [][3]string) *nsMeshdns {
+	t.Helper()
+	m := &nsMeshdns{h: h, dir: t.TempDir(), bin: bin}
+	var b strings.Builder
+	b.WriteString(`{"version":1,"records":[`)
+	for i, r := range recs {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"id":%q,"ip":%q,"domain":%q}`, r[0], r[1], r[2])
+	}
+	b.WriteString("]}")
+	if err := os.WriteFile(filepath.Join(m.dir, "records.json"), []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cf := strings.Replace(fmt.Sprintf(nsCorefile, "weave.local.", extra+"        snapshot records.json\n"), "VETH", h.veth, 1)
+	if err := os.WriteFile(filepath.Join(m.dir, "Corefile"), []byte(cf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.start(t)
+	return m
+}
+
 func (m *nsMeshdns) start(t testing.TB) {
 	t.Helper()
-	m.proc = startBG(t, m.h, nil, "sh", "-c", "cd "+m.dir+" && exec "+meshdnsBin+" -conf Corefile")
+	bin := m.bin
+	if bin == "" {
+		bin = meshdnsBin
+	}
+	m.proc = startBG(t, m.h, nil, "sh", "-c", "cd "+m.dir+" && exec "+bin+" -conf Corefile")
 	Eventually(t, 20*time.Second, func() string {
 		if m.proc.exited() {
 			t.Fatalf("meshdns in %s exited:\n%s", m.h.ns, m.proc.log.String())

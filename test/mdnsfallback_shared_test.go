@@ -14,7 +14,7 @@ import (
 // one bridge in a namespace of its own (the "switch"), addresses
 // 10.249.S.1..n/24, multicast on and a multicast route in each. Everything
 // goes with the namespaces when the test ends.
-func newBridgeHosts(t *testing.T, n int) []*netHost {
+func newBridgeHosts(t testing.TB, n int) []*netHost {
 	t.Helper()
 	RequireTool(t, "ip", "iproute2")
 	seq := int(nsSeq.Add(1))

@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/updater"
 )
 
 // maxBody bounds a request body.
@@ -158,7 +161,7 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 			return
 		}
 		id := segs[0]
-		if err := validID(id); err != nil {
+		if err := records.ValidID(id); err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
@@ -171,7 +174,8 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, p.deleteAPI(id, func(r Record) bool { return dom == "" || r.Domain == dom }))
+		ans := p.deleteAPI(id, func(r records.Record) bool { return dom == "" || r.Domain == dom })
+		p.writeDurable(w, ans)
 		return
 	}
 	if !allow(w, r, http.MethodPut, http.MethodDelete) || !p.authorized(w, r) {
@@ -182,13 +186,13 @@ func (p *MDNSFallback) routeName(w http.ResponseWriter, r *http.Request, segs []
 
 // routeRecord is PUT and DELETE /name/<id>/<ip>.
 func (p *MDNSFallback) routeRecord(w http.ResponseWriter, r *http.Request, id, ipText string) {
-	if err := validID(id); err != nil {
+	if err := records.ValidID(id); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	ip, err := netip.ParseAddr(ipText)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%v: %q", ErrBadIP, ipText))
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("%v: %q", records.ErrBadIP, ipText))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
@@ -208,7 +212,7 @@ func (p *MDNSFallback) routeRecord(w http.ResponseWriter, r *http.Request, id, i
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, p.deleteAPI(id, func(r Record) bool { return r.IP == ip && (dom == "" || r.Domain == dom) }))
+		p.writeDurable(w, p.deleteAPI(id, func(r records.Record) bool { return r.IP == ip && (dom == "" || r.Domain == dom) }))
 		return
 	}
 	f, err := parseFields(r, body)
@@ -216,12 +220,12 @@ func (p *MDNSFallback) routeRecord(w http.ResponseWriter, r *http.Request, id, i
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	rec, created, err := p.db.Put(Record{ID: id, IP: ip, Domain: f.domain, RoutingPrefix: f.prefix, TTL: f.ttl})
+	rec, created, err := p.db.Put(records.Record{ID: id, IP: ip, Domain: f.domain, RoutingPrefix: f.prefix, TTL: f.ttl})
 	switch {
-	case errors.Is(err, ErrOwned): // acknowledged, not taken over: the answer shows whose it is
-		writeJSON(w, http.StatusOK, putAnswer{Record: rec})
+	case errors.Is(err, records.ErrOwned): // acknowledged, not taken over: the answer shows whose it is
+		p.writeDurable(w, putAnswer{Record: rec})
 		return
-	case errors.Is(err, ErrFull):
+	case errors.Is(err, records.ErrFull):
 		writeError(w, http.StatusConflict, err.Error())
 		return
 	case err != nil:
@@ -229,22 +233,46 @@ func (p *MDNSFallback) routeRecord(w http.ResponseWriter, r *http.Request, id, i
 		return
 	}
 	if f.checkAlive && p.checkAlive(rec) {
-		writeJSON(w, http.StatusOK, putAnswer{Record: rec, NotRunning: true})
+		p.writeDurable(w, putAnswer{Record: rec, NotRunning: true})
 		return
 	}
-	writeJSON(w, http.StatusOK, putAnswer{Record: rec, Created: created})
+	p.writeDurable(w, putAnswer{Record: rec, Created: created})
+}
+
+// durableWait bounds how long a write waits for the snapshot.
+const durableWait = 10 * time.Second
+
+// writeDurable answers a PUT or DELETE: 200 with v once the database as
+// it is now is on disk (with snapshot; at once without), so a 200 means
+// the change survives a crash. A snapshot write that fails (the writer
+// retries it) or takes over durableWait answers 503: the change is made
+// and serves, but is not on disk yet.
+//
+// The wait does not follow the request's context: a client that half-closes
+// its side after the request (nc, HTTP/1.0) is still answered.
+func (p *MDNSFallback) writeDurable(w http.ResponseWriter, v any) {
+	if s := p.snap.Load(); s != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), durableWait)
+		defer cancel()
+		if err := s.Sync(ctx, p.db.Generation()); err != nil {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "the change is made but not on disk yet (the snapshot write is retried): "+err.Error())
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 type deleted struct {
-	Deleted []Record `json:"deleted"`
-	Kept    []Record `json:"kept,omitempty"` // matching records of an updater, which the API does not release
+	Deleted []records.Record `json:"deleted"`
+	Kept    []records.Record `json:"kept,omitempty"` // matching records of an updater, which the API does not release
 }
 
 // deleteAPI deletes the API's records of id that match, and lists the
 // updaters' records that match and stay.
-func (p *MDNSFallback) deleteAPI(id string, match func(Record) bool) deleted {
-	gone := p.db.DeleteOwned(id, "", func(r Record) bool { return !match(r) })
-	var kept []Record
+func (p *MDNSFallback) deleteAPI(id string, match func(records.Record) bool) deleted {
+	gone := p.db.DeleteOwned(id, "", func(r records.Record) bool { return !match(r) })
+	var kept []records.Record
 	for _, r := range p.db.Records(id) {
 		if match(r) {
 			kept = append(kept, r)
@@ -254,16 +282,16 @@ func (p *MDNSFallback) deleteAPI(id string, match func(Record) bool) deleted {
 }
 
 type putAnswer struct {
-	Record  Record `json:"record"`
-	Created bool   `json:"created"`
+	Record  records.Record `json:"record"`
+	Created bool           `json:"created"`
 	// NotRunning: check-alive found the container not running, and the
 	// record was removed again.
 	NotRunning bool `json:"not_running,omitempty"`
 }
 
-func nonNil(r []Record) []Record {
+func nonNil(r []records.Record) []records.Record {
 	if r == nil {
-		return []Record{}
+		return []records.Record{}
 	}
 	return r
 }
@@ -367,7 +395,7 @@ func parseJSONFields(body []byte) (fields, error) {
 	if j.RoutingPrefix != nil {
 		f.prefix = *j.RoutingPrefix
 		if f.prefix < 1 {
-			return f, fmt.Errorf("%w: %d", ErrBadPrefix, f.prefix)
+			return f, fmt.Errorf("%w: %d", records.ErrBadPrefix, f.prefix)
 		}
 	}
 	if j.TTL != nil {
@@ -405,14 +433,14 @@ func parseFormFields(form url.Values) (fields, error) {
 	if s := form.Get("routing_prefix"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
-			return f, fmt.Errorf("%w: %q", ErrBadPrefix, s)
+			return f, fmt.Errorf("%w: %q", records.ErrBadPrefix, s)
 		}
 		f.prefix = n
 	}
 	if s := form.Get("ttl"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return f, fmt.Errorf("%w: %q is not a number of seconds", ErrBadTTL, s)
+			return f, fmt.Errorf("%w: %q is not a number of seconds", records.ErrBadTTL, s)
 		}
 		if f.ttl, err = checkTTL(n); err != nil {
 			return f, err
@@ -424,21 +452,18 @@ func parseFormFields(form url.Values) (fields, error) {
 func pickDomain(domain, fqdn string) (string, error) {
 	switch {
 	case domain == "" && fqdn == "":
-		return "", fmt.Errorf("%w: missing domain (or fqdn)", ErrBadDomain)
+		return "", fmt.Errorf("%w: missing domain (or fqdn)", records.ErrBadDomain)
 	case domain != "" && fqdn != "" && !strings.EqualFold(strings.TrimSuffix(domain, "."), strings.TrimSuffix(fqdn, ".")):
-		return "", fmt.Errorf("%w: domain %q and fqdn %q disagree", ErrBadDomain, domain, fqdn)
+		return "", fmt.Errorf("%w: domain %q and fqdn %q disagree", records.ErrBadDomain, domain, fqdn)
 	case domain != "":
 		return domain, nil
 	}
 	return fqdn, nil
 }
 
-// maxRecordTTL bounds a record's TTL to a week.
-const maxRecordTTL = 7 * 24 * 3600
-
 func checkTTL(n int64) (uint32, error) {
-	if n < 0 || n > maxRecordTTL {
-		return 0, fmt.Errorf("%w: %d is outside 0..%d seconds", ErrBadTTL, n, maxRecordTTL)
+	if n < 0 || n > records.MaxTTL {
+		return 0, fmt.Errorf("%w: %d is outside 0..%d seconds", records.ErrBadTTL, n, records.MaxTTL)
 	}
 	return uint32(n), nil
 }
@@ -449,11 +474,12 @@ type statusBody struct {
 	Zones        []string         `json:"zones"`
 	Records      int              `json:"records"`
 	MaxRecords   int              `json:"max_records"`
+	Aside        int              `json:"aside,omitempty"` // records kept aside: outside the zones, or past max_records
 	CacheEntries int              `json:"cache_entries"`
 	CacheSize    int              `json:"cache_size"`
 	Interfaces   []string         `json:"interfaces"`
 	Counters     map[string]int64 `json:"counters"`
-	Updater      *updaterStatus   `json:"updater,omitempty"`
+	Updater      *updater.Status  `json:"updater,omitempty"`
 }
 
 func (p *MDNSFallback) status() statusBody {
@@ -461,12 +487,14 @@ func (p *MDNSFallback) status() statusBody {
 	if ifaces == nil {
 		ifaces = []string{}
 	}
+	queries, answers := p.lan.Stats()
 	st := statusBody{
 		Version:      caddy.AppName + " " + caddy.AppVersion,
 		Zones:        p.cfg.zones,
 		Records:      p.db.Len(),
+		Aside:        len(p.db.Aside()),
 		MaxRecords:   p.cfg.maxRecords,
-		CacheEntries: p.cache.Len() + p.neg.Len(),
+		CacheEntries: p.lan.Len(),
 		CacheSize:    p.cfg.cacheSize,
 		Interfaces:   ifaces,
 		Counters: map[string]int64{
@@ -475,12 +503,12 @@ func (p *MDNSFallback) status() statusBody {
 			"requests_mdns":       p.stats.results[resMDNS].Load(),
 			"requests_negative":   p.stats.results[resNegative].Load(),
 			"requests_miss":       p.stats.results[resMiss].Load(),
-			"mdns_queries_sent":   p.stats.queries.Load(),
-			"mdns_answers_cached": p.stats.answers.Load(),
+			"mdns_queries_sent":   queries,
+			"mdns_answers_cached": answers,
 		},
 	}
-	if u := p.updater.Load(); u != nil {
-		st.Updater = u.status()
+	if u := p.upd.Load(); u != nil {
+		st.Updater = u.Status()
 	}
 	return st
 }

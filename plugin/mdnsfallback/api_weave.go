@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
 )
 
 // Weave's own CLI. The `weave` script (github.com/weaveworks/weave) calls
@@ -83,19 +85,19 @@ func (p *MDNSFallback) weaveStatusDNS() string {
 // `weave attach` ran). Without an updater there is no engine to ask, and
 // the record stays, as Weave's nameserver without a Docker client did. It
 // reports whether the record went.
-func (p *MDNSFallback) checkAlive(rec Record) bool {
-	u := p.updater.Load()
+func (p *MDNSFallback) checkAlive(rec records.Record) bool {
+	u := p.upd.Load()
 	if u == nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), checkAliveTimeout)
 	defer cancel()
-	c, err := u.eng.Inspect(ctx, rec.ID)
-	if err != nil || c.Running {
+	running, err := u.Running(ctx, rec.ID)
+	if err != nil || running {
 		return false
 	}
 	log.Infof("Container %q is not running: its record %s %s is removed (check-alive)", rec.ID, rec.Domain, rec.IP)
-	gone := p.db.DeleteOwned(rec.ID, "", func(r Record) bool { return r.IP != rec.IP || r.Domain != rec.Domain })
+	gone := p.db.DeleteOwned(rec.ID, "", func(r records.Record) bool { return r.IP != rec.IP || r.Domain != rec.Domain })
 	return len(gone) > 0
 }
 
@@ -109,5 +111,5 @@ func (p *MDNSFallback) deleteDomain(q url.Values) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return p.db.normalizeDomain(d)
+	return p.db.NormalizeDomain(d)
 }

@@ -4,6 +4,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/updater"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/updater/updatertest"
 )
 
 // TestAPIWeaveCLI: the calls of Weave's `weave` script, answered as
@@ -48,9 +51,9 @@ func TestAPIWeaveCLI(t *testing.T) {
 // running container stays.
 func TestAPIWeaveCheckAlive(t *testing.T) {
 	p := newTestPlugin(nil)
-	eng := newFakeEngine()
-	eng.ctrs["alive"] = ctrInfo{ID: "alive", Running: true}
-	p.updater.Store(newUpdater(updaterConfig{}, p.db, p.cfg.zones, eng))
+	eng := updatertest.New()
+	eng.Set(updater.Container{ID: "alive", Running: true})
+	p.upd.Store(updater.New(updater.Config{}, p.db, p.cfg.zones, eng, nil))
 	w := apiDo(p, "PUT", "/name/dead/10.32.0.1", form, "fqdn=web.weave.local&check-alive=true", "")
 	if w.Code != 200 || !strings.Contains(w.Body.String(), `"not_running":true`) || p.db.Len() != 0 {
 		t.Fatalf("dead container: %d %s, %d records", w.Code, w.Body, p.db.Len())

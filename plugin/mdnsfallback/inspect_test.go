@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"net/url"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -18,6 +20,9 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/meshdns/meshdns/plugin/inspect"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/updater"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/updater/updatertest"
 
 	"github.com/miekg/dns"
 )
@@ -70,26 +75,48 @@ func listOf(t *testing.T, p *MDNSFallback, q url.Values) mdnsListing {
 func TestList(t *testing.T) {
 	p := newMDNSFallback(config{zones: []string{"weave.local."}, ttl: 30, cacheSize: 100, negativeTTL: defaultNegativeTTL, maxRecords: 100})
 	p.Next = test.NextHandler(dns.RcodeRefused, nil)
-	for _, r := range []Record{
+	for _, r := range []records.Record{
 		{ID: "c1", IP: netip.MustParseAddr("10.32.0.1"), Domain: "web.weave.local"},
 		{ID: "c2", IP: netip.MustParseAddr("10.32.0.2"), Domain: "WEB.weave.local.", TTL: 5},
 		{ID: "c3", IP: netip.MustParseAddr("fd00::3"), Domain: "v6.weave.local"},
-		{ID: "ctr1", IP: netip.MustParseAddr("10.32.0.4"), Domain: "db.weave.local", Owner: updaterOwner},
 	} {
 		if _, _, err := p.db.Put(r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	u := newUpdater(updaterConfig{}, p.db, p.cfg.zones, nil)
-	u.tracked["ctr1"] = &tracked{c: ctrInfo{ID: "ctr1", Name: "db", Hostname: "db", Domainname: "weave.local"},
-		check: &checkSpec{kind: "tcp", port: 5432}, healthy: true, present: true}
-	u.tracked["ctr2"] = &tracked{c: ctrInfo{ID: "ctr2", Name: "api", Hostname: "api", Domainname: "weave.local"},
-		check: &checkSpec{kind: "http", port: 8080, path: "/healthz"}}
-	p.updater.Store(u)
+	// The updater's containers: ctr1's check passes (a listener is up),
+	// ctr2's fails (nothing listens on its port).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := strconv.Itoa(closed.Addr().(*net.TCPAddr).Port)
+	closed.Close()
+	eng := updatertest.New()
+	c1 := updatertest.Ctr("ctr1", "db", "weave.local", "127.0.0.1")
+	c1.Check = "tcp:" + port
+	c2 := updatertest.Ctr("ctr2", "api", "weave.local", "127.0.0.2")
+	c2.Check = "http:" + closedPort + "/healthz"
+	eng.Run(c1)
+	eng.Run(c2)
+	u := updater.New(updater.Config{CheckInterval: time.Hour, CheckTimeout: time.Second}, p.db, p.cfg.zones, eng, nil)
+	u.Start()
+	defer u.Stop()
+	p.upd.Store(u)
+	waitFor(t, "both checks done", func() bool {
+		st := u.CheckStates()
+		return st["ctr1"].State == "pass" && st["ctr2"].State == "fail" && hasName(p.db, "db.weave.local.", "127.0.0.1")
+	})
 	now := time.Now()
-	p.cache.add("far.weave.local.", netip.MustParseAddr("10.40.0.1"), 120, false, now)
-	p.cache.add("far.weave.local.", netip.MustParseAddr("fd00::40"), 60, false, now)
-	p.neg.setNegative("nobody.weave.local.", false, now.Add(5*time.Second), now)
+	p.lan.Answers().Add("far.weave.local.", netip.MustParseAddr("10.40.0.1"), 120, false, now)
+	p.lan.Answers().Add("far.weave.local.", netip.MustParseAddr("fd00::40"), 60, false, now)
+	p.lan.Negatives().SetNegative("nobody.weave.local.", false, now.Add(5*time.Second), now)
 
 	l := listOf(t, p, nil)
 	var got []string
@@ -99,13 +126,13 @@ func TestList(t *testing.T) {
 			t.Errorf("%s does not answer its listed address %s", r.Domain, r.IP)
 		}
 	}
-	want := []string{"db.weave.local. ctr1 10.32.0.4 docker tcp:5432 pass", "v6.weave.local. c3 fd00::3   ",
+	want := []string{"db.weave.local. ctr1 127.0.0.1 docker tcp:" + port + " pass", "v6.weave.local. c3 fd00::3   ",
 		"web.weave.local. c1 10.32.0.1   ", "web.weave.local. c2 10.32.0.2   "}
 	if !slices.Equal(got, want) || l.Count != 4 || l.Generation == 0 {
 		t.Fatalf("records (generation %d, count %d):\n%q\nwant\n%q", l.Generation, l.Count, got, want)
 	}
 	if len(l.Withheld) != 1 || l.Withheld[0].ID != "ctr2" || l.Withheld[0].CheckState != "fail" || l.Withheld[0].Domain != "api.weave.local." ||
-		l.Withheld[0].Check != "http:8080/healthz" {
+		l.Withheld[0].Check != "http:"+closedPort+"/healthz" {
 		t.Fatalf("withheld %+v", l.Withheld)
 	}
 	if len(l.Cache) != 2 || l.Cache[0].Name != "far.weave.local." || len(l.Cache[0].Answers) != 1 {
@@ -121,12 +148,12 @@ func TestList(t *testing.T) {
 		t.Fatalf("negative %+v", l.Negative)
 	}
 
-	put := func(r Record) {
+	put := func(r records.Record) {
 		if _, _, err := p.db.Put(r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	put(Record{ID: "c4", IP: netip.MustParseAddr("10.32.0.5"), Domain: "web.weave.local"})
+	put(records.Record{ID: "c4", IP: netip.MustParseAddr("10.32.0.5"), Domain: "web.weave.local"})
 	l2 := listOf(t, p, url.Values{"name": {"Web.Weave.Local"}})
 	if l2.Generation <= l.Generation || len(l2.Records) != 3 || len(l2.Cache) != 0 || len(l2.Withheld) != 0 {
 		t.Fatalf("after a put, ?name=: generation %d (was %d), %+v", l2.Generation, l.Generation, l2)
@@ -174,11 +201,11 @@ func BenchmarkList(b *testing.B) {
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
 	p := newMDNSFallback(config{zones: []string{"weave.local."}, ttl: 30, cacheSize: defaultCache, negativeTTL: defaultNegativeTTL, maxRecords: defaultMaxRecords})
-	recs := make([]Record, defaultMaxRecords)
+	recs := make([]records.Record, defaultMaxRecords)
 	for i := range recs {
-		recs[i] = Record{ID: fmt.Sprintf("ctr%d", i), IP: netip.AddrFrom4([4]byte{10, 32, byte(i >> 8), byte(i)}), Domain: fmt.Sprintf("svc-%d.weave.local.", i/2)}
+		recs[i] = records.Record{ID: fmt.Sprintf("ctr%d", i), IP: netip.AddrFrom4([4]byte{10, 32, byte(i >> 8), byte(i)}), Domain: fmt.Sprintf("svc-%d.weave.local.", i/2)}
 	}
-	if skipped := p.db.Replace(recs); skipped != 0 {
+	if _, skipped := p.db.Replace(recs); skipped != 0 {
 		b.Fatalf("%d skipped", skipped)
 	}
 	recs = nil
@@ -186,7 +213,7 @@ func BenchmarkList(b *testing.B) {
 	runtime.ReadMemStats(&m1)
 	now := time.Now()
 	for i := range defaultCache {
-		p.cache.add(fmt.Sprintf("far-%d.weave.local.", i), netip.AddrFrom4([4]byte{10, 40, byte(i >> 8), byte(i)}), 120, false, now)
+		p.lan.Answers().Add(fmt.Sprintf("far-%d.weave.local.", i), netip.AddrFrom4([4]byte{10, 40, byte(i >> 8), byte(i)}), 120, false, now)
 	}
 	b.ReportAllocs()
 	for b.Loop() {

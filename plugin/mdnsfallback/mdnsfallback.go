@@ -5,6 +5,13 @@
 // bounded LRU. Every name is shared: it answers the union of the local
 // records and the records every other host answered.
 //
+// The plugin is three parts under a thin top: the record database and its
+// snapshot (records/), the mDNS responder and cache (mdns/, which reads the
+// records through its Local interface), and the container updater
+// (updater/, which writes them through its Store interface). This package
+// holds ServeDNS, the Corefile stanza and its lifecycle, and the record
+// API.
+//
 // Invariants: names are keyed as lowercased FQDNs; ServeDNS reads the
 // record database through its index's read lock; records sent
 // over mDNS never carry the cache-flush bit; the mDNS cache never holds
@@ -15,18 +22,20 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/netip"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
-	"github.com/coredns/coredns/plugin/pkg/dnsutil"
 	"github.com/coredns/coredns/plugin/pkg/fall"
 
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/internal/dnsname"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/mdns"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/updater"
 	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
+
 	"github.com/miekg/dns"
 )
 
@@ -35,35 +44,30 @@ type MDNSFallback struct {
 	Next plugin.Handler
 	cfg  config
 
-	db       *DB
-	cache    *answerCache // names peers answered
-	neg      *answerCache // names nobody answered: a budget of its own, so a flood of them never evicts an answer
-	inflight *inflight
-	limiter  *queryLimiter
+	db  *records.DB
+	lan *mdns.Node // the mDNS side: responder (when interfaces are open), caches, queries
 
-	cacheGauge, recordsGauge gauges.Set                // this block's cache_entries and records
-	mdns                     atomic.Pointer[responder] // nil without interfaces or before start
-	ready                    atomic.Bool
-	restarting               atomic.Bool // a reload is stopping this instance: no goodbyes
-	stats                    stats
+	recordsGauge gauges.Set // this block's records
+	ready        atomic.Bool
+	restarting   atomic.Bool // a reload is stopping this instance: no goodbyes
+	stats        stats
 
 	soas         []soa.Names // SOA names of cfg.zones, in the same order
 	reverseZones []string    // reverse zones covering cfg.reverse, for the SOA
 	reverseSOAs  []soa.Names // SOA names of reverseZones, in the same order
 	negTTL       uint32      // cfg.negativeTTL in seconds: the SOA's TTL and minimum
 	api          *apiServer
-	snap         atomic.Pointer[snapshotWriter] // nil without snapshot or when stopped
-	updater      atomic.Pointer[updater]        // nil without updater or when stopped
+	snap         atomic.Pointer[records.Writer]  // nil without snapshot or when stopped
+	upd          atomic.Pointer[updater.Updater] // nil without updater or when stopped
 
 	// newEngine makes the updater's engine client; nil means Docker (tests
 	// put a fake here).
-	newEngine func(endpoint string) (engine, error)
+	newEngine func(endpoint string) (updater.Engine, error)
 }
 
 // stats are the counters /status reports (Prometheus has them too).
 type stats struct {
-	results          [numResults]atomic.Int64
-	queries, answers atomic.Int64
+	results [numResults]atomic.Int64
 }
 
 // config is the parsed Corefile stanza.
@@ -88,44 +92,37 @@ type config struct {
 	maxRecords  int
 	snapshot    string
 	fall        fall.F
-	updater     *updaterConfig // nil without an updater sub-block
+	upd         *updater.Config // nil without an updater sub-block
 }
 
 func newMDNSFallback(cfg config) *MDNSFallback {
 	p := &MDNSFallback{cfg: cfg}
-	p.cacheGauge, p.recordsGauge = gauges.Of(cacheEntries, cfg.servers), gauges.Of(records, cfg.servers)
-	p.db = NewDB(cfg.zones, cfg.maxRecords)
-	p.db.defaultTTL = cfg.ttl
-	p.cache = newAnswerCache(cfg.cacheSize)
-	p.neg = newAnswerCache(cfg.cacheSize)
-	p.limiter = newQueryLimiter(cfg.queryRate)
-	p.inflight = newInflight(1024)
+	p.recordsGauge = gauges.Of(recordCount, cfg.servers)
+	p.db = records.NewDB(cfg.zones, cfg.maxRecords, cfg.ttl)
+	p.lan = mdns.New(mdns.Config{
+		Servers: cfg.servers, Zones: cfg.zones, Reverse: cfg.reverse, TTL: cfg.ttl,
+		CacheSize: cfg.cacheSize, NegativeTTL: cfg.negativeTTL, QueryRate: cfg.queryRate, Timeout: cfg.timeout,
+	}, p.db)
 	p.negTTL = uint32(cfg.negativeTTL / time.Second)
 	for _, z := range cfg.zones {
 		p.soas = append(p.soas, soa.For(z))
 	}
 	for _, pr := range cfg.reverse {
-		z := reverseZone(pr)
+		z := dnsname.ReverseZone(pr)
 		p.reverseZones = append(p.reverseZones, z)
 		p.reverseSOAs = append(p.reverseSOAs, soa.For(z))
 	}
-	p.db.onGone = p.sendGoodbyes
-	p.db.onPut = p.announce
-	p.db.onChange = func() {
+	p.db.SetHooks(p.lan.Announce, p.lan.Goodbye, func() {
 		p.recordsGauge.Set(float64(p.db.Len()))
 		if s := p.snap.Load(); s != nil {
-			s.notify()
+			s.Notify()
 		}
-	}
+	})
 	return p
 }
 
 // Name implements plugin.Handler.
 func (p *MDNSFallback) Name() string { return pluginName }
-
-// DB returns the record database (the API and a container updater write
-// through it).
-func (p *MDNSFallback) DB() *DB { return p.db }
 
 // ServeDNS implements plugin.Handler.
 func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
@@ -134,8 +131,8 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 	}
 	q := r.Question[0]
 	qname, qtype := q.Name, q.Qtype
-	name := lowerName(qname)
-	if isReverse(name) {
+	name := dnsname.Lower(qname)
+	if dnsname.IsReverse(name) {
 		// Reverse names never reach the mDNS path, even inside the zones.
 		if qtype == dns.TypePTR && len(p.cfg.reverse) > 0 {
 			return p.servePTR(ctx, w, r, qname)
@@ -148,8 +145,11 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 	}
 	server := metrics.WithServer(ctx)
 
-	if e := p.db.ix.lookup(name); e != nil {
+	if e := p.db.Lookup(name); e != nil {
 		p.count(server, resLocal)
+		if !asksAddress(qtype) {
+			return p.reply(w, r, zone, nil) // the name exists: NODATA, and nothing to ask the LAN
+		}
 		return p.reply(w, r, zone, p.withRemote(e, name, qname, qtype))
 	}
 	if name == zone.Zone { // the apex: its SOA, NODATA for anything else, never mDNS
@@ -158,7 +158,32 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 		}
 		return p.reply(w, r, zone, nil)
 	}
+	if !asksAddress(qtype) {
+		return p.serveKnown(ctx, w, r, zone, server, name)
+	}
 	return p.serveRemote(ctx, w, r, zone, server, name)
+}
+
+// asksAddress reports whether a question of qtype is one mDNS is asked
+// for: A, AAAA, or both (ANY).
+func asksAddress(qtype uint16) bool {
+	return qtype == dns.TypeA || qtype == dns.TypeAAAA || qtype == dns.TypeANY
+}
+
+// serveKnown answers a question of another type (HTTPS, SRV, MX, TXT…)
+// for a name nobody here holds from what is known of the name, without an
+// mDNS query: the LAN holds nothing but addresses. NODATA when other hosts
+// answered addresses for it, NXDOMAIN (or the next plugin) otherwise. A
+// query for the name's addresses already in flight (a browser asks A, AAAA
+// and HTTPS at once) is waited for, never started.
+func (p *MDNSFallback) serveKnown(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone *soa.Names, server, name string) (int, error) {
+	p.lan.Await(ctx, name)
+	if p.lan.Has(name, time.Now()) {
+		p.count(server, resCache)
+		return p.reply(w, r, zone, nil)
+	}
+	p.count(server, resMiss)
+	return p.nxdomain(ctx, w, r, zone, r.Question[0].Name)
 }
 
 // withRemote returns the local records of e as qtype asks, with the
@@ -166,19 +191,14 @@ func (p *MDNSFallback) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 // hosts answers the union), shuffled. When nothing is known of the other
 // hosts, or a cached address passed a refresh point, the network is asked
 // in the background: the local answer never waits.
-func (p *MDNSFallback) withRemote(e *nameEntry, name, qname string, qtype uint16) []dns.RR {
-	answer := p.entryRRs(e, qname, qtype)
-	resp := p.mdns.Load()
-	if resp == nil {
+func (p *MDNSFallback) withRemote(e *records.Entry, name, qname string, qtype uint16) []dns.RR {
+	answer := e.RRs(qname, qtype, p.cfg.ttl)
+	if !p.lan.Active() {
 		return answer
 	}
-	now := time.Now()
-	remote, res, refresh := p.cache.lookup(name, qname, qtype, now, nil)
-	if res == cacheNone {
-		_, res, _ = p.neg.lookup(name, qname, qtype, now, nil)
-	}
-	if res == cacheNone || refresh {
-		p.askInBackground(resp, name)
+	remote, res, refresh := p.lan.Lookup(name, qname, qtype, time.Now())
+	if res == mdns.Unknown || refresh {
+		p.lan.AskOthers(name) // a budget of its own, backing off: never the refreshes'
 	}
 	for _, rr := range remote {
 		if !holds(answer, rr) {
@@ -194,37 +214,36 @@ func (p *MDNSFallback) withRemote(e *nameEntry, name, qname string, qtype uint16
 func (p *MDNSFallback) serveRemote(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone *soa.Names, server, name string) (int, error) {
 	qname, qtype := r.Question[0].Name, r.Question[0].Qtype
 	now := time.Now()
-	answer, res, refresh := p.cache.lookup(name, qname, qtype, now, nil)
-	if res == cacheNone {
-		_, res, _ = p.neg.lookup(name, qname, qtype, now, nil)
-	}
-	resp := p.mdns.Load()
+	answer, res, refresh := p.lan.Lookup(name, qname, qtype, now)
 	switch res {
-	case cachePositive:
-		if refresh && resp != nil {
-			p.askInBackground(resp, name)
+	case mdns.Positive:
+		if refresh {
+			p.lan.Refresh(name)
 		}
 		p.count(server, resCache)
 		return p.reply(w, r, zone, shuffle(answer))
-	case cacheNegative:
+	case mdns.Negative:
 		p.count(server, resNegative)
 		return p.noAnswer(ctx, w, r, zone, name, now)
 	}
-	if resp == nil {
+	if !p.lan.Active() {
 		p.count(server, resMiss)
 		return p.noAnswer(ctx, w, r, zone, name, now)
 	}
-	switch p.resolve(ctx, resp, name) {
-	case resolveBusy:
+	switch p.lan.Resolve(ctx, name) {
+	case mdns.Busy:
 		p.count(server, resMiss)
+		if p.cfg.fall.Through(qname) {
+			return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
+		}
 		return dns.RcodeServerFailure, nil // too many mDNS queries in flight, or the query budget spent
-	case resolveRecent:
+	case mdns.Recent:
 		p.count(server, resMiss)
 		return p.noAnswer(ctx, w, r, zone, name, time.Now()) // asked less than a second ago, and nobody answered
 	}
 	now = time.Now()
-	answer, res, _ = p.cache.lookup(name, qname, qtype, now, nil)
-	if res == cachePositive {
+	answer, res, _ = p.lan.Lookup(name, qname, qtype, now)
+	if res == mdns.Positive {
 		p.count(server, resMDNS)
 		return p.reply(w, r, zone, shuffle(answer))
 	}
@@ -235,7 +254,7 @@ func (p *MDNSFallback) serveRemote(ctx context.Context, w dns.ResponseWriter, r 
 // noAnswer is NODATA when the name has addresses of the other type, else
 // NXDOMAIN (or the next plugin).
 func (p *MDNSFallback) noAnswer(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, zone *soa.Names, name string, now time.Time) (int, error) {
-	if p.cache.has(name, now) {
+	if p.lan.Has(name, now) {
 		return p.reply(w, r, zone, nil)
 	}
 	return p.nxdomain(ctx, w, r, zone, r.Question[0].Name)
@@ -244,7 +263,7 @@ func (p *MDNSFallback) noAnswer(ctx context.Context, w dns.ResponseWriter, r *dn
 // holds reports whether rrs hold an address record equal to rr.
 func holds(rrs []dns.RR, rr dns.RR) bool {
 	for _, x := range rrs {
-		if equalAddr(x, rr) {
+		if dnsname.SameData(x, rr) {
 			return true
 		}
 	}
@@ -260,79 +279,6 @@ func shuffle(rrs []dns.RR) []dns.RR {
 	}
 	return rrs
 }
-
-// setCacheGauge sets cache_entries: the names answered and the negative
-// ones.
-func (p *MDNSFallback) setCacheGauge() { p.cacheGauge.Set(float64(p.cache.Len() + p.neg.Len())) }
-
-// Outcomes of resolve.
-const (
-	resolveAsked  = iota // the network was asked (or a query in flight joined)
-	resolveBusy          // not asked: too many queries in flight, or the query budget spent
-	resolveRecent        // not asked: the name was asked less than a second ago
-)
-
-// resolve asks the network for name, sharing one mDNS query between
-// concurrent requests, and waits at most the timeout (or until ctx ends).
-// A new query must pass the limiter; one it holds back ends the call at
-// once, without a negative entry (nobody was asked).
-func (p *MDNSFallback) resolve(ctx context.Context, resp *responder, name string) int {
-	c, why := p.ask(resp, name, false)
-	switch {
-	case c == nil && why == limitedName:
-		return resolveRecent
-	case c == nil:
-		return resolveBusy
-	}
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-	}
-	return resolveAsked
-}
-
-// ask sends a query for name unless one is in flight (then it joins it),
-// and returns the call; nil and why when the query was held back.
-// When the call ends, each address family nobody answered is remembered
-// as such for negative_ttl.
-func (p *MDNSFallback) ask(resp *responder, name string, background bool) (*call, string) {
-	qm := resp.shared.Load()
-	c, leader := p.inflight.join(name, p.cfg.timeout, qm, func() {
-		now := time.Now()
-		if p.cfg.negativeTTL <= 0 {
-			return
-		}
-		for _, v6 := range [2]bool{false, true} {
-			if v6 && isReverse(name) {
-				break // a reverse name's PTR records are cached under v6 false
-			}
-			if !p.cache.live(name, v6, now) {
-				p.neg.setNegative(name, v6, now.Add(p.cfg.negativeTTL), now)
-			}
-		}
-		p.setCacheGauge()
-	})
-	if c == nil {
-		return nil, limitedRate
-	}
-	if leader {
-		allow := p.limiter.allow
-		if background {
-			allow = p.limiter.allowBackground
-		}
-		if ok, why := allow(name, time.Now()); !ok {
-			mdnsLimited.WithLabelValues(why).Inc()
-			p.inflight.abandon(name, c)
-			return nil, why
-		}
-		resp.query(name, qm)
-	}
-	return c, ""
-}
-
-// askInBackground asks the network for name without waiting (a local
-// name's other hosts, a refresh), within half the query budget.
-func (p *MDNSFallback) askInBackground(resp *responder, name string) { p.ask(resp, name, true) }
 
 // Request results, the values of the result label.
 const (
@@ -382,12 +328,12 @@ func (p *MDNSFallback) nxdomain(ctx context.Context, w dns.ResponseWriter, r *dn
 // servePTR answers PTR queries for addresses inside the reverse networks
 // from local records; any other reverse name goes to the next plugin at once.
 func (p *MDNSFallback) servePTR(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, qname string) (int, error) {
-	addr, ok := parseReverse(qname)
-	if !ok || !p.inReverse(addr) {
+	addr, ok := dnsname.ParseReverse(qname)
+	if !ok || !dnsname.InPrefixes(p.cfg.reverse, addr) {
 		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
 	}
 	var zone *soa.Names
-	if z := plugin.Zones(p.reverseZones).Matches(lowerName(qname)); z != "" {
+	if z := plugin.Zones(p.reverseZones).Matches(dnsname.Lower(qname)); z != "" {
 		for i := range p.reverseZones {
 			if p.reverseZones[i] == z {
 				zone = &p.reverseSOAs[i]
@@ -396,22 +342,22 @@ func (p *MDNSFallback) servePTR(ctx context.Context, w dns.ResponseWriter, r *dn
 		}
 	}
 	if zone == nil { // cannot happen: inReverse matched one of the networks
-		n := soa.For(lowerName(qname))
+		n := soa.For(dnsname.Lower(qname))
 		zone = &n
 	}
 	server := metrics.WithServer(ctx)
-	names := p.db.ix.lookupPTR(addr)
+	names := p.db.LookupPTR(addr)
 	if len(names) == 0 {
-		if p.mdns.Load() != nil { // another host's address: ask over mDNS
-			return p.serveRemote(ctx, w, r, zone, server, lowerName(qname))
+		if p.lan.Active() { // another host's address: ask over mDNS
+			return p.serveRemote(ctx, w, r, zone, server, dnsname.Lower(qname))
 		}
 		p.count(server, resMiss)
 		return p.nxdomain(ctx, w, r, zone, qname)
 	}
 	p.count(server, resLocal)
-	answer := p.ptrRRs(names, qname)
-	if p.mdns.Load() != nil {
-		remote, _, _ := p.cache.lookup(lowerName(qname), qname, dns.TypePTR, time.Now(), nil)
+	answer := records.PTRs(names, qname, p.cfg.ttl)
+	if p.lan.Active() {
+		remote, _, _ := p.lan.Lookup(dnsname.Lower(qname), qname, dns.TypePTR, time.Now())
 		for _, rr := range remote {
 			if !holds(answer, rr) {
 				answer = append(answer, rr)
@@ -419,70 +365,6 @@ func (p *MDNSFallback) servePTR(ctx context.Context, w dns.ResponseWriter, r *dn
 		}
 	}
 	return p.reply(w, r, zone, answer)
-}
-
-// ptrRRs builds the PTR records of names under qname.
-func (p *MDNSFallback) ptrRRs(names []string, qname string) []dns.RR {
-	if len(names) == 0 {
-		return nil
-	}
-	answer := make([]dns.RR, 0, len(names))
-	for _, n := range names {
-		answer = append(answer, &dns.PTR{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: p.cfg.ttl}, Ptr: n})
-	}
-	return answer
-}
-
-func (p *MDNSFallback) inReverse(a netip.Addr) bool {
-	for _, pr := range p.cfg.reverse {
-		if pr.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// entryRRs builds the A/AAAA records of a local entry under qname. They
-// never carry the cache-flush bit, in DNS or in mDNS: every name is shared
-// by design (containers of one service on several hosts share a name), so
-// a host's records must not evict another host's from peer caches.
-func (p *MDNSFallback) entryRRs(e *nameEntry, qname string, qtype uint16) []dns.RR {
-	const class = dns.ClassINET
-	wantA := qtype == dns.TypeA || qtype == dns.TypeANY
-	wantAAAA := qtype == dns.TypeAAAA || qtype == dns.TypeANY
-	n := 0
-	if wantA {
-		n += len(e.a)
-	}
-	if wantAAAA {
-		n += len(e.aaaa)
-	}
-	if n == 0 {
-		return nil
-	}
-	out := make([]dns.RR, 0, n)
-	if wantA && len(e.a) > 0 {
-		rrs := make([]dns.A, len(e.a)) // one allocation for all of them
-		for i, ip := range e.a {
-			rrs[i] = dns.A{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeA, Class: class, Ttl: p.ttl(e.ttlA[i])}, A: ip}
-			out = append(out, &rrs[i])
-		}
-	}
-	if wantAAAA && len(e.aaaa) > 0 {
-		rrs := make([]dns.AAAA, len(e.aaaa))
-		for i, ip := range e.aaaa {
-			rrs[i] = dns.AAAA{Hdr: dns.RR_Header{Name: qname, Rrtype: dns.TypeAAAA, Class: class, Ttl: p.ttl(e.ttlAAAA[i])}, AAAA: ip}
-			out = append(out, &rrs[i])
-		}
-	}
-	return out
-}
-
-func (p *MDNSFallback) ttl(t uint32) uint32 {
-	if t == 0 {
-		return p.cfg.ttl
-	}
-	return t
 }
 
 // soa is the synthesised SOA of zone; its TTL and minimum are the negative
@@ -494,106 +376,8 @@ func (p *MDNSFallback) soa(zone *soa.Names) dns.RR {
 // zoneSOA returns the SOA names of the longest zone that holds name (a
 // lowercased FQDN), or nil.
 func (p *MDNSFallback) zoneSOA(name string) *soa.Names {
-	best := -1
-	for i, z := range p.cfg.zones {
-		if (best < 0 || len(z) > len(p.cfg.zones[best])) && inZone(name, z) {
-			best = i
-		}
+	if i := dnsname.Longest(p.cfg.zones, name); i >= 0 {
+		return &p.soas[i]
 	}
-	if best < 0 {
-		return nil
-	}
-	return &p.soas[best]
-}
-
-// zoneOf returns the longest zone that holds name (a lowercased FQDN), or "".
-func (p *MDNSFallback) zoneOf(name string) string {
-	if z := p.zoneSOA(name); z != nil {
-		return z.Zone
-	}
-	return ""
-}
-
-// inZone reports whether the lowercased FQDN name is zone or below it.
-func inZone(name, zone string) bool {
-	if zone == "." {
-		return true
-	}
-	if !strings.HasSuffix(name, zone) {
-		return false
-	}
-	return len(name) == len(zone) || name[len(name)-len(zone)-1] == '.'
-}
-
-// announce is the database's put hook: peers learn the name at once (RFC
-// 6762 §8.3). The other hosts' addresses heard for the name stay: the name
-// answers the union of its local records and theirs.
-func (p *MDNSFallback) announce(rec Record) {
-	if r := p.mdns.Load(); r != nil {
-		r.scheduleAnnounce(rec.Domain, time.Now())
-	}
-}
-
-// sendGoodbyes is the database's deletion hook.
-func (p *MDNSFallback) sendGoodbyes(gone []Record) {
-	if r := p.mdns.Load(); r != nil {
-		r.goodbye(gone)
-	}
-}
-
-// lowerName lowercases an ASCII name without allocating when it is already
-// lower case, and makes it fully qualified.
-func lowerName(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; 'A' <= c && c <= 'Z' {
-			return strings.ToLower(dns.Fqdn(s))
-		}
-	}
-	return dns.Fqdn(s)
-}
-
-// isReverse reports whether the lowercased FQDN is under in-addr.arpa. or
-// ip6.arpa.
-func isReverse(name string) bool {
-	return strings.HasSuffix(name, ".in-addr.arpa.") || strings.HasSuffix(name, ".ip6.arpa.")
-}
-
-// parseReverse returns the address of an in-addr.arpa / ip6.arpa name.
-func parseReverse(qname string) (netip.Addr, bool) {
-	s := dnsutil.ExtractAddressFromReverse(lowerName(qname))
-	if s == "" {
-		return netip.Addr{}, false
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return a.Unmap(), true
-}
-
-// reverseZone is the in-addr.arpa / ip6.arpa zone that covers pr, rounded
-// out to a label boundary.
-func reverseZone(pr netip.Prefix) string {
-	a := pr.Masked().Addr()
-	if a.Is4() {
-		b := a.As4()
-		labels := pr.Bits() / 8
-		var sb strings.Builder
-		for i := labels - 1; i >= 0; i-- {
-			sb.WriteString(strconv.Itoa(int(b[i])) + ".")
-		}
-		return sb.String() + "in-addr.arpa."
-	}
-	b := a.As16()
-	nibbles := pr.Bits() / 4
-	var sb strings.Builder
-	for i := nibbles - 1; i >= 0; i-- {
-		v := b[i/2]
-		if i%2 == 0 {
-			v >>= 4
-		}
-		sb.WriteByte("0123456789abcdef"[v&0xf])
-		sb.WriteByte('.')
-	}
-	return sb.String() + "ip6.arpa."
+	return nil
 }

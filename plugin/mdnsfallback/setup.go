@@ -15,9 +15,11 @@ import (
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/meshdns/meshdns/plugin/inspect"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/mdns"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/updater"
 	"github.com/meshdns/meshdns/plugin/pkg/carry"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
-	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/pending"
 
 	"github.com/docker/docker/client"
@@ -38,6 +40,7 @@ const (
 	defaultCache       = 4096
 	defaultNegativeTTL = 5 * time.Second
 	defaultMaxRecords  = 100000
+	defaultQueryRate   = mdns.DefaultQueryRate
 )
 
 func setup(c *caddy.Controller) error {
@@ -159,14 +162,14 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 	case "fallthrough":
 		cfg.fall.SetZonesFromArgs(args)
 	case "updater":
-		if cfg.updater != nil {
+		if cfg.upd != nil {
 			return c.Err("updater may appear only once per mdnsfallback")
 		}
 		u, err := parseUpdater(c, args)
 		if err != nil {
 			return err
 		}
-		cfg.updater = u
+		cfg.upd = u
 	default:
 		return c.Errf("unknown property %q", opt)
 	}
@@ -224,7 +227,7 @@ func parseTimeOption(c *caddy.Controller, cfg *config, opt string, args []string
 		return c.Errf("%s: %v", opt, err)
 	}
 	if opt == "ttl" {
-		if secs < 1 || secs > maxRecordTTL {
+		if secs < 1 || secs > records.MaxTTL {
 			return c.Errf("ttl: %s is outside [1s, 168h]", s)
 		}
 		cfg.ttl = secs
@@ -265,19 +268,20 @@ func parseCountOption(c *caddy.Controller, cfg *config, opt string, args []strin
 
 // parseUpdater reads `updater docker [ENDPOINT] { network NAME … }`; args
 // are the words after "updater".
-func parseUpdater(c *caddy.Controller, args []string) (*updaterConfig, error) {
+func parseUpdater(c *caddy.Controller, args []string) (*updater.Config, error) {
 	if len(args) == 0 || len(args) > 2 {
 		return nil, c.ArgErr()
 	}
 	if args[0] != "docker" {
 		return nil, c.Errf("updater: unknown kind %q (want docker)", args[0])
 	}
-	u := &updaterConfig{checkInterval: defaultCheckInterval, checkTimeout: defaultCheckTimeout, reconcileInterval: defaultReconcileInterval}
+	u := &updater.Config{CheckInterval: updater.DefaultCheckInterval, CheckTimeout: updater.DefaultCheckTimeout, ReconcileInterval: updater.DefaultReconcileInterval,
+		CheckFailures: updater.DefaultCheckFailures, CheckRate: updater.DefaultCheckRate}
 	if len(args) == 2 {
 		if _, err := client.ParseHostURL(args[1]); err != nil {
 			return nil, c.Errf("updater docker: endpoint %q: %v", args[1], err)
 		}
-		u.endpoint = args[1]
+		u.Endpoint = args[1]
 	}
 	// The sub-block is optional; the outer block's nesting makes
 	// c.NextBlock unusable here, so the braces are read by hand.
@@ -301,7 +305,18 @@ func parseUpdater(c *caddy.Controller, args []string) (*updaterConfig, error) {
 		}
 		switch opt {
 		case "network":
-			u.network = vals[0]
+			u.Network = vals[0]
+		case "check_failures", "check_rate":
+			n, err := strconv.Atoi(vals[0])
+			lim := map[string]int{"check_failures": 10, "check_rate": 10000}[opt]
+			if err != nil || n < 1 || n > lim {
+				return nil, c.Errf("%s: %q is not a number in 1..%d", opt, vals[0], lim)
+			}
+			if opt == "check_failures" {
+				u.CheckFailures = n
+			} else {
+				u.CheckRate = n
+			}
 		case "check_interval", "check_timeout", "reconcile_interval":
 			d, err := time.ParseDuration(vals[0])
 			if err != nil || d < 100*time.Millisecond || d > time.Hour {
@@ -309,18 +324,18 @@ func parseUpdater(c *caddy.Controller, args []string) (*updaterConfig, error) {
 			}
 			switch opt {
 			case "check_interval":
-				u.checkInterval = d
+				u.CheckInterval = d
 			case "check_timeout":
-				u.checkTimeout = d
+				u.CheckTimeout = d
 			default:
-				u.reconcileInterval = d
+				u.ReconcileInterval = d
 			}
 		default:
 			return nil, c.Errf("updater docker: unknown property %q", opt)
 		}
 	}
-	if u.checkTimeout > u.checkInterval {
-		return nil, c.Errf("updater docker: check_timeout %s is longer than check_interval %s", u.checkTimeout, u.checkInterval)
+	if u.CheckTimeout > u.CheckInterval {
+		return nil, c.Errf("updater docker: check_timeout %s is longer than check_interval %s", u.CheckTimeout, u.CheckInterval)
 	}
 	return u, nil
 }
@@ -332,7 +347,7 @@ func parseUpdater(c *caddy.Controller, args []string) (*updaterConfig, error) {
 // it): each is taken only by the instance of the same block, so two
 // mdnsfallback server blocks keep their own records. Records outside a
 // block's new zones are dropped (and logged) when it takes them.
-var carried carry.Store[[]Record]
+var carried carry.Store[[]records.Record]
 
 func (p *MDNSFallback) carryKey() string { return pluginName + "|" + p.cfg.block }
 
@@ -346,11 +361,15 @@ func (p *MDNSFallback) onStartup() error {
 	recs, ok := carried.Take(p.carryKey())
 	switch {
 	case ok:
-		if skipped := p.db.Replace(recs); skipped > 0 {
-			log.Warningf("Reload: %d of %d records dropped (outside the zones %s, or past max_records)", skipped, len(recs), strings.Join(p.cfg.zones, " "))
+		aside, skipped := p.db.Replace(recs)
+		if skipped > 0 {
+			log.Warningf("Reload: %d of %d records dropped (invalid)", skipped, len(recs))
+		}
+		if aside > 0 {
+			log.Warningf("Reload: %d of %d records kept aside (outside the zones %s, or past max_records): they come back when the zones hold them", aside, len(recs), strings.Join(p.cfg.zones, " "))
 		}
 	case p.cfg.snapshot != "":
-		n, err := newSnapshotWriter(p.cfg.snapshot, p.db).load()
+		n, err := records.NewWriter(p.cfg.snapshot, p.db).Load()
 		if err != nil {
 			log.Errorf("Snapshot not loaded, starting empty: %v", err)
 		} else if n > 0 {
@@ -369,12 +388,12 @@ func (p *MDNSFallback) onStartup() error {
 // snapshot): nobody would ever delete them. Goodbyes go out as for any
 // delete; the instance has started, so the responder sends them.
 func (p *MDNSFallback) releaseOrphans() {
-	if p.cfg.updater != nil {
+	if p.cfg.upd != nil {
 		return
 	}
 	n := 0
-	for id := range p.db.OwnedIDs(updaterOwner) {
-		n += len(p.db.DeleteOwned(id, updaterOwner, nil))
+	for id := range p.db.OwnedIDs(updater.Owner) {
+		n += len(p.db.DeleteOwned(id, updater.Owner, nil))
 	}
 	if n > 0 {
 		log.Infof("No updater any more: its %d records released", n)
@@ -406,8 +425,8 @@ func (p *MDNSFallback) start() error {
 	defer lifecycle.Unlock()
 	p.recordsGauge.Set(float64(p.db.Len()))
 	if p.cfg.snapshot != "" {
-		s := newSnapshotWriter(p.cfg.snapshot, p.db)
-		s.start()
+		s := records.NewWriter(p.cfg.snapshot, p.db)
+		s.Start()
 		p.snap.Store(s)
 	}
 	if len(p.cfg.interfaces) > 0 {
@@ -424,13 +443,10 @@ func (p *MDNSFallback) start() error {
 			}
 			ifis = append(ifis, ifi)
 		}
-		r := newResponder(p, ifis)
-		if err := r.open(); err != nil {
+		if err := p.lan.Open(ifis); err != nil {
 			p.stopLocked()
 			return plugin.Error(pluginName, err)
 		}
-		p.mdns.Store(r)
-		r.announceAll(0) // the records of a snapshot or a reload, and any put before
 	}
 	if p.cfg.api != "" {
 		if err := p.startAPI(); err != nil {
@@ -438,20 +454,19 @@ func (p *MDNSFallback) start() error {
 			return plugin.Error(pluginName, err)
 		}
 	}
-	if uc := p.cfg.updater; uc != nil {
+	if uc := p.cfg.upd; uc != nil {
 		eng := p.newEngine
 		if eng == nil {
-			eng = func(endpoint string) (engine, error) { return newDockerEngine(endpoint) }
+			eng = func(endpoint string) (updater.Engine, error) { return updater.NewDocker(endpoint) }
 		}
-		e, err := eng(uc.endpoint)
+		e, err := eng(uc.Endpoint)
 		if err != nil {
 			p.stopLocked()
 			return plugin.Error(pluginName, fmt.Errorf("updater docker: %w", err))
 		}
-		u := newUpdater(*uc, p.db, p.cfg.zones, e)
-		u.connected, u.containers = gauges.Of(updaterConnected, p.cfg.servers), gauges.Of(updaterContainers, p.cfg.servers)
-		u.start()
-		p.updater.Store(u)
+		u := updater.New(*uc, p.db, p.cfg.zones, e, p.cfg.servers)
+		u.Start()
+		p.upd.Store(u)
 	}
 	p.ready.Store(true)
 	return nil
@@ -466,7 +481,8 @@ func (p *MDNSFallback) onRestart() error {
 	// The writers stop first (the API waits for the requests it is
 	// handling), so every write acknowledged is in the records handed over.
 	p.stopWritersLocked()
-	carried.Put(p.carryKey(), p.db.Records(""))
+	recs, aside, _ := p.db.All()
+	carried.Put(p.carryKey(), append(recs, aside...))
 	p.stopLocked()
 	return nil
 }
@@ -485,8 +501,8 @@ func (p *MDNSFallback) onRestartFailed() error {
 func (p *MDNSFallback) shutdown() error {
 	lifecycle.Lock()
 	defer lifecycle.Unlock()
-	if r := p.mdns.Load(); r != nil && !p.restarting.Load() {
-		r.goodbye(p.db.Records(""))
+	if !p.restarting.Load() {
+		p.lan.GoodbyeAll(p.db.Records(""))
 	}
 	p.stopLocked()
 	return nil
@@ -495,8 +511,8 @@ func (p *MDNSFallback) shutdown() error {
 // stopWritersLocked stops what writes records: the container updater and
 // the record API.
 func (p *MDNSFallback) stopWritersLocked() {
-	if u := p.updater.Swap(nil); u != nil {
-		u.stop()
+	if u := p.upd.Swap(nil); u != nil {
+		u.Stop()
 	}
 	p.stopAPI()
 }
@@ -504,11 +520,8 @@ func (p *MDNSFallback) stopWritersLocked() {
 func (p *MDNSFallback) stopLocked() {
 	p.ready.Store(false)
 	p.stopWritersLocked()
-	if r := p.mdns.Swap(nil); r != nil {
-		r.close()
-	}
-	p.inflight.stop()
+	p.lan.Close()
 	if s := p.snap.Swap(nil); s != nil {
-		s.close()
+		s.Close()
 	}
 }

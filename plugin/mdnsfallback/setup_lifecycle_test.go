@@ -50,7 +50,7 @@ func TestLifecycleSnapshot(t *testing.T) {
 	if err := q.onStartup(); err != nil {
 		t.Fatal(err)
 	}
-	if q.db.Len() != 1 || q.db.ix.lookup("web.weave.local.") == nil {
+	if q.db.Len() != 1 || q.db.Lookup("web.weave.local.") == nil {
 		t.Fatalf("snapshot not loaded: %v", q.db.Records(""))
 	}
 	q.shutdown()
@@ -122,7 +122,7 @@ func TestLifecycleReloadTwoBlocks(t *testing.T) {
 		}
 	}
 	for i, p := range next {
-		if p.db.Len() != 1 || p.db.ix.lookup("web."+zones[i][0]) == nil {
+		if p.db.Len() != 1 || p.db.Lookup("web."+zones[i][0]) == nil {
 			t.Errorf("block %s: records not carried: %v", zones[i][0], p.db.Records(""))
 		}
 		p.shutdown()
@@ -175,7 +175,7 @@ func TestReloadKeepsAcknowledgedWrites(t *testing.T) {
 		n := 0
 		for name := range acked {
 			n++
-			if q.db.ix.lookup(name+".") == nil {
+			if q.db.Lookup(name+".") == nil {
 				t.Fatalf("snapshot %v: %s was acknowledged before the reload and is gone after it", withSnapshot, name)
 			}
 		}

@@ -1,10 +1,11 @@
-package mdnsfallback
+package updater
 
 import (
 	"context"
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -21,9 +22,9 @@ type dockerEngine struct {
 	cli *client.Client
 }
 
-// newDockerEngine makes a client for endpoint; "" takes DOCKER_HOST (and
+// NewDocker makes a client for endpoint; "" takes DOCKER_HOST (and
 // the other DOCKER_* variables), else unix:///var/run/docker.sock.
-func newDockerEngine(endpoint string) (*dockerEngine, error) {
+func NewDocker(endpoint string) (*dockerEngine, error) {
 	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
 	if endpoint != "" {
 		opts = append(opts, client.WithHost(endpoint))
@@ -34,6 +35,8 @@ func newDockerEngine(endpoint string) (*dockerEngine, error) {
 	}
 	return &dockerEngine{cli: cli}, nil
 }
+
+var _ Engine = (*dockerEngine)(nil)
 
 func (d *dockerEngine) Endpoint() string { return d.cli.DaemonHost() }
 
@@ -50,7 +53,7 @@ func (d *dockerEngine) Ping(ctx context.Context) (string, error) {
 
 // Events follows container start/die/stop/destroy and network
 // connect/disconnect events.
-func (d *dockerEngine) Events(ctx context.Context, since time.Time) (<-chan engineEvent, <-chan error) {
+func (d *dockerEngine) Events(ctx context.Context, since time.Time) (<-chan Event, <-chan error) {
 	f := filters.NewArgs(
 		filters.Arg("type", string(events.ContainerEventType)),
 		filters.Arg("type", string(events.NetworkEventType)),
@@ -60,7 +63,7 @@ func (d *dockerEngine) Events(ctx context.Context, since time.Time) (<-chan engi
 	)
 	opts := events.ListOptions{Filters: f, Since: fmt.Sprintf("%d.%09d", since.Unix(), since.Nanosecond())}
 	msgs, errs := d.cli.Events(ctx, opts)
-	out := make(chan engineEvent)
+	out := make(chan Event)
 	go func() {
 		defer close(out)
 		for {
@@ -87,58 +90,74 @@ func (d *dockerEngine) Events(ctx context.Context, since time.Time) (<-chan engi
 }
 
 // slimEvent keeps what the updater needs of an engine event.
-func slimEvent(m events.Message) (engineEvent, bool) {
+func slimEvent(m events.Message) (Event, bool) {
 	action := string(m.Action)
 	switch m.Type {
 	case events.ContainerEventType:
 		switch action {
 		case "start", "die", "stop", "destroy":
-			return engineEvent{Action: action, ID: m.Actor.ID}, m.Actor.ID != ""
+			return Event{Action: action, ID: m.Actor.ID}, m.Actor.ID != ""
 		}
 	case events.NetworkEventType:
 		switch action {
 		case "connect", "disconnect":
 			id := m.Actor.Attributes["container"]
-			return engineEvent{Action: action, ID: id}, id != ""
+			return Event{Action: action, ID: id}, id != ""
 		}
 	}
-	return engineEvent{}, false
+	return Event{}, false
 }
 
-// Running lists the running containers and inspects each (the list lacks
-// hostname and domain name).
-func (d *dockerEngine) Running(ctx context.Context) ([]ctrInfo, error) {
+// Running lists the running containers and inspects them (the list lacks
+// hostname and domain name), inspectConcurrency at a time; a container
+// whose inspect fails is left out and named in failed.
+func (d *dockerEngine) Running(ctx context.Context) ([]Container, []string, error) {
 	list, err := d.cli.ContainerList(ctx, container.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make([]ctrInfo, 0, len(list))
-	for _, s := range list {
-		c, err := d.Inspect(ctx, s.ID)
-		if err != nil {
-			return nil, err
-		}
-		if c.Running {
-			out = append(out, c)
+	out := make([]Container, len(list))
+	errs := make([]error, len(list))
+	sem := make(chan struct{}, inspectConcurrency)
+	var wg sync.WaitGroup
+	for i, s := range list {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ictx, cancel := context.WithTimeout(ctx, engineCallTimeout)
+			out[i], errs[i] = d.Inspect(ictx, s.ID)
+			cancel()
+		}()
+	}
+	wg.Wait()
+	var running []Container
+	var failed []string
+	for i, c := range out {
+		switch {
+		case errs[i] != nil:
+			failed = append(failed, list[i].ID)
+		case c.Running:
+			running = append(running, c)
 		}
 	}
-	return out, nil
+	return running, failed, ctx.Err()
 }
 
-func (d *dockerEngine) Inspect(ctx context.Context, id string) (ctrInfo, error) {
+func (d *dockerEngine) Inspect(ctx context.Context, id string) (Container, error) {
 	r, err := d.cli.ContainerInspect(ctx, id)
 	if cerrdefs.IsNotFound(err) {
-		return ctrInfo{ID: id}, nil
+		return Container{ID: id}, nil
 	}
 	if err != nil {
-		return ctrInfo{}, err
+		return Container{}, err
 	}
 	return slimContainer(r), nil
 }
 
 // slimContainer converts an inspect answer to the updater's container.
-func slimContainer(r container.InspectResponse) ctrInfo {
-	c := ctrInfo{Networks: map[string]ctrNet{}}
+func slimContainer(r container.InspectResponse) Container {
+	c := Container{Networks: map[string]Net{}}
 	if r.ContainerJSONBase != nil {
 		c.ID = r.ID
 		c.Name = strings.TrimPrefix(r.Name, "/")
@@ -161,7 +180,7 @@ func slimContainer(r container.InspectResponse) ctrInfo {
 			if ep == nil {
 				continue
 			}
-			var n ctrNet
+			var n Net
 			if a, err := netip.ParseAddr(ep.IPAddress); err == nil && a.Unmap().Is4() {
 				n.IPv4, n.Prefix4 = a.Unmap(), ep.IPPrefixLen
 			}

@@ -1,9 +1,10 @@
-package mdnsfallback
+package mdns
 
 import (
-	"net"
 	"net/netip"
 	"time"
+
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
 
 	"github.com/miekg/dns"
 )
@@ -27,7 +28,7 @@ type announcement struct {
 // (at once when the name was not multicast in the last second), the others
 // one second apart. A name already due starts its count over with the
 // next announcement, at the time already scheduled.
-func (r *responder) scheduleAnnounce(name string, now time.Time) {
+func (r *Responder) scheduleAnnounce(name string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -49,7 +50,7 @@ func (r *responder) scheduleAnnounce(name string, now time.Time) {
 
 // nextMulticastLocked is the earliest time every record of name (rrs)
 // may be multicast on every interface; r.mu is held.
-func (r *responder) nextMulticastLocked(rrs []dns.RR, now time.Time) time.Time {
+func (r *Responder) nextMulticastLocked(rrs []dns.RR, now time.Time) time.Time {
 	next := now
 	for idx := range r.ifs() {
 		for _, rr := range rrs {
@@ -62,16 +63,16 @@ func (r *responder) nextMulticastLocked(rrs []dns.RR, now time.Time) time.Time {
 }
 
 // localRRs returns the records of the local name, as announced.
-func (r *responder) localRRs(name string) []dns.RR {
-	if e := r.p.db.ix.lookup(name); e != nil {
-		return r.p.entryRRs(e, name, dns.TypeANY)
+func (r *Responder) localRRs(name string) []dns.RR {
+	if e := r.n.local.Lookup(name); e != nil {
+		return e.RRs(name, dns.TypeANY, r.n.cfg.TTL)
 	}
 	return nil
 }
 
 // fireAnnounce sends one announcement of name, or waits again when a reply
 // multicast one of its records meanwhile.
-func (r *responder) fireAnnounce(name string) {
+func (r *Responder) fireAnnounce(name string) {
 	now := time.Now()
 	r.mu.Lock()
 	// Read under r.mu: a write's scheduleAnnounce (after the index has the
@@ -102,19 +103,19 @@ func (r *responder) fireAnnounce(name string) {
 // sendAnnouncement multicasts the name's current records (no cache-flush
 // bit: every name is shared) on every interface; a name deleted meanwhile
 // sends nothing (its goodbye went out with the delete).
-func (r *responder) sendAnnouncement(rrs []dns.RR) {
+func (r *Responder) sendAnnouncement(rrs []dns.RR) {
 	if len(rrs) == 0 {
 		return
 	}
 	m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs}
 	for idx := range r.ifs() {
-		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+		r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, fresh: true})
 		mdnsResponses.WithLabelValues("announcement").Inc()
 	}
 }
 
 // stopAnnouncements cancels every announcement due (shutdown, reload).
-func (r *responder) stopAnnouncements() {
+func (r *Responder) stopAnnouncements() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
@@ -136,8 +137,8 @@ const announceBatch = 20
 // snapshot or carried across a reload included) and when an interface
 // joins again, so peers that lost the records learn them back without
 // asking.
-func (r *responder) announceAll(ifIndex int) {
-	first := r.p.db.Records("")
+func (r *Responder) announceAll(ifIndex int) {
+	first := r.n.local.Records("")
 	if len(first) == 0 {
 		return
 	}
@@ -154,12 +155,12 @@ func (r *responder) announceAll(ifIndex int) {
 		if closed {
 			return
 		}
-		was := make(map[Record]bool, len(first))
+		was := make(map[records.Record]bool, len(first))
 		for _, rec := range first {
 			was[rec] = true
 		}
-		var again []Record
-		for _, rec := range r.p.db.Records("") {
+		var again []records.Record
+		for _, rec := range r.n.local.Records("") {
 			if was[rec] {
 				again = append(again, rec)
 			}
@@ -169,7 +170,7 @@ func (r *responder) announceAll(ifIndex int) {
 }
 
 // sendRecords multicasts recs, announceBatch a packet.
-func (r *responder) sendRecords(recs []Record, ifIndex int) {
+func (r *Responder) sendRecords(recs []records.Record, ifIndex int) {
 	var rrs []dns.RR
 	seen := map[mcastKey]bool{}
 	for _, rec := range recs {
@@ -178,28 +179,17 @@ func (r *responder) sendRecords(recs []Record, ifIndex int) {
 			continue // one address of a name held by two identifiers
 		}
 		seen[k] = true
-		rrs = append(rrs, recordRR(rec, r.p.ttl(rec.TTL)))
+		rrs = append(rrs, records.RR(rec, r.n.ttl(rec.TTL)))
 	}
 	for len(rrs) > 0 {
 		n := min(len(rrs), announceBatch)
 		m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs[:n]}
 		for idx := range r.ifs() {
 			if ifIndex == 0 || idx == ifIndex {
-				r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+				r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, fresh: true})
 				mdnsResponses.WithLabelValues("announcement").Inc()
 			}
 		}
 		rrs = rrs[n:]
 	}
-}
-
-// recordRR is the A or AAAA record of rec with ttl (0 for a goodbye).
-func recordRR(rec Record, ttl uint32) dns.RR {
-	h := dns.RR_Header{Name: rec.Domain, Class: dns.ClassINET, Ttl: ttl}
-	if rec.IP.Is4() {
-		h.Rrtype = dns.TypeA
-		return &dns.A{Hdr: h, A: net.IP(rec.IP.AsSlice())}
-	}
-	h.Rrtype = dns.TypeAAAA
-	return &dns.AAAA{Hdr: h, AAAA: net.IP(rec.IP.AsSlice())}
 }

@@ -1,4 +1,4 @@
-package mdnsfallback
+package mdns
 
 import (
 	"container/list"
@@ -53,34 +53,34 @@ type cacheEntry struct {
 	negUntil time.Time
 }
 
-// cacheResult says what a lookup found.
-type cacheResult int
+// Result says what a lookup found.
+type Result int
 
 const (
-	cacheNone     cacheResult = iota // nothing known
-	cachePositive                    // addresses of the asked type
-	cacheNegative                    // nobody answered recently
+	Unknown  Result = iota // nothing known
+	Positive               // addresses of the asked type
+	Negative               // nobody answered recently
 )
 
-// answerCache is a bounded LRU of answers heard over mDNS, keyed by
+// Cache is a bounded LRU of answers heard over mDNS, keyed by
 // (lowercased FQDN, address family), under one mutex. It never holds more
 // than max entries of at most maxAddrsPerName addresses each. (It was
 // split into hash shards once; the server-level benchmark showed no
 // difference on this machine, see docs/mdnsfallback-performance.md, so
 // it is one LRU.)
-type answerCache struct {
+type Cache struct {
 	mu  sync.Mutex
 	max int
 	m   map[cacheKey]*list.Element // value: *cacheEntry
 	lru *list.List                 // front = most recently used
 }
 
-func newAnswerCache(max int) *answerCache {
-	return &answerCache{max: max, m: make(map[cacheKey]*list.Element), lru: list.New()}
+func newCache(max int) *Cache {
+	return &Cache{max: max, m: make(map[cacheKey]*list.Element), lru: list.New()}
 }
 
 // Len returns the number of entries held (positive and negative).
-func (c *answerCache) Len() int {
+func (c *Cache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lru.Len()
@@ -123,7 +123,7 @@ func keysOf(name string, qtype uint16) []cacheKey {
 // passed one of its refresh points (80, 85, 90, 95 % of its TTL, RFC 6762
 // §5.2) since the last lookup said so: a client still asks for the name,
 // so the caller should ask the network again.
-func (c *answerCache) lookup(name, qname string, qtype uint16, now time.Time, out []dns.RR) (rrs []dns.RR, res cacheResult, refresh bool) {
+func (c *Cache) lookup(name, qname string, qtype uint16, now time.Time, out []dns.RR) (rrs []dns.RR, res Result, refresh bool) {
 	keys := keysOf(name, qtype)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -135,13 +135,13 @@ func (c *answerCache) lookup(name, qname string, qtype uint16, now time.Time, ou
 		case len(e.addrs) == 0:
 			neg++
 		default:
-			res = cachePositive
+			res = Positive
 			out = appendRRs(out, e, qname, now)
 			refresh = e.dueRefresh(now) || refresh
 		}
 	}
-	if res == cacheNone && neg > 0 && neg == len(keys) {
-		res = cacheNegative
+	if res == Unknown && neg > 0 && neg == len(keys) {
+		res = Negative
 	}
 	return out, res, refresh
 }
@@ -183,7 +183,7 @@ func appendRRs(out []dns.RR, e *cacheEntry, qname string, now time.Time) []dns.R
 }
 
 // get returns the live entry of k, marking it used, or nil; c.mu is held.
-func (c *answerCache) get(k cacheKey, now time.Time) *cacheEntry {
+func (c *Cache) get(k cacheKey, now time.Time) *cacheEntry {
 	el, ok := c.m[k]
 	if !ok {
 		return nil
@@ -197,8 +197,8 @@ func (c *answerCache) get(k cacheKey, now time.Time) *cacheEntry {
 	return e
 }
 
-// has reports whether name has live addresses of either family.
-func (c *answerCache) has(name string, now time.Time) bool {
+// Has reports whether name has live addresses of either family.
+func (c *Cache) Has(name string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, v6 := range [2]bool{false, true} {
@@ -210,28 +210,28 @@ func (c *answerCache) has(name string, now time.Time) bool {
 }
 
 // live reports whether (name, family) has live addresses.
-func (c *answerCache) live(name string, v6 bool, now time.Time) bool {
+func (c *Cache) live(name string, v6 bool, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.get(cacheKey{name, v6}, now)
 	return e != nil && len(e.addrs) > 0
 }
 
-// add records an address heard for name. A TTL of 0 is a goodbye: the
+// Add records an address heard for name. A TTL of 0 is a goodbye: the
 // address expires one second later (RFC 6762 §10.1); flush (the
 // cache-flush bit) evicts older same-family addresses of name first.
-func (c *answerCache) add(name string, addr netip.Addr, ttl uint32, flush bool, now time.Time) {
+func (c *Cache) Add(name string, addr netip.Addr, ttl uint32, flush bool, now time.Time) {
 	addr = addr.Unmap()
 	c.put(cacheKey{name, addr.Is6()}, cachedAddr{addr: addr, ip: net.IP(addr.AsSlice())}, ttl, flush, now)
 }
 
 // addPTR records a PTR record heard for the reverse name, as add does.
-func (c *answerCache) addPTR(name, target string, ttl uint32, flush bool, now time.Time) {
+func (c *Cache) addPTR(name, target string, ttl uint32, flush bool, now time.Time) {
 	c.put(cacheKey{name, false}, cachedAddr{ptr: target}, ttl, flush, now)
 }
 
 // put records v (its addr or ptr) heard under k.
-func (c *answerCache) put(k cacheKey, v cachedAddr, ttl uint32, flush bool, now time.Time) {
+func (c *Cache) put(k cacheKey, v cachedAddr, ttl uint32, flush bool, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.m[k]
@@ -287,9 +287,9 @@ func (c *answerCache) put(k cacheKey, v cachedAddr, ttl uint32, flush bool, now 
 // same reports whether a and b are the same record (address or target).
 func (a *cachedAddr) same(b cachedAddr) bool { return a.addr == b.addr && a.ptr == b.ptr }
 
-// setNegative remembers until `until` that nobody answered for the
+// SetNegative remembers until `until` that nobody answered for the
 // (name, family), unless the cache holds live addresses for it.
-func (c *answerCache) setNegative(name string, v6 bool, until, now time.Time) {
+func (c *Cache) SetNegative(name string, v6 bool, until, now time.Time) {
 	k := cacheKey{name, v6}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -306,7 +306,7 @@ func (c *answerCache) setNegative(name string, v6 bool, until, now time.Time) {
 }
 
 // forget drops both families of name.
-func (c *answerCache) forget(name string) {
+func (c *Cache) forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, v6 := range [2]bool{false, true} {
@@ -318,7 +318,7 @@ func (c *answerCache) forget(name string) {
 
 // insert adds an empty entry for k, evicting the least recently used
 // entry when the cache is full; c.mu is held.
-func (c *answerCache) insert(k cacheKey) *list.Element {
+func (c *Cache) insert(k cacheKey) *list.Element {
 	for c.lru.Len() >= c.max && c.lru.Len() > 0 {
 		c.remove(c.lru.Back())
 	}
@@ -327,7 +327,7 @@ func (c *answerCache) insert(k cacheKey) *list.Element {
 	return el
 }
 
-func (c *answerCache) remove(el *list.Element) {
+func (c *Cache) remove(el *list.Element) {
 	delete(c.m, el.Value.(*cacheEntry).key)
 	c.lru.Remove(el)
 }

@@ -1,4 +1,4 @@
-package mdnsfallback
+package mdns
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 // that comes back under a new index rejoins; an unchanged one is kept as
 // it is.
 func TestCheckInterfaces(t *testing.T) {
-	r := newResponder(newTestPlugin(nil), []*net.Interface{{Index: 3, Name: "weave", Flags: net.FlagMulticast}, {Index: 4, Name: "eth1", Flags: net.FlagMulticast}})
+	r := newResponder(testNode(), []*net.Interface{{Index: 3, Name: "weave", Flags: net.FlagMulticast}, {Index: 4, Name: "eth1", Flags: net.FlagMulticast}})
 	eth1 := r.ifs()[4]
 	present := map[string]*net.Interface{"eth1": {Index: 4, Name: "eth1", Flags: net.FlagMulticast}}
 	byName := func(n string) (*net.Interface, error) {

@@ -1,23 +1,25 @@
-package mdnsfallback
+package mdns
 
 import (
 	"sync"
 	"time"
 )
 
-// The collection window. A query that asked for unicast replies (QU)
-// collects answers until collectTail after the first one: responders send
-// unicast replies at once. One that asked for multicast replies (QM: a
-// stack beside meshdns shares port 5353) collects until collectWindow
-// after it was sent, and at least collectTail after the first answer: the
-// responders of a shared record each wait 20–120 ms before they multicast
-// it, so that their replies do not collide (RFC 6762 §6). Never past the
-// query's timeout. The answer is then every host's addresses heard, not
-// the first host's alone.
-const (
-	collectWindow = 125 * time.Millisecond
-	collectTail   = 20 * time.Millisecond
-)
+// The collection window: a query collects answers after the first one
+// for as long again as the first took to come, at least collectTail, never
+// past its timeout. A QU query's responders reply by unicast at once;
+// beside a QM query (another stack shares port 5353) the same questions
+// go out as a one-shot query, which every responder answers by unicast at
+// once too (RFC 6762 §6.7), so the other holders of a shared name answer
+// about when the first did — later on a busy host, hence a window that
+// grows with the first answer's delay. Only a responder that answers
+// neither would be heard after the window, and its multicast answer still
+// enters the cache for the next lookup. (The window was 125 ms from a QM
+// query, to wait out responders' 20–120 ms delay of shared multicast
+// answers: docs/mdnsfallback-performance.md has cold lookups beside Avahi
+// before and after.) The answer is every host's addresses heard in the
+// window, not the first host's alone.
+const collectTail = 20 * time.Millisecond
 
 // call is one mDNS query in flight; every DNS request for the same name
 // waits on the same call. Invariant: done is closed exactly once, by
@@ -71,16 +73,29 @@ func (f *inflight) answered(name string, now time.Time) bool {
 	}
 	if !c.answered {
 		c.answered = true
-		end := now.Add(collectTail)
-		if win := c.started.Add(collectWindow); c.qm && win.After(end) {
-			end = win
-		}
+		end := now.Add(max(collectTail, now.Sub(c.started)))
 		if limit := c.started.Add(c.timeout); end.After(limit) {
 			end = limit
 		}
 		c.timer.Reset(max(end.Sub(now), 0))
 	}
 	return true
+}
+
+// get returns the call in flight for name, or nil.
+func (f *inflight) get(name string) *call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.m[name]
+}
+
+// pending reports whether a query for name is in flight: a unicast
+// response counts for it only then (RFC 6762 §6).
+func (f *inflight) pending(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.m[name]
+	return ok
 }
 
 // abandon ends c, the call for name, at once, without its onDone: the

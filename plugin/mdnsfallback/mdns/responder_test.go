@@ -1,4 +1,4 @@
-package mdnsfallback
+package mdns
 
 import (
 	"net"
@@ -14,8 +14,8 @@ const testIfIndex = 7
 
 // testResponder is a responder on a fake interface 10.250.0.0/24 with no
 // socket; it records what it would send.
-func testResponder(p *MDNSFallback) *responder {
-	r := &responder{p: p, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
+func testResponder(p *Node) *Responder {
+	r := &Responder{n: p, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
 	pr := []netip.Prefix{netip.MustParsePrefix("10.250.0.0/24")}
 	r.ifaces[testIfIndex] = &mdnsIface{ifi: &net.Interface{Index: testIfIndex, Name: "test0"},
 		load: func() []netip.Prefix { return pr }, prefixes: pr, refreshed: time.Now()}
@@ -24,11 +24,11 @@ func testResponder(p *MDNSFallback) *responder {
 
 type sink struct {
 	mu   sync.Mutex
-	pkts []outPacket
+	pkts []Packet
 }
 
-func (s *sink) add(o outPacket) { s.mu.Lock(); s.pkts = append(s.pkts, o); s.mu.Unlock() }
-func (s *sink) take() []outPacket {
+func (s *sink) add(o Packet) { s.mu.Lock(); s.pkts = append(s.pkts, o); s.mu.Unlock() }
+func (s *sink) take() []Packet {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := s.pkts
@@ -52,9 +52,9 @@ func question(name string, qtype, qclass uint16) *dns.Msg {
 var peer = netip.MustParseAddrPort("10.250.0.2:5353")
 
 func TestResponderAnswers(t *testing.T) {
-	p := newTestPlugin(nil)
-	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
-	put(t, p, "c1", "fd00::1", "web.weave.local", 0)
+	p, db := newTestNode(nil)
+	put(t, db, "c1", "10.32.0.1", "web.weave.local", 0)
+	put(t, db, "c1", "fd00::1", "web.weave.local", 0)
 	r := testResponder(p)
 	now := time.Unix(1000, 0)
 
@@ -112,7 +112,9 @@ func TestResponderAnswers(t *testing.T) {
 		t.Fatalf("known answer repeated: %v", out)
 	}
 
-	// Names we do not hold, other types, off-link sources, other interfaces, garbage: silence.
+	// Names we do not hold, other types, off-link sources (another subnet
+	// and an IP TTL below 255: it crossed a router), other interfaces,
+	// garbage: silence.
 	for i, tc := range []struct {
 		b   []byte
 		src netip.AddrPort
@@ -125,7 +127,7 @@ func TestResponderAnswers(t *testing.T) {
 		{pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET|quBit)), peer, 99},
 		{[]byte{1, 2, 3}, peer, testIfIndex},
 	} {
-		if out := r.handle(tc.b, tc.src, tc.idx, now); len(out) != 0 {
+		if out := r.Handle(tc.b, Inbound{Src: tc.src, Dst: mdnsGroup, IfIndex: tc.idx, TTL: 64}, now); len(out) != 0 {
 			t.Errorf("%d: answered %v", i, out)
 		}
 	}
@@ -144,8 +146,8 @@ func aRR(name, addr string, ttl uint32, flush bool) dns.RR {
 }
 
 func TestResponderLearns(t *testing.T) {
-	p := newTestPlugin(nil)
-	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	p, db := newTestNode(nil)
+	put(t, db, "c1", "10.32.0.1", "web.weave.local", 0)
 	r := testResponder(p)
 	now := time.Now()
 	msg := answerMsg(
@@ -156,7 +158,7 @@ func TestResponderLearns(t *testing.T) {
 	)
 	msg.Extra = []dns.RR{&dns.AAAA{Hdr: dns.RR_Header{Name: "peer.weave.local.", Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 120}, AAAA: net.ParseIP("fd00::2")}}
 	r.handle(pack(t, msg), peer, testIfIndex, now)
-	if !p.cache.has("peer.weave.local.", now) || !p.cache.has("web.weave.local.", now) || p.cache.has("printer.local.", now) || p.cache.Len() != 3 {
+	if !p.cache.Has("peer.weave.local.", now) || !p.cache.Has("web.weave.local.", now) || p.cache.Has("printer.local.", now) || p.cache.Len() != 3 {
 		t.Fatalf("cache: %d entries", p.cache.Len())
 	}
 	rrs, _, _ := p.cache.lookup("peer.weave.local.", "peer.weave.local.", dns.TypeANY, now, nil)
@@ -166,14 +168,14 @@ func TestResponderLearns(t *testing.T) {
 	if rrs, _, _ := p.cache.lookup("web.weave.local.", "web.weave.local.", dns.TypeA, now, nil); len(rrs) != 1 || rrs[0].(*dns.A).A.String() != "10.250.0.66" {
 		t.Fatalf("local name's cache: %v, want the other host's address only", rrs)
 	}
-	// Off-link answers are ignored.
-	r.handle(pack(t, answerMsg(aRR("evil.weave.local.", "10.250.0.3", 120, true))), netip.MustParseAddrPort("203.0.113.1:5353"), testIfIndex, now)
-	if p.cache.has("evil.weave.local.", now) {
+	// Answers that crossed a router (IP TTL below 255) are ignored.
+	r.Handle(pack(t, answerMsg(aRR("evil.weave.local.", "10.250.0.3", 120, true))), Inbound{Src: netip.MustParseAddrPort("203.0.113.1:5353"), Dst: mdnsGroup, IfIndex: testIfIndex, TTL: 254}, now)
+	if p.cache.Has("evil.weave.local.", now) {
 		t.Fatal("off-link answer cached")
 	}
 	// A response from a source port other than 5353 is ignored (RFC 6762 §6).
 	r.handle(pack(t, answerMsg(aRR("port.weave.local.", "10.250.0.2", 120, false))), netip.MustParseAddrPort("10.250.0.2:40000"), testIfIndex, now)
-	if p.cache.has("port.weave.local.", now) {
+	if p.cache.Has("port.weave.local.", now) {
 		t.Fatal("response from port 40000 cached")
 	}
 	// A goodbye removes the address one second later; the other stays.
@@ -189,13 +191,13 @@ func TestResponderLearns(t *testing.T) {
 	for i := 0; i < 2000; i++ {
 		r.handle(pack(t, answerMsg(aRR("n"+itoa3(i%1000)+itoa3(i/1000)+".weave.local.", "10.250.0.5", 120, true))), peer, testIfIndex, now)
 	}
-	if p.cache.Len() != p.cfg.cacheSize {
-		t.Fatalf("cache %d entries, bound %d", p.cache.Len(), p.cfg.cacheSize)
+	if p.cache.Len() != p.cfg.CacheSize {
+		t.Fatalf("cache %d entries, bound %d", p.cache.Len(), p.cfg.CacheSize)
 	}
 }
 
 // waitPackets waits up to d for n packets in s and returns what came.
-func waitPackets(s *sink, n int, d time.Duration) []outPacket {
+func waitPackets(s *sink, n int, d time.Duration) []Packet {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		s.mu.Lock()
@@ -210,22 +212,22 @@ func waitPackets(s *sink, n int, d time.Duration) []outPacket {
 }
 
 func TestGoodbyeOnDelete(t *testing.T) {
-	p := newTestPlugin(nil)
+	p, db := newTestNode(nil)
 	r := testResponder(p)
 	defer r.stopAnnouncements()
 	var s sink
 	r.sent = s.add
-	p.mdns.Store(r)
-	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	p.resp.Store(r)
+	put(t, db, "c1", "10.32.0.1", "web.weave.local", 0)
 	out := waitPackets(&s, 1, time.Second)
 	if len(out) != 1 || out[0].to.Addr() != mdnsGroup || len(out[0].msg.Answer) != 1 ||
 		out[0].msg.Answer[0].Header().Class != dns.ClassINET || out[0].msg.Answer[0].Header().Ttl != 30 {
 		t.Fatalf("announcement: %+v", out)
 	}
 	r.stopAnnouncements() // the repeats are TestAnnounceCoalesced's
-	put(t, p, "c1", "fd00::1", "web.weave.local", 0)
-	put(t, p, "c2", "10.32.0.1", "web.weave.local", 0)
-	p.db.DeleteID("c1")
+	put(t, db, "c1", "fd00::1", "web.weave.local", 0)
+	put(t, db, "c2", "10.32.0.1", "web.weave.local", 0)
+	db.DeleteID("c1")
 	out = s.take()
 	if len(out) != 1 || len(out[0].msg.Answer) != 1 {
 		t.Fatalf("goodbye for c1 (c2 still holds 10.32.0.1): %+v", out)
@@ -235,7 +237,7 @@ func TestGoodbyeOnDelete(t *testing.T) {
 		out[0].to.Addr() != mdnsGroup || !out[0].msg.Response {
 		t.Fatalf("goodbye: %v", out[0].msg)
 	}
-	p.db.DeleteIDIP("c2", netip.MustParseAddr("10.32.0.1"))
+	db.DeleteIDIP("c2", netip.MustParseAddr("10.32.0.1"))
 	if out := s.take(); len(out) != 1 || out[0].msg.Answer[0].(*dns.A).A.String() != "10.32.0.1" {
 		t.Fatalf("goodbye for c2: %+v", out)
 	}
@@ -246,21 +248,21 @@ func TestGoodbyeOnDelete(t *testing.T) {
 // dropped (it was, before): the next announcement carries both addresses,
 // and the count starts over, so the full set goes out twice as well.
 func TestAnnounceCoalesced(t *testing.T) {
-	p := newTestPlugin(nil)
+	p, db := newTestNode(nil)
 	r := testResponder(p)
 	defer r.stopAnnouncements()
 	var s sink
 	var mu sync.Mutex
 	var at []time.Time
-	r.sent = func(o outPacket) {
+	r.sent = func(o Packet) {
 		mu.Lock()
 		at = append(at, time.Now())
 		mu.Unlock()
 		s.add(o)
 	}
-	p.mdns.Store(r)
+	p.resp.Store(r)
 	start := time.Now()
-	put(t, p, "c1", "10.32.0.1", "solo.weave.local", 0)
+	put(t, db, "c1", "10.32.0.1", "solo.weave.local", 0)
 	out := waitPackets(&s, 2, 3*time.Second)
 	if len(out) != 2 || len(out[0].msg.Answer) != 1 || len(out[1].msg.Answer) != 1 {
 		t.Fatalf("announcements of a new name: %+v", out)
@@ -278,8 +280,8 @@ func TestAnnounceCoalesced(t *testing.T) {
 		t.Fatalf("a third announcement: %+v", out)
 	}
 
-	put(t, p, "c2", "10.32.0.2", "dual.weave.local", 0)
-	put(t, p, "c2", "fd00::2", "dual.weave.local", 0) // back to back, as a dual-stack container
+	put(t, db, "c2", "10.32.0.2", "dual.weave.local", 0)
+	put(t, db, "c2", "fd00::2", "dual.weave.local", 0) // back to back, as a dual-stack container
 	out = waitPackets(&s, 3, 3500*time.Millisecond)
 	// the first may have gone out with the IPv4 address alone (2 then 3
 	// announcements) or after both writes (2)
@@ -299,7 +301,7 @@ func TestAnnounceCoalesced(t *testing.T) {
 }
 
 func TestQueryPacket(t *testing.T) {
-	p := newTestPlugin(nil)
+	p := testNode()
 	r := testResponder(p)
 	var s sink
 	r.sent = s.add
@@ -332,8 +334,8 @@ func FuzzHandle(f *testing.F) {
 	f.Add(pack(f, question("web.weave.local.", dns.TypeANY, dns.ClassINET)), uint16(40000))
 	f.Add(pack(f, answerMsg(aRR("peer.weave.local.", "10.250.0.2", 120, true))), uint16(5353))
 	f.Add(pack(f, answerMsg(aRR("peer.weave.local.", "10.250.0.2", 0, false))), uint16(5353))
-	p := newTestPlugin(func(c *config) { c.cacheSize = 8 })
-	put(f, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	p, db := newTestNode(func(c *Config) { c.CacheSize = 8 })
+	put(f, db, "c1", "10.32.0.1", "web.weave.local", 0)
 	r := testResponder(p)
 	f.Fuzz(func(t *testing.T, b []byte, port uint16) {
 		out := r.handle(b, netip.AddrPortFrom(netip.MustParseAddr("10.250.0.2"), port), testIfIndex, time.Now())
@@ -352,12 +354,12 @@ func FuzzHandle(f *testing.F) {
 // port 5353, without the QU bit, is answered by unicast to its source
 // (RFC 6762 §5.5); the same query multicast is answered by multicast.
 func TestDirectUnicastQuery(t *testing.T) {
-	p := newTestPlugin(nil)
-	put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
+	p, db := newTestNode(nil)
+	put(t, db, "c1", "10.32.0.1", "web.weave.local", 0)
 	r := testResponder(p)
 	now := time.Unix(1000, 0)
 	q := pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET))
-	out := r.handleTo(q, peer, netip.MustParseAddr("10.250.0.1"), testIfIndex, now)
+	out := r.Handle(q, Inbound{Src: peer, Dst: netip.MustParseAddr("10.250.0.1"), IfIndex: testIfIndex, TTL: 255}, now)
 	if len(out) != 1 || out[0].to != peer || len(out[0].msg.Answer) != 1 {
 		t.Fatalf("direct query: %+v, want one unicast reply to %v", out, peer)
 	}
@@ -370,56 +372,22 @@ func TestDirectUnicastQuery(t *testing.T) {
 // TestCacheRefusesNonPeerAddresses: answers carrying loopback, unspecified
 // or multicast addresses are not cached; a peer's own address is.
 func TestCacheRefusesNonPeerAddresses(t *testing.T) {
-	p := newTestPlugin(nil)
+	p := testNode()
 	r := testResponder(p)
 	now := time.Now()
 	for _, a := range []string{"127.0.0.1", "0.0.0.0", "224.0.0.251", "239.1.2.3"} {
 		r.handle(pack(t, answerMsg(aRR("bad.weave.local.", a, 120, true))), peer, testIfIndex, now)
 	}
-	if p.cache.has("bad.weave.local.", now) {
+	if p.cache.Has("bad.weave.local.", now) {
 		t.Fatal("cached an address no peer can have")
 	}
 	aaaa := &dns.AAAA{Hdr: dns.RR_Header{Name: "bad6.weave.local.", Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 120}, AAAA: net.ParseIP("::1")}
 	r.handle(pack(t, answerMsg(aaaa)), peer, testIfIndex, now)
-	if p.cache.has("bad6.weave.local.", now) {
+	if p.cache.Has("bad6.weave.local.", now) {
 		t.Fatal("cached ::1")
 	}
 	r.handle(pack(t, answerMsg(aRR("good.weave.local.", "10.250.0.9", 120, true))), peer, testIfIndex, now)
-	if !p.cache.has("good.weave.local.", now) {
+	if !p.cache.Has("good.weave.local.", now) {
 		t.Fatal("a peer's address was not cached")
-	}
-}
-
-// TestGoodbyesOnStopNotOnReload: a stop multicasts a goodbye (TTL 0) for
-// every local record; a reload, whose next instance keeps the records,
-// sends none.
-func TestGoodbyesOnStopNotOnReload(t *testing.T) {
-	for _, reload := range []bool{true, false} {
-		p := newTestPlugin(func(c *config) { c.api = "" })
-		put(t, p, "c1", "10.32.0.1", "web.weave.local", 0)
-		put(t, p, "c2", "fd00::2", "db.weave.local", 0)
-		r := testResponder(p)
-		r.stopAnnouncements()
-		var s sink
-		r.sent = s.add
-		p.mdns.Store(r)
-		if reload {
-			if err := p.onRestart(); err != nil {
-				t.Fatal(err)
-			}
-			carried.Drop(p.carryKey())
-		} else if err := p.shutdown(); err != nil {
-			t.Fatal(err)
-		}
-		var byes []dns.RR
-		for _, o := range s.take() {
-			byes = append(byes, o.msg.Answer...)
-		}
-		switch {
-		case reload && len(byes) != 0:
-			t.Fatalf("a reload sent goodbyes: %v", byes)
-		case !reload && (len(byes) != 2 || byes[0].Header().Ttl != 0 || byes[1].Header().Ttl != 0):
-			t.Fatalf("a stop sent %v, want TTL-0 goodbyes for both records", byes)
-		}
 	}
 }

@@ -1,4 +1,12 @@
-package mdnsfallback
+// Package updater is mdnsfallback's container updater: it keeps the
+// record database in step with the
+// containers of an engine: it subscribes to the engine's events first, then
+// lists the running containers and reconciles, then applies each event.
+// When the engine goes away the records stay; it retries with a capped
+// backoff and reconciles again on reconnect. It owns its records by
+// identifier (the container ID) and by Owner, so records written by others
+// through the HTTP API are never touched.
+package updater
 
 import (
 	"context"
@@ -12,49 +20,62 @@ import (
 
 	"github.com/coredns/coredns/plugin"
 
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
 	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/pause"
 )
 
-// The container updater keeps the record database in step with the
-// containers of an engine: it subscribes to the engine's events first, then
-// lists the running containers and reconciles, then applies each event.
-// When the engine goes away the records stay; it retries with a capped
-// backoff and reconciles again on reconnect. It owns its records by
-// identifier (the container ID) and by Owner, so records written by others
-// through the HTTP API are never touched.
+var log = clog.NewWithPlugin("mdnsfallback")
 
-// updaterOwner is the Owner of every record the updater writes.
-const updaterOwner = "docker"
+// Owner is the Owner of every record the updater writes.
+const Owner = "docker"
 
 // Defaults of the updater sub-block.
 const (
-	defaultCheckInterval = 2 * time.Second
-	defaultCheckTimeout  = time.Second
-	// defaultReconcileInterval: how often a connected updater lists the
+	DefaultCheckInterval = 2 * time.Second
+	DefaultCheckTimeout  = time.Second
+	// DefaultReconcileInterval: how often a connected updater lists the
 	// running containers and reconciles, so a missed event (a failed
 	// inspect on start, an engine that dropped one) is repaired.
-	defaultReconcileInterval = 30 * time.Second
-	checkConcurrency         = 8 // probes in flight at once
-	backoffInitial           = 250 * time.Millisecond
-	backoffCap               = 10 * time.Second
-	engineCallTimeout        = 10 * time.Second
-	listTimeout              = time.Minute // list plus one inspect per running container
+	DefaultReconcileInterval = 30 * time.Second
+	// DefaultCheckFailures: failures in a row that withhold a container
+	// whose check passed (Docker's HEALTHCHECK retries).
+	DefaultCheckFailures = 3
+	// DefaultCheckRate: checks started a second, over all containers.
+	DefaultCheckRate   = 100
+	inspectConcurrency = 8 // inspects of a reconcile in flight at once
+	backoffInitial     = 250 * time.Millisecond
+	backoffCap         = 10 * time.Second
+	engineCallTimeout  = 10 * time.Second
+	listTimeout        = time.Minute // list plus one inspect per running container
 )
 
-// updaterConfig is the parsed `updater docker [ENDPOINT] {…}` sub-block.
-type updaterConfig struct {
-	endpoint      string // "" → DOCKER_HOST, else unix:///var/run/docker.sock
-	network       string // "" → the container's own network, else its first by name
-	checkInterval time.Duration
-	checkTimeout  time.Duration
-	// reconcileInterval is the period of the full reconcile while
-	// connected (0: defaultReconcileInterval).
-	reconcileInterval time.Duration
+// Config is the parsed `updater docker [ENDPOINT] {…}` sub-block.
+type Config struct {
+	Endpoint      string // "" → DOCKER_HOST, else unix:///var/run/docker.sock
+	Network       string // "" → the container's own network, else its first by name
+	CheckInterval time.Duration
+	CheckTimeout  time.Duration
+	// ReconcileInterval is the period of the full reconcile while
+	// connected (0: DefaultReconcileInterval).
+	ReconcileInterval time.Duration
+	CheckFailures     int // failures in a row that withhold a container (0: DefaultCheckFailures)
+	CheckRate         int // checks started a second (0: DefaultCheckRate)
 }
 
-// container is the slim form of an engine's container the updater keeps.
-type ctrInfo struct {
+// Store is what the updater needs of the record database: put and delete
+// its own records, and tell which it holds.
+type Store interface {
+	Put(r records.Record) (records.Record, bool, error)
+	DeleteOwned(id, owner string, keep func(records.Record) bool) []records.Record
+	HoldsAll(recs []records.Record) bool
+	OwnedIDs(owner string) map[string]bool
+}
+
+// Container is the slim form of an engine's container the updater keeps.
+type Container struct {
 	ID          string
 	Name        string
 	Running     bool
@@ -62,38 +83,39 @@ type ctrInfo struct {
 	Domainname  string
 	Check       string // the meshdns.check label, "" without one
 	NetworkMode string
-	Networks    map[string]ctrNet
+	Networks    map[string]Net
 }
 
-// ctrNet is a container's addresses on one network.
-type ctrNet struct {
+// Net is a container's addresses on one network.
+type Net struct {
 	IPv4    netip.Addr
 	Prefix4 int
 	IPv6    netip.Addr
 	Prefix6 int
 }
 
-// engineEvent is one container event: Action is start, die, stop, destroy,
+// Event is one container event: Action is start, die, stop, destroy,
 // connect or disconnect (network events carry the container's ID).
-type engineEvent struct {
+type Event struct {
 	Action string
 	ID     string
 }
 
-// engine is what the updater needs from a container engine; dockerEngine
+// Engine is what the updater needs from a container engine; dockerEngine
 // implements it over the Docker Engine API, tests use a fake.
-type engine interface {
+type Engine interface {
 	// Ping checks the engine and returns its API version.
 	Ping(ctx context.Context) (string, error)
 	// Events subscribes to container events from since on (the engine
 	// replays the ones it kept since then) until ctx ends or the stream
 	// fails (the error channel then yields the cause).
-	Events(ctx context.Context, since time.Time) (<-chan engineEvent, <-chan error)
-	// Running lists the running containers with their addresses.
-	Running(ctx context.Context) ([]ctrInfo, error)
+	Events(ctx context.Context, since time.Time) (<-chan Event, <-chan error)
+	// Running lists the running containers with their addresses, and the
+	// IDs of those it could not inspect (left out of the list).
+	Running(ctx context.Context) ([]Container, []string, error)
 	// Inspect returns one container; a container that does not exist comes
 	// back with Running false and no error.
-	Inspect(ctx context.Context, id string) (ctrInfo, error)
+	Inspect(ctx context.Context, id string) (Container, error)
 	// Endpoint names the engine for logs and /status.
 	Endpoint() string
 	Close() error
@@ -101,7 +123,7 @@ type engine interface {
 
 // fqdn returns the container's lowercased FQDN: hostname plus domain name,
 // or the hostname alone when it is already a full name; "" when neither.
-func (c ctrInfo) fqdn() string {
+func (c Container) fqdn() string {
 	h := strings.TrimSuffix(c.Hostname, ".")
 	d := strings.Trim(c.Domainname, ".")
 	switch {
@@ -118,7 +140,7 @@ func (c ctrInfo) fqdn() string {
 // network picks the network whose addresses the records take: the named
 // one, else the one the container was started on, else the first by name
 // that has an address.
-func (c ctrInfo) network(name string) (ctrNet, bool) {
+func (c Container) network(name string) (Net, bool) {
 	if name != "" {
 		n, ok := c.Networks[name]
 		return n, ok
@@ -136,12 +158,12 @@ func (c ctrInfo) network(name string) (ctrNet, bool) {
 			return n, true
 		}
 	}
-	return ctrNet{}, false
+	return Net{}, false
 }
 
 // wantedRecords returns the records a running container should have: its
 // FQDN, when inside one of zones, bound to its address(es) on the network.
-func wantedRecords(c ctrInfo, network string, zones []string) []Record {
+func wantedRecords(c Container, network string, zones []string) []records.Record {
 	if !c.Running {
 		return nil
 	}
@@ -153,12 +175,12 @@ func wantedRecords(c ctrInfo, network string, zones []string) []Record {
 	if !ok {
 		return nil
 	}
-	var out []Record
+	var out []records.Record
 	if n.IPv4.IsValid() {
-		out = append(out, Record{ID: c.ID, IP: n.IPv4.Unmap(), Domain: name, RoutingPrefix: n.Prefix4, Owner: updaterOwner})
+		out = append(out, records.Record{ID: c.ID, IP: n.IPv4.Unmap(), Domain: name, RoutingPrefix: n.Prefix4, Owner: Owner})
 	}
 	if n.IPv6.IsValid() {
-		out = append(out, Record{ID: c.ID, IP: n.IPv6, Domain: name, RoutingPrefix: n.Prefix6, Owner: updaterOwner})
+		out = append(out, records.Record{ID: c.ID, IP: n.IPv6, Domain: name, RoutingPrefix: n.Prefix6, Owner: Owner})
 	}
 	return out
 }
@@ -166,12 +188,17 @@ func wantedRecords(c ctrInfo, network string, zones []string) []Record {
 // tracked is one container the updater holds records for (or would, once
 // its check passes).
 type tracked struct {
-	c       ctrInfo
-	recs    []Record
+	c       Container
+	recs    []records.Record
 	check   *checkSpec // nil: no check, a running container counts
 	bad     string     // the label when it does not parse
 	healthy bool
 	present bool // its records are in the database
+	// The check's schedule: a check is running; the first result came;
+	// failures in a row; when the next check is due.
+	checking, checked bool
+	fails             int
+	next              time.Time
 }
 
 // counts the updater exports in /status; Prometheus has them too.
@@ -180,39 +207,47 @@ type updaterCounts struct {
 	checks                         [numCheckResults]atomic.Int64
 }
 
-// updater runs one engine's container updater.
-type updater struct {
-	cfg updaterConfig
+// Updater runs one engine's container updater.
+type Updater struct {
+	cfg Config
 
 	connected, containers gauges.Set // updater_connected, updater_containers of this block
-	db                    *DB
+	db                    Store
 	zones                 []string
-	eng                   engine
+	eng                   Engine
 
 	mu      sync.Mutex
 	tracked map[string]*tracked // by container ID
+	epoch   uint64              // one more at every event's change
+	touched map[string]uint64   // the epoch of the last event's change of a container (since the last reconcile)
 	state   string              // connecting, connected, disconnected, stopped
 	since   time.Time
 	lastErr string
 	apiVer  string
 	counts  updaterCounts
 
-	kick   chan struct{} // run the checks now
+	kick chan struct{} // run the checks now
+	// probe runs one check; nil: probe over the network (tests put a
+	// fake here).
+	probe  func(ctx context.Context, spec checkSpec, ip netip.Addr) error
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func newUpdater(cfg updaterConfig, db *DB, zones []string, eng engine) *updater {
-	return &updater{
+// New returns an updater of the containers of eng with a name in zones,
+// writing to db; servers label its gauges. Start runs it.
+func New(cfg Config, db Store, zones []string, eng Engine, servers []string) *Updater {
+	return &Updater{
 		cfg: cfg, db: db, zones: zones, eng: eng,
-		tracked: map[string]*tracked{},
-		state:   "stopped",
-		kick:    make(chan struct{}, 1),
+		connected: gauges.Of(updaterConnected, servers), containers: gauges.Of(updaterContainers, servers),
+		tracked: map[string]*tracked{}, touched: map[string]uint64{},
+		state: "stopped",
+		kick:  make(chan struct{}, 1),
 	}
 }
 
-// start runs the event loop and the checker until stop.
-func (u *updater) start() {
+// Start runs the event loop and the checker until stop.
+func (u *Updater) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	u.cancel = cancel
 	u.setState("connecting", "")
@@ -221,8 +256,8 @@ func (u *updater) start() {
 	go func() { defer u.wg.Done(); u.checker(ctx) }()
 }
 
-// stop ends both goroutines and closes the engine client; the records stay.
-func (u *updater) stop() {
+// Stop ends both goroutines and closes the engine client; the records stay.
+func (u *Updater) Stop() {
 	if u.cancel == nil {
 		return
 	}
@@ -234,7 +269,7 @@ func (u *updater) stop() {
 	u.connected.Set(0)
 }
 
-func (u *updater) setState(state, errText string) {
+func (u *Updater) setState(state, errText string) {
 	u.mu.Lock()
 	if u.state != state {
 		u.since = time.Now()
@@ -250,7 +285,7 @@ func (u *updater) setState(state, errText string) {
 // backoff whenever the engine goes away. The backoff starts over only after
 // a session that stayed up for a while, so an engine that accepts and
 // drops at once is not hammered.
-func (u *updater) run(ctx context.Context) {
+func (u *Updater) run(ctx context.Context) {
 	backoff := backoffInitial
 	wasUp := true // log the first failure too
 	for {
@@ -282,7 +317,7 @@ func (u *updater) run(ctx context.Context) {
 // session runs one connection: subscribe, list, reconcile, follow. It
 // returns how long it followed events after the reconcile (0 when it never
 // got there), and why it ended.
-func (u *updater) session(ctx context.Context) (time.Duration, error) {
+func (u *Updater) session(ctx context.Context) (time.Duration, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(sctx, engineCallTimeout)
@@ -310,19 +345,31 @@ func (u *updater) session(ctx context.Context) (time.Duration, error) {
 	log.Infof("Container engine %s (API %s) synced: %d containers in the zones", u.eng.Endpoint(), ver, u.trackedLen())
 	since := time.Now()
 	up := func() time.Duration { return max(time.Since(since), time.Nanosecond) }
-	every := u.cfg.reconcileInterval
+	every := u.cfg.ReconcileInterval
 	if every <= 0 {
-		every = defaultReconcileInterval
+		every = DefaultReconcileInterval
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	work := u.startWorkers(sctx)
+	var reconciling atomic.Bool
 	for {
 		select {
 		case <-sctx.Done():
 			return up(), sctx.Err()
 		case <-tick.C:
-			if err := u.relist(sctx); err != nil {
-				return up(), err
+			// Off the event loop: events keep flowing (an engine drops the
+			// events of a subscriber that does not read them) while the
+			// reconcile lists and inspects.
+			if reconciling.CompareAndSwap(false, true) {
+				u.wg.Add(1)
+				go func() {
+					defer u.wg.Done()
+					defer reconciling.Store(false)
+					if err := u.relist(sctx); err != nil && sctx.Err() == nil {
+						log.Warningf("Reconcile with %s: %v (retried at the next one)", u.eng.Endpoint(), err)
+					}
+				}()
 			}
 		case err := <-errs:
 			if err == nil {
@@ -333,20 +380,65 @@ func (u *updater) session(ctx context.Context) (time.Duration, error) {
 			if !ok {
 				return up(), errStreamEnded
 			}
-			u.handle(sctx, ev)
+			u.counts.events.Add(1)
+			updaterEvents.WithLabelValues(ev.Action).Inc()
+			work[workerOf(ev.ID, len(work))] <- ev
 		}
 	}
 }
 
-// relist lists the running containers and reconciles the records.
-func (u *updater) relist(ctx context.Context) error {
+// eventWorkers handle events in parallel (an inspect each), each
+// container's events on one worker, in their order.
+const eventWorkers = 8
+
+// startWorkers starts the event workers until ctx ends and returns their
+// queues.
+func (u *Updater) startWorkers(ctx context.Context) []chan Event {
+	qs := make([]chan Event, eventWorkers)
+	for i := range qs {
+		qs[i] = make(chan Event, 4096)
+		u.wg.Add(1)
+		go func() {
+			defer u.wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ev := <-qs[i]:
+					u.handle(ctx, ev)
+				}
+			}
+		}()
+	}
+	return qs
+}
+
+// workerOf is the worker of a container ID.
+func workerOf(id string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return int(h % uint32(n))
+}
+
+// relist lists the running containers and reconciles the records. The
+// engine inspects them in parallel; a container whose inspect failed is
+// left as it is (neither added nor removed) and the reconcile goes on.
+func (u *Updater) relist(ctx context.Context) error {
+	u.mu.Lock()
+	since := u.epoch
+	u.mu.Unlock()
 	lctx, lcancel := context.WithTimeout(ctx, listTimeout)
-	list, err := u.eng.Running(lctx)
+	list, failed, err := u.eng.Running(lctx)
 	lcancel()
 	if err != nil {
 		return err
 	}
-	u.reconcile(list)
+	for _, id := range failed {
+		log.Warningf("Inspecting container %s failed: left as it is until the next reconcile", shortID(id))
+	}
+	u.reconcile(list, failed, since)
 	return nil
 }
 
@@ -356,36 +448,49 @@ func (e updaterError) Error() string { return string(e) }
 
 const errStreamEnded = updaterError("event stream ended")
 
-// handle applies one event.
-func (u *updater) handle(ctx context.Context, ev engineEvent) {
-	u.counts.events.Add(1)
-	updaterEvents.WithLabelValues(ev.Action).Inc()
+// handle applies one event: the container is inspected and its records
+// brought in line, or removed.
+func (u *Updater) handle(ctx context.Context, ev Event) {
 	switch ev.Action {
 	case "die", "stop", "destroy":
-		u.remove(ev.ID)
+		u.remove(ev.ID, u.nextEpoch(), 0)
 	case "start", "connect", "disconnect":
 		ictx, cancel := context.WithTimeout(ctx, engineCallTimeout)
 		c, err := u.eng.Inspect(ictx, ev.ID)
 		cancel()
 		if err != nil {
-			// The next reconcile (after the stream breaks) catches up.
+			// The next reconcile catches up.
 			log.Warningf("Inspecting container %s: %v", shortID(ev.ID), err)
 			return
 		}
-		u.upsert(c)
+		u.upsert(c, u.nextEpoch(), 0)
 	}
 }
 
-// reconcile makes the database match the list of running containers: new
-// ones are added, tracked ones that vanished lose their records, and so do
-// records this updater owns for containers that no longer run.
-func (u *updater) reconcile(list []ctrInfo) {
+// nextEpoch numbers an event's change.
+func (u *Updater) nextEpoch() uint64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.epoch++
+	return u.epoch
+}
+
+// reconcile makes the database match the list of running containers
+// (taken after epoch since): new ones are added, tracked ones that
+// vanished lose their records, and so do records this updater owns for
+// containers that no longer run. A container an event changed after since
+// is the event's (the list is older), and one whose inspect failed stays
+// as it is.
+func (u *Updater) reconcile(list []Container, failed []string, since uint64) {
 	u.counts.reconciles.Add(1)
 	updaterReconciles.Inc()
 	seen := map[string]bool{}
+	for _, id := range failed {
+		seen[id] = true
+	}
 	for _, c := range list {
 		seen[c.ID] = true
-		u.upsert(c)
+		u.upsert(c, 0, since)
 	}
 	u.mu.Lock()
 	var gone []string
@@ -396,28 +501,46 @@ func (u *updater) reconcile(list []ctrInfo) {
 	}
 	u.mu.Unlock()
 	for _, id := range gone {
-		u.remove(id)
+		u.remove(id, 0, since)
 	}
-	for id := range u.db.OwnedIDs(updaterOwner) {
-		u.mu.Lock()
-		t := u.tracked[id]
-		u.mu.Unlock()
-		if t == nil || !t.present {
-			u.db.DeleteOwned(id, updaterOwner, nil)
+	for id := range u.db.OwnedIDs(Owner) {
+		if !seen[id] {
+			u.remove(id, 0, since)
 		}
 	}
+	u.mu.Lock()
+	for id, e := range u.touched {
+		if e <= since {
+			delete(u.touched, id)
+		}
+	}
+	u.mu.Unlock()
+}
+
+// stale reports, for a change of a reconcile (ev 0) from a list taken
+// after epoch since, whether an event changed id since; for an event's
+// change (ev > 0) it records it. u.mu is held.
+func (u *Updater) stale(id string, ev, since uint64) bool {
+	if ev > 0 {
+		u.touched[id] = ev
+		return false
+	}
+	return u.touched[id] > since
 }
 
 // upsert tracks a container (or drops it when it stopped or is not in the
-// zones) and brings its records in line.
-func (u *updater) upsert(c ctrInfo) {
-	recs := wantedRecords(c, u.cfg.network, u.zones)
-	if len(recs) == 0 {
-		u.remove(c.ID)
-		return
-	}
+// zones) and brings its records in line; ev and since as for stale.
+func (u *Updater) upsert(c Container, ev, since uint64) {
+	recs := wantedRecords(c, u.cfg.Network, u.zones)
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if u.stale(c.ID, ev, since) {
+		return
+	}
+	if len(recs) == 0 {
+		u.removeLocked(c.ID)
+		return
+	}
 	t := u.tracked[c.ID]
 	if t == nil || t.c.Check != c.Check {
 		nt := &tracked{}
@@ -449,13 +572,21 @@ func (u *updater) upsert(c ctrInfo) {
 	u.containers.Set(float64(len(u.tracked)))
 }
 
-// remove forgets a container and deletes its records (with goodbyes).
-func (u *updater) remove(id string) {
+// remove forgets a container and deletes its records (with goodbyes);
+// ev and since as for stale.
+func (u *Updater) remove(id string, ev, since uint64) {
 	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.stale(id, ev, since) {
+		u.removeLocked(id)
+	}
+}
+
+// removeLocked is remove with u.mu held.
+func (u *Updater) removeLocked(id string) {
 	delete(u.tracked, id)
 	u.containers.Set(float64(len(u.tracked)))
-	u.mu.Unlock()
-	u.db.DeleteOwned(id, updaterOwner, nil)
+	u.db.DeleteOwned(id, Owner, nil)
 }
 
 // counts reports whether t's records belong in the database: a running
@@ -468,21 +599,25 @@ func (t *tracked) counts() bool {
 }
 
 // applyLocked puts or deletes t's records; u.mu is held.
-func (u *updater) applyLocked(t *tracked) {
+func (u *Updater) applyLocked(t *tracked) {
 	id := t.c.ID
 	if !t.counts() {
 		t.present = false
-		u.db.DeleteOwned(id, updaterOwner, nil)
+		u.db.DeleteOwned(id, Owner, nil)
 		return
 	}
-	want := map[recordKey]bool{}
-	for _, r := range t.recs {
-		want[recordKey{r.ID, r.IP, r.Domain}] = true
+	type key struct {
+		ip     netip.Addr
+		domain string
 	}
-	u.db.DeleteOwned(id, updaterOwner, func(r Record) bool { return want[recordKey{r.ID, r.IP, r.Domain}] })
+	want := map[key]bool{}
+	for _, r := range t.recs {
+		want[key{r.IP, r.Domain}] = true
+	}
+	u.db.DeleteOwned(id, Owner, func(r records.Record) bool { return want[key{r.IP, r.Domain}] })
 	ok := true
 	for _, r := range t.recs {
-		if _, _, err := u.db.Put(r); errors.Is(err, ErrOwned) {
+		if _, _, err := u.db.Put(r); errors.Is(err, records.ErrOwned) {
 			continue // written through the API first: it stays the API's, and answers
 		} else if err != nil {
 			ok = false
@@ -492,21 +627,21 @@ func (u *updater) applyLocked(t *tracked) {
 	t.present = ok
 }
 
-func (u *updater) trackedLen() int {
+func (u *Updater) trackedLen() int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return len(u.tracked)
 }
 
-func (u *updater) kickChecks() {
+func (u *Updater) kickChecks() {
 	select {
 	case u.kick <- struct{}{}:
 	default:
 	}
 }
 
-// updaterStatus is the updater's part of GET /status.
-type updaterStatus struct {
+// Status is the updater's part of GET /status.
+type Status struct {
 	Kind       string            `json:"kind"`
 	Endpoint   string            `json:"endpoint"`
 	Network    string            `json:"network,omitempty"`
@@ -514,11 +649,11 @@ type updaterStatus struct {
 	Since      time.Time         `json:"since"`
 	APIVersion string            `json:"api_version,omitempty"`
 	LastError  string            `json:"last_error,omitempty"`
-	Containers []containerStatus `json:"containers"`
+	Containers []ContainerStatus `json:"containers"`
 	Counters   map[string]int64  `json:"counters"`
 }
 
-type containerStatus struct {
+type ContainerStatus struct {
 	ID      string `json:"id"`
 	Name    string `json:"name"`
 	Domain  string `json:"domain"`
@@ -527,15 +662,15 @@ type containerStatus struct {
 	Present bool   `json:"present"`
 }
 
-func (u *updater) status() *updaterStatus {
+func (u *Updater) Status() *Status {
 	u.mu.Lock()
-	s := &updaterStatus{
-		Kind: "docker", Endpoint: u.eng.Endpoint(), Network: u.cfg.network,
+	s := &Status{
+		Kind: "docker", Endpoint: u.eng.Endpoint(), Network: u.cfg.Network,
 		State: u.state, Since: u.since, APIVersion: u.apiVer, LastError: u.lastErr,
-		Containers: []containerStatus{},
+		Containers: []ContainerStatus{},
 	}
 	for id, t := range u.tracked {
-		s.Containers = append(s.Containers, containerStatus{
+		s.Containers = append(s.Containers, ContainerStatus{
 			ID: id, Name: t.c.Name, Domain: t.c.fqdn(), Check: t.c.Check,
 			Healthy: t.counts(), Present: t.present,
 		})

@@ -1,4 +1,4 @@
-package mdnsfallback
+package mdns
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ const ifaceCheckEvery = time.Second
 // appears again, under a new index, joins the mDNS group again and comes
 // back, without a reload. The kernel drops a group membership with its
 // interface, so a re-created interface must be joined anew.
-func (r *responder) watchInterfaces(done <-chan struct{}) {
+func (r *Responder) watchInterfaces(done <-chan struct{}) {
 	defer close(r.watched)
 	t := time.NewTicker(ifaceCheckEvery)
 	defer t.Stop()
@@ -34,7 +34,7 @@ func (r *responder) watchInterfaces(done <-chan struct{}) {
 
 // checkInterfaces looks each configured interface up by name and updates
 // the set joined; byName is net.InterfaceByName (tests replace it).
-func (r *responder) checkInterfaces(byName func(string) (*net.Interface, error)) {
+func (r *Responder) checkInterfaces(byName func(string) (*net.Interface, error)) {
 	cur := r.ifs()
 	next := make(map[int]*mdnsIface, len(r.names))
 	changed := false
@@ -100,7 +100,7 @@ func portSockets(table []byte, port int) int {
 // checkShared sets r.shared when another socket than ours is bound to
 // port 5353 here (Avahi): queries then ask for multicast replies. An
 // unreadable table keeps the last answer.
-func (r *responder) checkShared() {
+func (r *Responder) checkShared() {
 	b, err := os.ReadFile(udpTable)
 	if err != nil {
 		return

@@ -1,4 +1,4 @@
-package mdnsfallback
+package records
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func TestDBPutDelete(t *testing.T) {
-	d := NewDB([]string{"weave.local."}, 3)
+	d := NewDB([]string{"weave.local."}, 3, 0)
 	var gone []Record
 	changes := 0
 	d.onGone = func(g []Record) { gone = append(gone, g...) }
@@ -58,7 +58,7 @@ func TestDBPutDelete(t *testing.T) {
 }
 
 func TestDBValidation(t *testing.T) {
-	d := NewDB([]string{"weave.local."}, 10)
+	d := NewDB([]string{"weave.local."}, 10, 0)
 	for _, tc := range []struct {
 		r   Record
 		err error
@@ -87,29 +87,30 @@ func TestDBValidation(t *testing.T) {
 }
 
 func TestDBReplaceAndSnapshot(t *testing.T) {
-	d := NewDB([]string{"weave.local."}, 2)
+	d := NewDB([]string{"weave.local."}, 2, 0)
 	d.Put(Record{ID: "old", IP: ip("10.0.0.9"), Domain: "old.weave.local"})
 	recs := []Record{
 		{ID: "a", IP: ip("10.0.0.1"), Domain: "a.weave.local"},
-		{ID: "b", IP: ip("10.0.0.2"), Domain: "b.example.com"}, // outside the zone: skipped
+		{ID: "b", IP: ip("10.0.0.2"), Domain: "b.example.com"}, // outside the zone: aside
 		{ID: "c", IP: ip("10.0.0.3"), Domain: "c.weave.local"},
-		{ID: "d", IP: ip("10.0.0.4"), Domain: "d.weave.local"}, // over max_records
+		{ID: "d", IP: ip("10.0.0.4"), Domain: "d.weave.local"},  // over max_records: aside
+		{ID: "e", IP: ip("10.0.0.5"), Domain: "e..weave.local"}, // not a name: skipped
 	}
-	b, err := encodeSnapshot(recs)
+	b, err := EncodeSnapshot(recs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := decodeSnapshot(b)
-	if err != nil || len(back) != 4 {
+	back, err := DecodeSnapshot(b)
+	if err != nil || len(back) != 5 {
 		t.Fatalf("decode: %v %v", back, err)
 	}
-	if skipped := d.Replace(back); skipped != 2 || d.Len() != 2 {
-		t.Fatalf("replace: skipped %d, len %d", skipped, d.Len())
+	if aside, skipped := d.Replace(back); aside != 2 || skipped != 1 || d.Len() != 2 {
+		t.Fatalf("replace: aside %d, skipped %d, len %d", aside, skipped, d.Len())
 	}
 	if d.ix.lookup("old.weave.local.") != nil || d.ix.lookup("a.weave.local.") == nil || d.ix.lookup("c.weave.local.") == nil {
 		t.Fatal("index not rebuilt")
 	}
-	if _, err := decodeSnapshot([]byte(`{"version":2}`)); err == nil {
+	if _, err := DecodeSnapshot([]byte(`{"version":2}`)); err == nil {
 		t.Fatal("version 2 accepted")
 	}
 }
@@ -118,7 +119,7 @@ func TestDBReplaceAndSnapshot(t *testing.T) {
 // write of the same record changes nothing (ErrOwned), each owner deletes
 // only its own, and a name answers the union of its records.
 func TestOwnership(t *testing.T) {
-	d := NewDB([]string{"weave.local."}, 100)
+	d := NewDB([]string{"weave.local."}, 100, 0)
 	a := ip("10.32.0.7")
 	dock := Record{ID: "c1", IP: a, Domain: "web.weave.local", Owner: "docker"}
 	if _, _, err := d.Put(dock); err != nil {
@@ -149,5 +150,58 @@ func TestOwnership(t *testing.T) {
 	}
 	if gone := d.DeleteOwned("x", "docker", nil); len(gone) != 0 {
 		t.Fatalf("the updater's delete removed an API record: %+v", gone)
+	}
+}
+
+// TestTTLMergeRule: one address of a name held by two identifiers is
+// served with the lower TTL as served, 0 standing for the Corefile's ttl.
+func TestTTLMergeRule(t *testing.T) {
+	for _, tc := range []struct{ a, b, want uint32 }{
+		{0, 5, 5},    // explicit 5 beats the ttl of 30
+		{5, 0, 5},    // in either order
+		{0, 60, 0},   // the ttl of 30 beats an explicit 60
+		{60, 0, 0},   // in either order
+		{20, 10, 10}, // two explicit ones: the lower
+	} {
+		d := NewDB([]string{"weave.local."}, 100, 30)
+		for _, r := range []Record{{ID: "a", IP: ip("10.32.0.1"), Domain: "web.weave.local", TTL: tc.a}, {ID: "b", IP: ip("10.32.0.1"), Domain: "web.weave.local", TTL: tc.b}} {
+			if _, _, err := d.Put(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := d.Lookup("web.weave.local.").ttlA[0]; got != tc.want {
+			t.Errorf("TTLs %d and %d: merged %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// TestAsideKeptAndRestored: records outside the zones (a zone typo) are
+// kept aside, not served, written to the snapshot, and come back when the
+// zones hold them again; a delete of their identifier removes them too.
+func TestAsideKeptAndRestored(t *testing.T) {
+	good := NewDB([]string{"weave.local."}, 10, 0)
+	for _, r := range []Record{{ID: "a", IP: ip("10.0.0.1"), Domain: "a.weave.local"}, {ID: "b", IP: ip("10.0.0.2"), Domain: "b.weave.local"}, {ID: "c", IP: ip("10.0.0.3"), Domain: "c.weave.local"}} {
+		if _, _, err := good.Put(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, aside, _ := good.All()
+	typo := NewDB([]string{"weave.lcoal."}, 10, 0)
+	if n, skipped := typo.Replace(append(recs, aside...)); n != 3 || skipped != 0 || typo.Len() != 0 {
+		t.Fatalf("zone typo: aside %d, skipped %d, served %d", n, skipped, typo.Len())
+	}
+	typo.DeleteID("c")
+	recs, aside, _ = typo.All()
+	b, err := EncodeSnapshot(recs, aside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeSnapshot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := NewDB([]string{"weave.local."}, 10, 0)
+	if n, _ := fixed.Replace(back); n != 0 || fixed.Len() != 2 || fixed.Lookup("a.weave.local.") == nil || fixed.Lookup("c.weave.local.") != nil {
+		t.Fatalf("zones back: %d aside, %v served", n, fixed.Records(""))
 	}
 }

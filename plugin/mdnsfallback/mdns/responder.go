@@ -1,4 +1,4 @@
-package mdnsfallback
+package mdns
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/internal/dnsname"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
 
 	"github.com/miekg/dns"
 	"golang.org/x/net/ipv4"
@@ -62,6 +65,27 @@ func (i *mdnsIface) onLink(src netip.Addr, now time.Time) bool {
 	return false
 }
 
+// broadcast reports whether src is the directed broadcast address of one
+// of the interface's IPv4 networks.
+func (i *mdnsIface) broadcast(src netip.Addr) bool {
+	if !src.Is4() {
+		return false
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	for _, p := range i.prefixes {
+		if !p.Addr().Is4() || p.Bits() >= 31 || !p.Contains(src) {
+			continue
+		}
+		a, host := p.Addr().As4(), uint32(1)<<(32-p.Bits())-1
+		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
+		if netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}) == src {
+			return true
+		}
+	}
+	return false
+}
+
 // ifacePrefixes returns the interface's IPv4 addresses with their prefix
 // lengths (not masked: each one's Addr is one of the host's addresses).
 // ownAddr reports whether src is one of the interface's own addresses.
@@ -94,20 +118,28 @@ func ifacePrefixes(ifi *net.Interface) []netip.Prefix {
 	return out
 }
 
-// outPacket is a packet the responder wants sent.
-type outPacket struct {
+// Packet is a packet the responder wants sent.
+type Packet struct {
 	ifIndex int
 	to      netip.AddrPort
 	msg     *dns.Msg
 	delay   time.Duration // sent this long after it was made
 	oneShot bool          // sent from the ephemeral-port socket (a legacy query)
+	// fresh: the local records it carries are checked against the
+	// database when it is sent (see current); legacy caps their TTLs.
+	fresh, legacy bool
 }
 
-// responder answers mDNS questions for local names, caches the answers it
+// Message is the packet's DNS message; Dest where it goes.
+func (o Packet) Message() *dns.Msg    { return o.msg }
+func (o Packet) Dest() netip.AddrPort { return o.to }
+func (o Packet) Delay() time.Duration { return o.delay }
+
+// Responder answers mDNS questions for local names, caches the answers it
 // hears and sends the queries of the fallback. handle is pure apart from the
 // cache and the in-flight table, so tests and fuzzing drive it directly.
-type responder struct {
-	p      *MDNSFallback
+type Responder struct {
+	n      *Node
 	names  []string // the configured interfaces, by name
 	ifmu   sync.RWMutex
 	ifaces map[int]*mdnsIface // by index; replaced whole, never changed in place (ifs)
@@ -135,9 +167,12 @@ type responder struct {
 	ucDone  chan struct{}
 	watched chan struct{} // closed when the interface watcher ended
 
-	own ownPackets // what we sent lately: our own multicast, looped back, is not news
+	own     ownPackets   // what we sent lately: our own multicast, looped back, is not news
+	sendMu  sync.Mutex   // held across reading a fresh packet's records and writing it (emit)
+	quiet   atomic.Bool  // stopping: the goodbyes of every record are sent, nothing else
+	replies replyLimiter // unicast and legacy replies per source
 
-	sent func(outPacket) // tests: sees every packet sent
+	sent func(Packet) // tests: sees every packet sent
 }
 
 // ownPackets remembers the hashes of the last packets sent, so that the
@@ -162,7 +197,7 @@ const ownPacketAge = 2 * time.Second
 // ownPacket reports whether b, from src, is a packet we sent lately: the
 // same bytes from one of our own addresses (another host's identical
 // query or answer comes from its own address, and is handled).
-func (r *responder) ownPacket(b []byte, src netip.Addr, now time.Time) bool {
+func (r *Responder) ownPacket(b []byte, src netip.Addr, now time.Time) bool {
 	if !r.own.sent(b, now) {
 		return false
 	}
@@ -202,8 +237,8 @@ type mcastKey struct {
 	ifIndex int
 }
 
-func newResponder(p *MDNSFallback, ifis []*net.Interface) *responder {
-	r := &responder{p: p, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
+func newResponder(n *Node, ifis []*net.Interface) *Responder {
+	r := &Responder{n: n, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
 	r.own.seed = maphash.MakeSeed()
 	for _, ifi := range ifis {
 		r.names = append(r.names, ifi.Name)
@@ -219,7 +254,7 @@ func newIface(ifi *net.Interface) *mdnsIface {
 
 // ifs returns the interfaces joined, by index. The map is never changed
 // after it is published: callers may range over it without a lock.
-func (r *responder) ifs() map[int]*mdnsIface {
+func (r *Responder) ifs() map[int]*mdnsIface {
 	r.ifmu.RLock()
 	defer r.ifmu.RUnlock()
 	return r.ifaces
@@ -227,7 +262,7 @@ func (r *responder) ifs() map[int]*mdnsIface {
 
 // open binds 0.0.0.0:5353 (shared with other mDNS stacks through
 // SO_REUSEADDR), joins 224.0.0.251 on every interface and starts reading.
-func (r *responder) open() error {
+func (r *Responder) open() error {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
@@ -249,7 +284,7 @@ func (r *responder) open() error {
 			return fmt.Errorf("mdns join %s on %s: %w", mdnsGroup, i.ifi.Name, err)
 		}
 	}
-	if err := pc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst, true); err != nil {
+	if err := pc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst|ipv4.FlagTTL, true); err != nil {
 		conn.Close()
 		return fmt.Errorf("mdns control messages: %w", err)
 	}
@@ -262,7 +297,7 @@ func (r *responder) open() error {
 		return fmt.Errorf("mdns one-shot socket: %w", err)
 	}
 	uc := ipv4.NewPacketConn(ucConn)
-	if err := uc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst, true); err != nil {
+	if err := uc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst|ipv4.FlagTTL, true); err != nil {
 		conn.Close()
 		ucConn.Close()
 		return fmt.Errorf("mdns control messages: %w", err)
@@ -272,14 +307,14 @@ func (r *responder) open() error {
 	r.pc, r.conn, r.done, r.watched = pc, conn, make(chan struct{}), make(chan struct{})
 	r.uc, r.ucConn, r.ucDone = uc, ucConn, make(chan struct{})
 	r.checkShared()
-	go r.readLoop(r.pc, r.done)
-	go r.readLoop(r.uc, r.ucDone)
+	go r.readLoop(r.pc, r.done, false)
+	go r.readLoop(r.uc, r.ucDone, true)
 	go r.watchInterfaces(r.done)
 	return nil
 }
 
 // close stops the announcements and the read loop and waits for it.
-func (r *responder) close() {
+func (r *Responder) close() {
 	r.stopAnnouncements()
 	if r.conn == nil {
 		return
@@ -292,10 +327,11 @@ func (r *responder) close() {
 	r.conn = nil
 }
 
-// readLoop handles the packets of pc until it is closed, then closes done.
-func (r *responder) readLoop(pc *ipv4.PacketConn, done chan struct{}) {
+// readLoop handles the packets of pc (the ephemeral-port socket with
+// oneShot) until it is closed, then closes done.
+func (r *Responder) readLoop(pc *ipv4.PacketConn, done chan struct{}, oneShot bool) {
 	defer close(done)
-	buf := make([]byte, maxPacket)
+	buf := make([]byte, 1<<16) // larger than any packet it accepts: an oversized one is seen whole
 	for {
 		n, cm, src, err := pc.ReadFrom(buf)
 		if err != nil {
@@ -308,36 +344,61 @@ func (r *responder) readLoop(pc *ipv4.PacketConn, done chan struct{}) {
 		if !ok {
 			continue
 		}
-		ifIndex := 0
-		dst := mdnsGroup
+		in := Inbound{Dst: mdnsGroup, OneShot: oneShot}
 		if cm != nil {
-			ifIndex = cm.IfIndex
+			in.IfIndex, in.TTL = cm.IfIndex, cm.TTL
 			if d, ok := netip.AddrFromSlice(cm.Dst); ok {
-				dst = d.Unmap()
+				in.Dst = d.Unmap()
 			}
 		}
 		from := ua.AddrPort()
-		if r.ownPacket(buf[:n], from.Addr().Unmap(), time.Now()) {
+		in.Src = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+		if r.ownPacket(buf[:n], in.Src.Addr(), time.Now()) {
+			mdnsDropped.WithLabelValues("own").Inc()
 			continue // our own packet, looped back
 		}
-		for _, out := range r.handleTo(buf[:n], netip.AddrPortFrom(from.Addr().Unmap(), from.Port()), dst, ifIndex, time.Now()) {
+		for _, out := range r.Handle(buf[:n], in, time.Now()) {
 			r.send(out)
 		}
 	}
 }
 
-func (r *responder) send(o outPacket) {
+// send sends o, after its delay.
+func (r *Responder) send(o Packet) {
+	if o.delay > 0 {
+		time.AfterFunc(o.delay, func() { r.emit(o) })
+		return
+	}
+	r.emit(o)
+}
+
+// emit writes o now. Invariant (deleted means deleted): packets are
+// written one at a time under sendMu, and a fresh packet's records are
+// read from the database under it, just before the write. A delete
+// changes the database before its goodbye takes sendMu, so a reply read
+// before the delete is on the wire before the goodbye, and one read after
+// it no longer carries the record: no peer hears an answer after the
+// goodbye. A quiet responder (stopping, its goodbyes sent) sends nothing
+// more but those.
+func (r *Responder) emit(o Packet) {
+	r.sendMu.Lock()
+	defer r.sendMu.Unlock()
+	if o.fresh {
+		if r.quiet.Load() {
+			return
+		}
+		if o.msg = r.current(o.msg, o.legacy); o.msg == nil {
+			mdnsDropped.WithLabelValues("stale").Inc()
+			return
+		}
+	}
 	if r.sent != nil {
 		r.sent(o)
-	}
-	if o.delay > 0 {
-		time.AfterFunc(o.delay, func() { r.write(o) })
-		return
 	}
 	r.write(o)
 }
 
-func (r *responder) write(o outPacket) {
+func (r *Responder) write(o Packet) {
 	pc := r.pc
 	if o.oneShot {
 		pc = r.uc
@@ -351,56 +412,104 @@ func (r *responder) write(o outPacket) {
 	_, _ = pc.WriteTo(b, &ipv4.ControlMessage{IfIndex: o.ifIndex}, dst)
 }
 
-// handle processes one packet multicast to the mDNS group that arrived on
-// ifIndex from src, and returns the replies to send.
-func (r *responder) handle(b []byte, src netip.AddrPort, ifIndex int, now time.Time) []outPacket {
-	return r.handleTo(b, src, mdnsGroup, ifIndex, now)
+// Inbound is how a packet arrived.
+type Inbound struct {
+	Src     netip.AddrPort
+	Dst     netip.Addr // the mDNS group, or one of our own unicast addresses
+	IfIndex int
+	TTL     int  // its IP TTL (IPv6: hop limit), from the control message
+	OneShot bool // it came to the ephemeral-port socket (answers to our one-shot queries)
 }
 
-// handleTo processes one packet sent to dst (the mDNS group, or one of our
-// own unicast addresses) that arrived on ifIndex from src, and returns the
-// replies to send. Malformed, off-link and foreign-interface packets are
-// dropped.
-func (r *responder) handleTo(b []byte, src netip.AddrPort, dst netip.Addr, ifIndex int, now time.Time) []outPacket {
-	ifaces := r.ifs()
-	iface := ifaces[ifIndex]
-	if iface == nil && len(ifaces) == 1 && ifIndex == 0 {
-		for _, i := range ifaces {
-			iface = i
-		}
-	}
-	if iface == nil {
-		mdnsDropped.WithLabelValues("interface").Inc()
-		return nil
+// Handle processes one packet and returns the replies to send. It keeps
+// only what RFC 6762 lets the LAN say, and counts every packet or record
+// it drops in mdns_dropped_total by reason:
+//
+//   - interface: not on a joined interface; oversized: over 9,000 bytes
+//     (§17); malformed: not a DNS message; opcode: not a plain query or
+//     response; bad_source: from an address no host sends from (the
+//     unspecified, limited or directed broadcast, multicast addresses);
+//   - responses: source_port: not from port 5353 (§6); ttl: an IP TTL
+//     other than 255 (§11: it crossed a router); unsolicited: a record of
+//     a unicast response (to one of our unicast addresses, §6) for a name
+//     we have no query pending for — only multicast responses are news
+//     anybody may send; out_of_zone, bad_address: see learn;
+//   - queries: off_link: an IP TTL below 255 from outside the interface's
+//     networks (§11); a query to the ephemeral-port socket is dropped as
+//     unexpected.
+func (r *Responder) Handle(b []byte, in Inbound, now time.Time) []Packet {
+	iface := r.ifaceOf(in.IfIndex)
+	switch {
+	case iface == nil:
+		return drop("interface")
+	case len(b) > maxPacket:
+		return drop("oversized")
+	case badSource(in.Src.Addr(), iface):
+		return drop("bad_source")
 	}
 	m := new(dns.Msg)
 	if err := m.Unpack(b); err != nil {
-		mdnsDropped.WithLabelValues("malformed").Inc()
-		return nil
-	}
-	if !iface.onLink(src.Addr(), now) {
-		mdnsDropped.WithLabelValues("off_link").Inc()
-		return nil
+		return drop("malformed")
 	}
 	if m.Opcode != dns.OpcodeQuery || m.Rcode != dns.RcodeSuccess {
-		return nil
+		return drop("opcode")
 	}
 	if m.Response {
-		if src.Port() != mdnsPort { // RFC 6762 §6: MUST be ignored
-			mdnsDropped.WithLabelValues("source_port").Inc()
-			return nil
+		switch {
+		case in.Src.Port() != mdnsPort: // RFC 6762 §6: MUST be ignored
+			return drop("source_port")
+		case in.TTL != 255:
+			return drop("ttl")
 		}
-		r.learn(m, now)
+		r.learn(m, !in.Dst.IsMulticast(), now)
 		return nil
 	}
-	return r.answer(m, src, !dst.IsMulticast(), iface.ifi.Index, now)
+	switch {
+	case in.OneShot:
+		return drop("unexpected")
+	case in.TTL != 255 && !iface.onLink(in.Src.Addr(), now):
+		return drop("off_link")
+	}
+	return r.answer(m, in.Src, !in.Dst.IsMulticast(), iface.ifi.Index, now)
 }
 
-// learn caches the A/AAAA records of a response for names inside the
-// zones, local ones too (a name answers the union of its local records and
+// drop counts a dropped packet by reason and returns no replies.
+func drop(reason string) []Packet {
+	mdnsDropped.WithLabelValues(reason).Inc()
+	return nil
+}
+
+// ifaceOf returns the joined interface of index (the only one when the
+// index is unknown), or nil.
+func (r *Responder) ifaceOf(index int) *mdnsIface {
+	ifaces := r.ifs()
+	if i := ifaces[index]; i != nil {
+		return i
+	}
+	if len(ifaces) == 1 && index == 0 {
+		for _, i := range ifaces {
+			return i
+		}
+	}
+	return nil
+}
+
+// badSource reports whether src is an address no host sends from: the
+// unspecified address, the limited broadcast, the directed broadcast of
+// one of the interface's networks, or a multicast address.
+func badSource(src netip.Addr, iface *mdnsIface) bool {
+	if !src.IsValid() || src.IsUnspecified() || src.IsMulticast() || src == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return true
+	}
+	return iface.broadcast(src)
+}
+
+// learn caches the A/AAAA records of a response (unicast: sent to one of
+// our unicast addresses, whose records count only for names we have a
+// query pending for) for names inside the zones, local ones too (a name answers the union of its local records and
 // every other host's), and tells the queries waiting for them.
-func (r *responder) learn(m *dns.Msg, now time.Time) {
-	p := r.p
+func (r *Responder) learn(m *dns.Msg, unicast bool, now time.Time) {
+	n := r.n
 	var woke []string
 	for _, sec := range [][]dns.RR{m.Answer, m.Extra} {
 		for _, rr := range sec {
@@ -415,8 +524,12 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 			case *dns.AAAA:
 				addr, _ = netip.AddrFromSlice(v.AAAA.To16())
 			case *dns.PTR:
+				if unicast && !n.inflight.pending(dnsname.Lower(h.Name)) {
+					mdnsDropped.WithLabelValues("unsolicited").Inc()
+					continue
+				}
 				if r.learnPTR(v, now) && h.Ttl > 0 {
-					woke = append(woke, lowerName(h.Name))
+					woke = append(woke, dnsname.Lower(h.Name))
 				}
 				continue
 			default:
@@ -426,43 +539,48 @@ func (r *responder) learn(m *dns.Msg, now time.Time) {
 				mdnsDropped.WithLabelValues("bad_address").Inc() // no peer has it
 				continue
 			}
-			name := lowerName(h.Name)
-			if p.zoneOf(name) == "" {
+			name := dnsname.Lower(h.Name)
+			if unicast && !n.inflight.pending(name) {
+				mdnsDropped.WithLabelValues("unsolicited").Inc() // not an answer to a query of ours
+				continue
+			}
+			if !n.inZones(name) {
 				mdnsDropped.WithLabelValues("out_of_zone").Inc()
 				continue
 			}
-			if e := p.db.ix.lookup(name); e != nil && e.holds(addr) {
+			if e := n.local.Lookup(name); e != nil && e.Holds(addr) {
 				continue // a local record (our own, looped back, or the same held elsewhere): the database answers it
 			}
 			mdnsAnswers.Inc()
-			p.stats.answers.Add(1)
-			p.cache.add(name, addr, h.Ttl, h.Class&cacheFlushBit != 0, now)
-			p.neg.forget(name)
+			n.answers.Add(1)
+			n.cache.Add(name, addr, h.Ttl, h.Class&cacheFlushBit != 0, now)
+			n.neg.forget(name)
 			if h.Ttl > 0 {
 				woke = append(woke, name)
+				n.limiter.answered(name)
 			}
 		}
 	}
-	p.setCacheGauge()
-	for _, n := range woke {
-		p.inflight.answered(n, now)
+	n.setGauge()
+	for _, name := range woke {
+		n.inflight.answered(name, now)
 	}
 }
 
 // learnPTR caches a PTR record for an address inside the reverse networks
 // that points into the zones; it reports whether it did.
-func (r *responder) learnPTR(v *dns.PTR, now time.Time) bool {
-	p := r.p
-	name, target := lowerName(v.Hdr.Name), lowerName(v.Ptr)
-	addr, ok := parseReverse(name)
-	if !ok || !p.inReverse(addr) || p.zoneOf(target) == "" {
+func (r *Responder) learnPTR(v *dns.PTR, now time.Time) bool {
+	n := r.n
+	name, target := dnsname.Lower(v.Hdr.Name), dnsname.Lower(v.Ptr)
+	addr, ok := dnsname.ParseReverse(name)
+	if !ok || !dnsname.InPrefixes(n.cfg.Reverse, addr) || !n.inZones(target) {
 		mdnsDropped.WithLabelValues("out_of_zone").Inc()
 		return false
 	}
 	mdnsAnswers.Inc()
-	p.stats.answers.Add(1)
-	p.cache.addPTR(name, target, v.Hdr.Ttl, v.Hdr.Class&cacheFlushBit != 0, now)
-	p.neg.forget(name)
+	n.answers.Add(1)
+	n.cache.addPTR(name, target, v.Hdr.Ttl, v.Hdr.Class&cacheFlushBit != 0, now)
+	n.neg.forget(name)
 	return true
 }
 
@@ -480,7 +598,7 @@ func (r *responder) learnPTR(v *dns.PTR, now time.Time) bool {
 // replies reach meshdns alone — the only way to hear the stack beside it,
 // which does not loop its multicast replies back to its own host. qm is
 // r.shared, read once by the caller.
-func (r *responder) query(name string, qm bool) {
+func (r *Responder) query(name string, qm bool) {
 	class := uint16(dns.ClassINET)
 	if !qm {
 		class |= quBit
@@ -489,33 +607,95 @@ func (r *responder) query(name string, qm bool) {
 		{Name: name, Qtype: dns.TypeA, Qclass: class},
 		{Name: name, Qtype: dns.TypeAAAA, Qclass: class},
 	}}
-	if isReverse(name) {
+	if dnsname.IsReverse(name) {
 		m.Question = []dns.Question{{Name: name, Qtype: dns.TypePTR, Qclass: class}}
 	}
 	for idx := range r.ifs() {
-		r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+		r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
 		if qm {
-			r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, oneShot: true})
+			r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, oneShot: true})
 		}
 		mdnsQueries.Inc()
-		r.p.stats.queries.Add(1)
+		r.n.queries.Add(1)
 	}
 }
 
 // goodbye multicasts TTL-0 records for recs on every interface. The
 // cache-flush bit stays clear, so peers drop only these addresses.
-func (r *responder) goodbye(recs []Record) {
+func (r *Responder) goodbye(recs []records.Record) {
 	var rrs []dns.RR
 	for _, rec := range recs {
-		rrs = append(rrs, recordRR(rec, 0))
+		rrs = append(rrs, records.RR(rec, 0))
 	}
 	for len(rrs) > 0 {
 		n := min(len(rrs), announceBatch)
 		m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs[:n]}
 		for idx := range r.ifs() {
-			r.send(outPacket{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+			r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, fresh: !r.quiet.Load()})
 			mdnsResponses.WithLabelValues("goodbye").Inc()
 		}
 		rrs = rrs[n:]
 	}
+}
+
+// current returns m with only the records that are true now: a positive
+// record the database holds (with the TTL it has now, capped for a legacy
+// reply), a goodbye for one it no longer holds (a record put back since
+// was announced, and the goodbye must not follow it); nil when none is
+// left. Called under sendMu.
+func (r *Responder) current(m *dns.Msg, legacy bool) *dns.Msg {
+	var kept []dns.RR
+	for _, rr := range m.Answer {
+		ttl, held := r.held(rr)
+		switch {
+		case rr.Header().Ttl == 0 && !held:
+			kept = append(kept, rr)
+		case rr.Header().Ttl > 0 && held:
+			if legacy {
+				ttl = min(ttl, legacyMaxTTL)
+			}
+			if ttl != rr.Header().Ttl {
+				rr = dns.Copy(rr)
+				rr.Header().Ttl = ttl
+			}
+			kept = append(kept, rr)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	c := m.Copy()
+	c.Answer = kept
+	return c
+}
+
+// held reports whether the database holds the local record rr (an A,
+// AAAA or PTR record), and its TTL as served.
+func (r *Responder) held(rr dns.RR) (uint32, bool) {
+	name := dnsname.Lower(rr.Header().Name)
+	var a netip.Addr
+	switch v := rr.(type) {
+	case *dns.A:
+		a, _ = netip.AddrFromSlice(v.A.To4())
+	case *dns.AAAA:
+		a, _ = netip.AddrFromSlice(v.AAAA.To16())
+	case *dns.PTR:
+		if addr, ok := dnsname.ParseReverse(name); ok {
+			target := dnsname.Lower(v.Ptr)
+			for _, n := range r.n.local.LookupPTR(addr) {
+				if n == target {
+					return r.n.cfg.TTL, true
+				}
+			}
+		}
+		return 0, false
+	default:
+		return 0, false
+	}
+	e := r.n.local.Lookup(name)
+	if e == nil {
+		return 0, false
+	}
+	t, ok := e.TTL(a.Unmap())
+	return r.n.ttl(t), ok
 }

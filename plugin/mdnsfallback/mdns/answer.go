@@ -1,0 +1,239 @@
+package mdns
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/internal/dnsname"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
+
+	"github.com/miekg/dns"
+)
+
+// The responder's answers to other hosts' questions: which local records
+// answer, known-answer suppression, and the once-a-second multicast limit
+// per record.
+
+// questionRRs returns the local records that answer q: A/AAAA/ANY for a
+// local name, PTR for the reverse name of a local address.
+func (r *Responder) questionRRs(q dns.Question) []dns.RR {
+	name := dnsname.Lower(q.Name)
+	if q.Qtype == dns.TypePTR {
+		addr, ok := dnsname.ParseReverse(name)
+		if !ok {
+			return nil
+		}
+		return records.PTRs(r.n.local.LookupPTR(addr), q.Name, r.n.cfg.TTL)
+	}
+	if q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA && q.Qtype != dns.TypeANY {
+		return nil
+	}
+	if e := r.n.local.Lookup(name); e != nil {
+		return e.RRs(q.Name, q.Qtype, r.n.cfg.TTL)
+	}
+	return nil
+}
+
+// answer builds the replies to a query for local names (A, AAAA, ANY) and
+// the reverse names of local addresses (PTR): one answer per distinct
+// question (a question repeated, or an ANY beside an A, adds nothing),
+// less the known answers (RFC 6762 §7.1), in packets of at most
+// maxPayload bytes (§17). A query sent straight to our unicast address
+// (direct) is answered by unicast to its source, whatever its QU bit
+// (§5.5); unicast and legacy replies are bounded per source (replyRate).
+func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex int, now time.Time) []Packet {
+	legacy := src.Port() != mdnsPort
+	var mcast, ucast []dns.RR
+	var legacyQ []dns.Question
+	seenQ := map[dns.Question]bool{}
+	seenRR := map[mcastKey]bool{}
+	for _, q := range m.Question {
+		cls := q.Qclass &^ quBit
+		if cls != dns.ClassINET && cls != dns.ClassANY {
+			continue
+		}
+		k := dns.Question{Name: dnsname.Lower(q.Name), Qtype: q.Qtype, Qclass: cls}
+		if seenQ[k] {
+			continue // asked already in this query: answered once
+		}
+		seenQ[k] = true
+		var rrs []dns.RR
+		for _, rr := range suppressKnown(r.questionRRs(q), m.Answer) {
+			if key := rrKey(rr, 0); !seenRR[key] {
+				seenRR[key] = true
+				rrs = append(rrs, rr)
+			}
+		}
+		if len(rrs) == 0 {
+			continue
+		}
+		switch {
+		case legacy:
+			capTTL(rrs)
+			legacyQ = append(legacyQ, q)
+			ucast = append(ucast, rrs...)
+		case q.Qclass&quBit != 0 || direct:
+			ucast = append(ucast, rrs...)
+		default:
+			mcast = append(mcast, r.notRecent(rrs, ifIndex, now)...)
+		}
+	}
+	var out []Packet
+	if len(ucast) > 0 && r.replies.allow(src.Addr(), now) {
+		if legacy {
+			out = append(out, Packet{ifIndex: ifIndex, to: src, msg: legacyReply(m, legacyQ, ucast), fresh: true, legacy: true})
+		} else {
+			for _, msg := range split(ucast) {
+				out = append(out, Packet{ifIndex: ifIndex, to: src, msg: msg, fresh: true})
+			}
+		}
+	} else if len(ucast) > 0 {
+		mdnsDropped.WithLabelValues("reply_rate").Inc()
+	}
+	if len(mcast) > 0 {
+		r.noteMulticast(mcast, ifIndex, now)
+		delay := sharedDelayMin + rand.N(sharedDelayMax-sharedDelayMin)
+		for _, msg := range split(mcast) {
+			out = append(out, Packet{ifIndex: ifIndex, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: msg, delay: delay, fresh: true})
+		}
+	}
+	for _, o := range out {
+		mdnsResponses.WithLabelValues(kindOf(o, legacy)).Inc()
+	}
+	return out
+}
+
+// capTTL caps the TTLs of a legacy reply (RFC 6762 §6.7).
+func capTTL(rrs []dns.RR) {
+	for _, rr := range rrs {
+		if rr.Header().Ttl > legacyMaxTTL {
+			rr.Header().Ttl = legacyMaxTTL
+		}
+	}
+}
+
+// maxPayload bounds the DNS message of a packet we send, so that with its
+// IPv6 and UDP headers (48 bytes) the packet stays within RFC 6762 §17's
+// 9,000 bytes.
+const maxPayload = maxPacket - 48
+
+// split packs rrs into responses of at most maxPayload bytes each.
+func split(rrs []dns.RR) []*dns.Msg {
+	var out []*dns.Msg
+	m := newResponse()
+	for _, rr := range rrs {
+		m.Answer = append(m.Answer, rr)
+		if m.Len() > maxPayload && len(m.Answer) > 1 {
+			m.Answer = m.Answer[:len(m.Answer)-1]
+			out = append(out, m)
+			m = newResponse()
+			m.Answer = append(m.Answer, rr)
+		}
+	}
+	return append(out, m)
+}
+
+func newResponse() *dns.Msg {
+	return &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}}
+}
+
+// legacyReply is the conventional unicast reply to a legacy query (RFC
+// 6762 §6.7): its ID and questions echoed, within the size the querier
+// takes (512 bytes, or its EDNS0 buffer up to maxPayload), truncated
+// with TC set when the answers do not fit.
+func legacyReply(q *dns.Msg, questions []dns.Question, answers []dns.RR) *dns.Msg {
+	m := newResponse()
+	m.Id, m.Question, m.Answer = q.Id, questions, answers
+	size := dns.MinMsgSize
+	if opt := q.IsEdns0(); opt != nil {
+		size = min(max(int(opt.UDPSize()), dns.MinMsgSize), maxPayload)
+	}
+	for m.Len() > size && len(m.Answer) > 0 {
+		m.Answer = m.Answer[:len(m.Answer)-1]
+		m.Truncated = true
+	}
+	return m
+}
+
+func kindOf(o Packet, legacy bool) string {
+	switch {
+	case o.to.Addr() == mdnsGroup:
+		return "multicast"
+	case legacy:
+		return "legacy"
+	}
+	return "unicast"
+}
+
+// suppressKnown drops the records the querier listed as known answers with
+// at least half our TTL left (RFC 6762 §7.1).
+func suppressKnown(rrs, known []dns.RR) []dns.RR {
+	if len(known) == 0 {
+		return rrs
+	}
+	kept := rrs[:0]
+	for _, rr := range rrs {
+		drop := false
+		for _, k := range known {
+			if k.Header().Rrtype == rr.Header().Rrtype && dnsname.SameData(k, rr) &&
+				dnsname.Lower(k.Header().Name) == dnsname.Lower(rr.Header().Name) && k.Header().Ttl >= rr.Header().Ttl/2 {
+				drop = true
+				break
+			}
+		}
+		if !drop {
+			kept = append(kept, rr)
+		}
+	}
+	return kept
+}
+
+// rrKey is the multicast-limit key of a local A/AAAA record.
+func rrKey(rr dns.RR, ifIndex int) mcastKey {
+	var a netip.Addr
+	switch v := rr.(type) {
+	case *dns.A:
+		a, _ = netip.AddrFromSlice(v.A.To4())
+	case *dns.AAAA:
+		a, _ = netip.AddrFromSlice(v.AAAA.To16())
+	case *dns.PTR:
+		return mcastKey{dnsname.Lower(rr.Header().Name) + " " + dnsname.Lower(v.Ptr), a, ifIndex}
+	}
+	return mcastKey{dnsname.Lower(rr.Header().Name), a, ifIndex}
+}
+
+// notRecent keeps the records not multicast on ifIndex in the last second
+// (RFC 6762 §6: per record and interface), which also bounds what a query
+// flood can make us send.
+func (r *Responder) notRecent(rrs []dns.RR, ifIndex int, now time.Time) []dns.RR {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := rrs[:0]
+	for _, rr := range rrs {
+		if last, ok := r.lastMcast[rrKey(rr, ifIndex)]; !ok || now.Sub(last) >= mcastInterval {
+			kept = append(kept, rr)
+		}
+	}
+	return kept
+}
+
+// noteMulticast remembers that rrs were multicast on ifIndex at now.
+func (r *Responder) noteMulticast(rrs []dns.RR, ifIndex int, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.noteMulticastLocked(rrs, ifIndex, now)
+}
+
+func (r *Responder) noteMulticastLocked(rrs []dns.RR, ifIndex int, now time.Time) {
+	if len(r.lastMcast) > 4096 {
+		for k, t := range r.lastMcast {
+			if now.Sub(t) >= mcastInterval {
+				delete(r.lastMcast, k)
+			}
+		}
+	}
+	for _, rr := range rrs {
+		r.lastMcast[rrKey(rr, ifIndex)] = now
+	}
+}
