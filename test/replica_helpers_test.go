@@ -60,6 +60,7 @@ func replicaFollowerCorefile(t *testing.T, url string) string {
 		{"source replica http://10.96.0.10:9155", "source replica " + url},
 		{"/var/lib/meshdns-node-local/", ""},
 		{"forward . 10.96.0.10", "forward . 127.0.0.1:5301"},
+		{"ttl 30\n", "ttl 30\n        stale_ede\n"}, // the option, to see it end to end
 	} {
 		if !strings.Contains(cf, r.old) {
 			t.Fatalf("the node-local Corefile has no %q:\n%s", r.old, cf)
@@ -253,4 +254,22 @@ func apiWatches(t *testing.T, k *kubeAPI) float64 {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return metricValue(string(b), "apiserver_longrunning_requests", `verb="WATCH"`)
+}
+
+// replicaStaleEDE reports whether addr's answer to a cluster name carries
+// Extended DNS Error 3, Stale Answer.
+func replicaStaleEDE(t *testing.T, addr string) bool {
+	t.Helper()
+	r, err := TryQuery(addr, "svc19.shop.svc.cluster.local", dns.TypeA, "udp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := r.IsEdns0(); o != nil {
+		for _, x := range o.Option {
+			if e, ok := x.(*dns.EDNS0_EDE); ok && e.InfoCode == dns.ExtendedErrorCodeStaleAnswer {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -142,13 +142,34 @@ func TestReplicaStream(t *testing.T) {
 	names = append(names, "reloaded.shop.svc.cluster.local")
 	want := replicaAnswers(follower.DNS(), names)
 	t.Run("APIOutage", func(t *testing.T) {
+		const age = "coredns_endpointsvc_table_age_seconds"
+		if a, b := leader.Metric(age), follower.Metric(age); a != 0 || b != 0 || replicaStaleEDE(t, follower.DNS()) {
+			t.Errorf("before the outage: table age %v on the leader, %v on the follower, want 0 and no Stale Answer", a, b)
+		}
 		k.StopAPI()
 		time.Sleep(3 * time.Second)
 		replicaSame(t, follower.DNS(), names, want, "API server down, follower")
 		replicaSame(t, leader.DNS(), names, want, "API server down, leader")
+		// the leader notices within its probe interval (10 s while healthy),
+		// and its followers hear it at once: their tables are as old
+		Eventually(t, 15*time.Second, func() string {
+			if a, b := leader.Metric(age), follower.Metric(age); a <= 0 || b < a-1 {
+				return fmt.Sprintf("table age %v on the leader, %v on the follower: want both stale", a, b)
+			}
+			return ""
+		})
+		if !replicaStaleEDE(t, follower.DNS()) {
+			t.Error("the follower of a stale leader answers without Stale Answer (stale_ede)")
+		}
 		k.StartAPI()
 		ip := createService(t, k, "shop", "after", corev1.ServiceTypeClusterIP, nil).Spec.ClusterIP
 		within(t, 5*time.Second, follower.DNS(), "after.shop.svc.cluster.local", dns.TypeA, ip)
+		Eventually(t, 15*time.Second, func() string {
+			if a, b := leader.Metric(age), follower.Metric(age); a != 0 || b != 0 || replicaStaleEDE(t, follower.DNS()) {
+				return fmt.Sprintf("after the API's return: table age %v on the leader, %v on the follower, want 0", a, b)
+			}
+			return ""
+		})
 	})
 
 	names = append(names, "after.shop.svc.cluster.local")

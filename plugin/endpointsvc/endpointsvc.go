@@ -43,6 +43,7 @@ type Endpointsvc struct {
 
 	publishing  *publishing  // publish: nil without it
 	replicating *replicating // replicate: nil without it
+	stale       staleEDE     // stale_ede
 }
 
 // ServeDNS implements plugin.Handler: it matches the zone, loads the
@@ -109,6 +110,7 @@ func (e *Endpointsvc) reply(ctx context.Context, w dns.ResponseWriter, r *dns.Ms
 		m.Answer, m.Extra = rp.answer, rp.extra
 	}
 	e.count(ctx, zi, result)
+	e.markStale(m, r)
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
 }

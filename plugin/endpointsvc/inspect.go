@@ -20,7 +20,8 @@ type listHead struct {
 	Zones      []string      `json:"zones"`
 	Schema     string        `json:"schema"`
 	Source     string        `json:"source"`
-	Generation uint32        `json:"generation"` // the table's SOA serial; 0: no table yet
+	Generation uint32        `json:"generation"`                  // the table's SOA serial; 0: no table yet
+	Age        *float64      `json:"table_age_seconds,omitempty"` // how far the table is behind its source; none: no table yet
 	Services   int           `json:"services_count"`
 	Endpoints  int           `json:"endpoints_count"`
 	Snapshot   *listSnapshot `json:"snapshot,omitempty"`
@@ -98,6 +99,8 @@ func (e *Endpointsvc) listHead(t *table, f listFilter) listHead {
 	}
 	if t != nil {
 		h.Generation, h.Services, h.Endpoints = t.serial, t.model.Services(), t.model.Endpoints()
+		age := e.tableAge().Seconds()
+		h.Age = &age
 	}
 	if e.snapshotPath != "" {
 		h.Snapshot = &listSnapshot{Path: e.snapshotPath}

@@ -247,6 +247,24 @@ func TestParseReplication(t *testing.T) {
 		{in: spec + "source kubernetes\nschema kubernetes\nreplicate 9155\n}", err: `bad replicate address "9155"`},
 		{in: spec + "source kubernetes\nschema kubernetes\nreplicate :1\nreplicate :2\n}", err: "replicate can only be given once"},
 		{in: spec + "source kubernetes\nsource replica http://a:1\nschema kubernetes\n}", err: "only one source"},
+		{in: spec + "source kubernetes\nschema kubernetes\nstale_ede\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if !e.stale.on || e.stale.after != 0 {
+				t.Errorf("stale_ede: %+v", e.stale)
+			}
+		}},
+		{in: spec + "source replica http://a:1\nschema kubernetes\nstale_ede 30s\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if !e.stale.on || e.stale.after != 30*time.Second {
+				t.Errorf("stale_ede 30s: %+v", e.stale)
+			}
+		}},
+		{in: spec + "source kubernetes\nschema kubernetes\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if e.stale.on {
+				t.Error("stale_ede on by default")
+			}
+		}},
+		{in: spec + "source kubernetes\nschema kubernetes\nstale_ede soon\n}", err: `bad stale_ede age "soon"`},
+		{in: spec + "source kubernetes\nschema kubernetes\nstale_ede 1s 2s\n}", err: "Wrong argument count"},
+		{in: spec + "source kubernetes\nschema kubernetes\nstale_ede\nstale_ede\n}", err: "stale_ede can only be given once"},
 	} {
 		e, err := parse(caddy.NewTestController("dns", tc.in))
 		switch {

@@ -73,6 +73,7 @@ func setup(c *caddy.Controller) error {
 			return plugin.Error(pluginName, err)
 		}
 		e.start(e.source)
+		ages.list(e)
 		if p := e.publishing; p != nil {
 			p.start(e.Zones[0], e.ready.Load)
 			pending.Started(func() { p.stop(false) })
@@ -87,6 +88,7 @@ func setup(c *caddy.Controller) error {
 			p.stop(!p.reloading.Load())
 		}
 		e.replicaClose() // its streams end; followers resume with the next instance
+		ages.drop(e)
 		e.stop()
 		carryStore.Drop(e.carryKey)
 		return nil

@@ -78,6 +78,8 @@ func (o *options) option(c *caddy.Controller, e *Endpointsvc) error {
 		return o.publishOption(c)
 	case "replicate":
 		return o.replicateOption(c)
+	case "stale_ede":
+		return o.staleOption(c, e)
 	default:
 		return c.Errf("unknown property %q", v)
 	}

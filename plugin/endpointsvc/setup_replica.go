@@ -110,6 +110,7 @@ func (o *options) replication(c *caddy.Controller, e *Endpointsvc) error {
 	}
 	if o.repl.seen {
 		l := replica.NewLeader(e.Zones[0], o.repl.tokenFile)
+		l.Age = e.tableAge
 		e.replicating = &replicating{leader: l, server: replica.NewServer(o.repl.addr, l)}
 	}
 	if o.repl.url != "" {

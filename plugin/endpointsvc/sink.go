@@ -2,6 +2,7 @@ package endpointsvc
 
 import (
 	"context"
+	"time"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/pkg/gauges"
@@ -13,13 +14,31 @@ type sink struct {
 	e       *Endpointsvc
 	ctx     context.Context // the source's: done once stop is called
 	source  string
-	lastErr string // last failure logged, "" while healthy
+	lastErr string        // last failure logged, "" while healthy
+	age     time.Duration // SetAge's, for the next result
+	aged    bool          // SetAge was called for the next result
 }
 
 var (
 	_ feed.Sink   = (*sink)(nil)
 	_ feed.Served = (*sink)(nil)
+	_ feed.Aged   = (*sink)(nil)
 )
+
+// SetAge takes the age of the next result (the replica source's leader's
+// staleness): that result, a patch too, is a verdict on the table's
+// freshness.
+func (k *sink) SetAge(age time.Duration) { k.age, k.aged = age, true }
+
+// current records a success: the table is as far behind as the source
+// said (SetAge), else current.
+func (k *sink) current() {
+	age := k.age
+	k.age, k.aged = 0, false
+	if k.e.fresh.current(time.Now(), age) {
+		k.e.staleChanged()
+	}
+}
 
 // Served is the schema's table served now, or nil.
 func (k *sink) Served() any {
@@ -33,26 +52,36 @@ func (k *sink) Update(st feed.State) {
 	k.count("updated")
 	k.recovered()
 	k.e.apply(k.ctx, k.source, st, true)
+	k.current()
 	k.e.firstResult()
 }
 
 // Patch applies a change. It does not end a failure: a source that patches
 // reports its health with Unchanged and Failed (one object's events say
-// little about the rest).
+// little about the rest), unless it said the patch's age (SetAge: the
+// replica source's synced state is its leader's whole table).
 func (k *sink) Patch(p feed.Patch) {
 	k.count("patched")
 	k.e.applyPatch(k.ctx, p)
+	if k.aged { // a source that knows its age: the patch brings the table up to its data
+		k.current()
+	}
 	k.e.firstResult()
 }
 
 func (k *sink) Unchanged() {
 	k.count("unchanged")
 	k.recovered()
+	k.current()
 	k.e.firstResult()
 }
 
 func (k *sink) Failed(err error) {
 	syncCount.WithLabelValues(k.e.Zones[0], k.source, "error").Inc()
+	k.age, k.aged = 0, false
+	if k.e.fresh.failed(time.Now()) {
+		k.e.staleChanged()
+	}
 	if msg := err.Error(); msg != k.lastErr {
 		k.lastErr = msg
 		if k.e.ready.Load() {

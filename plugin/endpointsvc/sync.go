@@ -2,6 +2,7 @@ package endpointsvc
 
 import (
 	"context"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 type syncer struct {
 	tbl   atomic.Pointer[table]
 	ready atomic.Bool
+	fresh freshness // how far tbl is behind the source (stale.go)
 
 	servers      []string // the server label of the gauges (conf.Servers)
 	snapshotPath string
@@ -49,9 +51,10 @@ const firstSyncWait = 3 * time.Second
 // carried is what a reload hands from the old instance to the new one: the
 // immutable table and what the schema keeps besides it.
 type carried struct {
-	tbl   *table
-	extra any
-	repl  *replica.Carried // the replication leader's state; nil without one
+	tbl        *table
+	extra      any
+	repl       *replica.Carried // the replication leader's state; nil without one
+	staleSince int64            // freshness.staleSince
 }
 
 var carryStore carry.Store[*carried]
@@ -160,6 +163,9 @@ func (e *Endpointsvc) loadSnapshot(ctx context.Context) {
 	}
 	persist.Loaded(e.snapshotPath, st.Len())
 	e.apply(ctx, "snapshot", st, false)
+	if fi, err := os.Stat(e.snapshotPath); err == nil {
+		e.fresh.staleSet(fi.ModTime()) // as old as the file, until the source reports
+	}
 }
 
 // handOver keeps the served table for the instance a reload starts.
@@ -167,7 +173,7 @@ func (e *Endpointsvc) handOver() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if t := e.tbl.Load(); t != nil {
-		carryStore.Put(e.carryKey, &carried{tbl: t, extra: e.schema.carry(), repl: e.replicaHandOver()})
+		carryStore.Put(e.carryKey, &carried{tbl: t, extra: e.schema.carry(), repl: e.replicaHandOver(), staleSince: e.fresh.staleSince.Load()})
 	}
 }
 
@@ -182,6 +188,7 @@ func (e *Endpointsvc) takeOver() bool {
 	e.schema.restore(c.extra)
 	e.replicaTakeOver(c.repl)
 	e.serial = c.tbl.serial
+	e.fresh.staleSince.Store(c.staleSince)
 	e.show(c.tbl)
 	e.tap(c.tbl.model, nil)
 	log.Infof("Serving %d services, %d endpoints carried over the reload", c.tbl.model.Services(), c.tbl.model.Endpoints())

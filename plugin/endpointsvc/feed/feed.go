@@ -8,6 +8,7 @@ package feed
 import (
 	"context"
 	"io"
+	"time"
 )
 
 // Source feeds states into the plugin.
@@ -45,6 +46,16 @@ type Sink interface {
 // (the replica source: its origin) reads it.
 type Served interface {
 	Served() any
+}
+
+// Aged is implemented by the plugin's Sink: a source that knows how far
+// behind its own source what it delivers is (the replica source: its
+// leader's staleness) says so before each Update, Patch or Unchanged, and
+// each such result is a verdict: the table is as far behind as that (0:
+// current), a patch too. An Unchanged with an age keeps the table as
+// stale as that, where a plain one would make it current.
+type Aged interface {
+	SetAge(age time.Duration)
 }
 
 // State is a whole state of a schema's model.

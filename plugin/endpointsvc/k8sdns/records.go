@@ -185,9 +185,19 @@ func AppendChange(b []byte, c Change) []byte {
 // DecodeChange reads a record. Any invalid part rejects it whole, as in
 // DecodeSnapshot, and so do a Service or a slice of another name, and two
 // slices of one name.
-func DecodeChange(b []byte) (Change, error) {
+func DecodeChange(b []byte) (Change, error) { return decodeChange(b, true) }
+
+// DecodeChangeTolerant reads a record as DecodeChange does, but ignores
+// the fields it does not know, at any depth (the replication stream: a
+// newer leader's records carry fields this version does not read, as the
+// Kubernetes API's clients ignore what they do not know).
+func DecodeChangeTolerant(b []byte) (Change, error) { return decodeChange(b, false) }
+
+func decodeChange(b []byte, strict bool) (Change, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
+	if strict {
+		d.DisallowUnknownFields()
+	}
 	var sc snapChange
 	if err := d.Decode(&sc); err != nil {
 		return Change{}, fmt.Errorf("record: %w", err)

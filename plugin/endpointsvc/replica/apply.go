@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
@@ -28,9 +29,11 @@ type applier struct {
 	askEpoch string
 	askGen   uint64
 
-	started bool   // the header came
-	epoch   string // the stream's
-	gen     uint64 // the last synced generation (or the one resumed from)
+	started bool          // the header came
+	v       int           // the stream's version (the header's)
+	epoch   string        // the stream's
+	gen     uint64        // the last synced generation (or the one resumed from)
+	age     time.Duration // the leader's staleness, as its last header or heartbeat said
 
 	full    *k8sdns.Cluster // a whole state being received; nil: changes
 	changes []k8sdns.Change
@@ -46,15 +49,20 @@ func (a *applier) line(b []byte) error {
 		return a.record(b)
 	}
 	var c control
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
+	d := json.NewDecoder(bytes.NewReader(b)) // unknown fields ignored: a newer leader's
 	if err := d.Decode(&c); err != nil {
 		return err
 	}
 	if _, err := d.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("trailing data after the JSON object")
 	}
+	age, err := ageOf(c.Age)
+	if err != nil {
+		return err
+	}
 	switch {
+	case !c.known() && bytes.HasPrefix(b, []byte(`{"`)):
+		return nil // a line of a newer version (it has fields, none this one reads)
 	case c.Pods != nil:
 		if c.Epoch != nil || c.Gen != nil || c.Full != nil || c.Synced || c.Namespaces != nil {
 			return errors.New("a pods line wants pods only")
@@ -64,7 +72,14 @@ func (a *applier) line(b []byte) error {
 		if c.Gen == nil || c.Full == nil || c.Synced || c.Namespaces != nil {
 			return errors.New("a header wants epoch, gen and full only")
 		}
-		return a.header(*c.Epoch, *c.Gen, *c.Full)
+		if err := a.header(*c.Epoch, *c.Gen, *c.Full); err != nil {
+			return err
+		}
+		a.v, a.age = 1, age
+		if c.V != nil {
+			a.v = *c.V
+		}
+		return nil
 	case c.Namespaces != nil:
 		if c.Gen != nil || c.Full != nil || c.Synced {
 			return errors.New("a namespaces line wants namespaces only")
@@ -73,7 +88,7 @@ func (a *applier) line(b []byte) error {
 	case c.Gen != nil && c.Full == nil && c.Synced:
 		return a.synced(*c.Gen)
 	case c.Gen != nil && c.Full == nil:
-		return a.heartbeat(*c.Gen)
+		return a.heartbeat(*c.Gen, age)
 	}
 	return errors.New("not a line of the stream")
 }
@@ -105,7 +120,7 @@ func (a *applier) record(b []byte) error {
 	if !a.started {
 		return errors.New("a record before the header")
 	}
-	c, err := k8sdns.DecodeChange(b)
+	c, err := k8sdns.DecodeChangeTolerant(b)
 	if err != nil {
 		return err
 	}
@@ -191,6 +206,7 @@ func (a *applier) synced(gen uint64) error {
 		return errorf("synced generation %d after %d", gen, a.gen)
 	}
 	o := origin(a.epoch, gen)
+	a.setAge()
 	switch {
 	case a.full != nil:
 		a.full.Origin = o
@@ -232,12 +248,22 @@ func (a *applier) patch(o string) *k8sdns.Patch {
 	}
 }
 
-// heartbeat is an idle stream's sign of life: the check found the state
-// unchanged.
-func (a *applier) heartbeat(gen uint64) error {
+// heartbeat is an idle stream's sign of life: the follower's table is the
+// leader's, which is age behind its own source.
+func (a *applier) heartbeat(gen uint64, age time.Duration) error {
 	if !a.started || a.pending() || gen != a.gen {
 		return errorf("heartbeat of generation %d at %d", gen, a.gen)
 	}
+	a.age = age
+	a.setAge()
 	a.sink.Unchanged()
 	return nil
+}
+
+// setAge tells the sink how far behind the leader's table is, before a
+// result.
+func (a *applier) setAge() {
+	if s, ok := a.sink.(feed.Aged); ok {
+		s.SetAge(a.age)
+	}
 }

@@ -144,9 +144,12 @@ func (f *Source) follow(ctx context.Context, s feed.Sink) error {
 // open asks for the stream from (epoch, gen) ("" : the whole state).
 func (f *Source) open(ctx context.Context, epoch string, gen uint64) (*http.Response, error) {
 	u := *f.url
+	q := url.Values{"v": {strconv.Itoa(Version)}}
 	if epoch != "" {
-		u.RawQuery = url.Values{"epoch": {epoch}, "gen": {strconv.FormatUint(gen, 10)}}.Encode()
+		q.Set("epoch", epoch)
+		q.Set("gen", strconv.FormatUint(gen, 10))
 	}
+	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err

@@ -18,8 +18,9 @@ import (
 // nothing for that long loses its stream (and the table it pins).
 const writeTimeout = 30 * time.Second
 
-// ServeHTTP serves the stream: GET Path?epoch=E&gen=G (both optional).
-// Without a table yet it answers 503, so the follower tries again.
+// ServeHTTP serves the stream: GET Path?v=V&epoch=E&gen=G (each
+// optional). Without a table yet it answers 503, so the follower tries
+// again.
 func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != Path {
 		http.NotFound(w, r)
@@ -34,16 +35,10 @@ func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, msg, code)
 		return
 	}
-	q := r.URL.Query()
-	epoch := q.Get("epoch")
-	var gen uint64
-	if g := q.Get("gen"); g != "" {
-		n, err := strconv.ParseUint(g, 10, 64)
-		if err != nil {
-			http.Error(w, "bad gen "+strconv.Quote(g), http.StatusBadRequest)
-			return
-		}
-		gen = n
+	q, err := parseQuery(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
 	if l.Gen() == 0 {
 		http.Error(w, "no table yet", http.StatusServiceUnavailable)
@@ -52,7 +47,37 @@ func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", ContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	l.stream(r.Context(), w, epoch, gen)
+	l.stream(r.Context(), w, q)
+}
+
+// query is what a follower asks for: the stream's version (the older of
+// the follower's and Version) and where its table stands.
+type query struct {
+	v     int
+	epoch string
+	gen   uint64
+}
+
+// parseQuery reads ?v=&epoch=&gen=; a version newer than Version is
+// answered with Version, and one not given is 1.
+func parseQuery(r *http.Request) (query, error) {
+	vals := r.URL.Query()
+	q := query{v: 1, epoch: vals.Get("epoch")}
+	if v := vals.Get("v"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return q, errorf("bad v %q", v)
+		}
+		q.v = min(n, Version)
+	}
+	if g := vals.Get("gen"); g != "" {
+		n, err := strconv.ParseUint(g, 10, 64)
+		if err != nil {
+			return q, errorf("bad gen %q", g)
+		}
+		q.gen = n
+	}
+	return q, nil
 }
 
 // authorize checks the bearer token when the leader has a token file:
@@ -76,7 +101,8 @@ func (l *Leader) authorize(r *http.Request) (int, string) {
 
 // stream writes the first state, then every change, and a heartbeat when
 // nothing changed for a while, until the follower goes or ctx ends.
-func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, epoch string, gen uint64) {
+func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query) {
+	epoch, gen := q.epoch, q.gen
 	rc := http.NewResponseController(w)
 	l.Stats.Streams.Add(1)
 	streamsGauge.WithLabelValues(l.zone).Inc()
@@ -92,7 +118,7 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, epoch string
 		if s.body != nil {
 			head = head[:0]
 			if first || s.full {
-				head = appendHeader(head, s.epoch, s.to, s.full)
+				head = appendHeader(head, s.epoch, s.to, s.full, q.v, l.age())
 			}
 			if l.send(rc, w, head, s.body.b) != nil {
 				return
@@ -101,15 +127,22 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, epoch string
 			epoch, gen = s.epoch, s.to
 			hb.Reset(l.Idle)
 		}
-		wake := s.wake // and not the body: a whole state is dropped once every stream has written it
+		wake, poke := s.wake, l.poked() // and not the body: a whole state is dropped once every stream has written it
 		for waiting := true; waiting; {
+			beat := false
 			select {
 			case <-ctx.Done():
 				return
 			case <-wake:
 				waiting = false
+			case <-poke: // the leader's staleness changed: say so now (v2)
+				poke = l.poked()
+				beat = q.v >= 2
 			case <-hb.C:
-				if l.send(rc, w, appendHeartbeat(head[:0], gen), nil) != nil {
+				beat = true
+			}
+			if beat {
+				if l.send(rc, w, appendHeartbeat(head[:0], gen, q.v, l.age()), nil) != nil {
 					return
 				}
 				hb.Reset(l.Idle)

@@ -34,11 +34,29 @@ type fakeSink struct {
 
 	mu   sync.Mutex
 	errs []error
+	ages []time.Duration // SetAge's arguments, in order
+}
+
+func (s *fakeSink) SetAge(age time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ages = append(s.ages, age)
+}
+
+// lastAge is the last SetAge's argument (-1: none).
+func (s *fakeSink) lastAge() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.ages) == 0 {
+		return -1
+	}
+	return s.ages[len(s.ages)-1]
 }
 
 var (
 	_ feed.Sink   = (*fakeSink)(nil)
 	_ feed.Served = (*fakeSink)(nil)
+	_ feed.Aged   = (*fakeSink)(nil)
 )
 
 func (s *fakeSink) Update(st feed.State) {
@@ -206,7 +224,7 @@ func (r *rawStream) connections() int {
 // smallState is a whole state of one Service, generation gen of epoch.
 func smallState(epoch string, gen uint64, ip string) []string {
 	return []string{
-		string(appendHeader(nil, epoch, gen, true)),
+		string(appendHeader(nil, epoch, gen, true, 1, 0)),
 		`{"namespaces":["shop"]}` + "\n",
 		`{"namespace":"shop","name":"web","service":{"namespace":"shop","name":"web","kind":"ClusterIP","cluster_ips":["` + ip + `"]}}` + "\n",
 		string(appendSynced(nil, gen)),

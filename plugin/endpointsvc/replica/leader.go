@@ -26,6 +26,12 @@ type Leader struct {
 	log    changeLog
 	frozen bool          // handed over to the instance a reload starts
 	wake   chan struct{} // closed, and replaced, when cur changes
+	poke   chan struct{} // closed, and replaced, when the staleness changes
+
+	// Age, when set before the listener starts, says how far the table
+	// served is behind its source (0: current); streams of version 2
+	// carry it to the followers.
+	Age func() time.Duration
 
 	// Idle is how long a stream sends nothing before a heartbeat
 	// (Heartbeat); tests shorten it.
@@ -55,7 +61,31 @@ type state struct {
 // labels its metrics, and followers must send the token in tokenFile
 // ("" none).
 func NewLeader(zone, tokenFile string) *Leader {
-	return &Leader{zone: zone, tokenFile: tokenFile, epoch: newEpoch(), wake: make(chan struct{}), Idle: Heartbeat}
+	return &Leader{zone: zone, tokenFile: tokenFile, epoch: newEpoch(), wake: make(chan struct{}), poke: make(chan struct{}), Idle: Heartbeat}
+}
+
+// Stale tells the streams that the table's staleness changed (it became
+// stale, or current again): each sends a heartbeat with the new age now.
+func (l *Leader) Stale() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	close(l.poke)
+	l.poke = make(chan struct{})
+}
+
+// poked is closed at the next Stale.
+func (l *Leader) poked() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.poke
+}
+
+// age is the table's staleness (0 without an Age).
+func (l *Leader) age() time.Duration {
+	if l.Age == nil {
+		return 0
+	}
+	return l.Age()
 }
 
 // Epoch is the leader's epoch.

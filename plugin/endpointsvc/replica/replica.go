@@ -4,16 +4,16 @@
 // follower, `source replica URL`) keeps its own table from it, so that a
 // thousand nodes cost the API server no watch at all.
 //
-// The stream is one long HTTP response, GET /v1/replicate?epoch=E&gen=G,
+// The stream is one long HTTP response, GET /v1/replicate?v=V&epoch=E&gen=G,
 // of newline-delimited JSON objects; each line's first key says what it
 // is:
 //
-//	{"epoch":"3f9c…","gen":41,"full":true}     a state begins: the whole state (full), or the changes since G
+//	{"epoch":"3f9c…","gen":41,"full":true,"v":2}  a state begins: the whole state (full), or the changes since G
 //	{"namespaces":["default","shop"]}          the namespaces that exist (a whole state; a change when they changed)
 //	{"pods":{"10.244.1.5":["shop"],…}}         pods verified: addresses with their Pods' namespaces, 4,096 a line at most (a whole state: every one; a change: those changed, [] gone)
 //	{"namespace":"shop","name":"web",…}        one name's whole content: k8sdns's record (Service and slices), or gone
 //	{"gen":41,"synced":true}                   the state up to here is generation 41: apply it
-//	{"gen":41}                                 a heartbeat, every 10 s while nothing changed
+//	{"gen":41,"age":12.5}                      a heartbeat, every 10 s while nothing changed (age: v2, the leader's own table is that many seconds behind its source)
 //
 // After the first state every table change of the leader follows as its
 // records and a synced line. A follower that asks with the leader's epoch
@@ -22,6 +22,15 @@
 // The follower applies a whole state as a whole table, and the changes as
 // a patch, only once their synced line came: a state half received is
 // never served.
+//
+// Versions. The follower asks with the newest version it speaks (v; none
+// is 1) and the leader answers with the older of that and its own, in
+// the header ("v"; none is 1): a leader sends a follower of version 1
+// exactly what version 1 wrote, so that either side may be upgraded
+// first. A follower ignores the fields, and the lines, it does not know,
+// whatever the version. Version 2 adds the leader's staleness ("age", in
+// seconds, in headers and heartbeats; none is 0): a follower whose
+// leader's table is behind its source is as far behind.
 package replica
 
 import (
@@ -51,34 +60,54 @@ const (
 	maxLine = 16 << 20
 )
 
-// The control lines. A record line is k8sdns's (AppendChange).
-type header struct {
-	Epoch string `json:"epoch"`
-	Gen   uint64 `json:"gen"`
-	Full  bool   `json:"full"`
-}
+// Version is the newest version of the stream this meshdns speaks.
+const Version = 2
 
-// control is any line but a record, as the follower reads it.
+// control is any line but a record, as the follower reads it (unknown
+// fields ignored). A record line is k8sdns's (AppendChange).
 type control struct {
 	Epoch      *string              `json:"epoch"`
 	Gen        *uint64              `json:"gen"`
 	Full       *bool                `json:"full"`
+	V          *int                 `json:"v"`
+	Age        *float64             `json:"age"`
 	Synced     bool                 `json:"synced"`
 	Namespaces *[]string            `json:"namespaces"`
 	Pods       *map[string][]string `json:"pods"`
 }
 
+// known reports whether the line has any field this version reads.
+func (c *control) known() bool {
+	return c.Epoch != nil || c.Gen != nil || c.Full != nil || c.V != nil || c.Age != nil || c.Synced || c.Namespaces != nil || c.Pods != nil
+}
+
 // recordPrefix starts every record line.
 const recordPrefix = `{"namespace":`
 
-func appendHeader(b []byte, epoch string, gen uint64, full bool) []byte {
+// appendHeader appends the header of a state of version v (1: without
+// v and age); age is the leader's staleness.
+func appendHeader(b []byte, epoch string, gen uint64, full bool, v int, age time.Duration) []byte {
 	b = append(b, `{"epoch":"`...)
 	b = append(b, epoch...) // hex: no escaping
 	b = append(b, `","gen":`...)
 	b = strconv.AppendUint(b, gen, 10)
 	b = append(b, `,"full":`...)
 	b = strconv.AppendBool(b, full)
+	if v >= 2 {
+		b = append(b, `,"v":`...)
+		b = strconv.AppendInt(b, int64(v), 10)
+		b = appendAge(b, age)
+	}
 	return append(b, "}\n"...)
+}
+
+// appendAge appends `,"age":SECONDS` (milliseconds) when age is not 0.
+func appendAge(b []byte, age time.Duration) []byte {
+	if age <= 0 {
+		return b
+	}
+	b = append(b, `,"age":`...)
+	return strconv.AppendFloat(b, age.Round(time.Millisecond).Seconds(), 'f', -1, 64)
 }
 
 func appendSynced(b []byte, gen uint64) []byte {
@@ -87,10 +116,26 @@ func appendSynced(b []byte, gen uint64) []byte {
 	return append(b, ",\"synced\":true}\n"...)
 }
 
-func appendHeartbeat(b []byte, gen uint64) []byte {
+// appendHeartbeat appends a heartbeat of version v (1: without age).
+func appendHeartbeat(b []byte, gen uint64, v int, age time.Duration) []byte {
 	b = append(b, `{"gen":`...)
 	b = strconv.AppendUint(b, gen, 10)
+	if v >= 2 {
+		b = appendAge(b, age)
+	}
 	return append(b, "}\n"...)
+}
+
+// ageOf reads a line's age: seconds, none 0; anything negative, not a
+// number or beyond a year is refused.
+func ageOf(s *float64) (time.Duration, error) {
+	if s == nil {
+		return 0, nil
+	}
+	if !(*s >= 0 && *s <= 365*24*3600) {
+		return 0, errorf("bad age %v", *s)
+	}
+	return time.Duration(*s * float64(time.Second)), nil
 }
 
 // newEpoch is a leader's random epoch: 16 hex digits.

@@ -223,7 +223,8 @@ func TestHeartbeatAndSilence(t *testing.T) {
 		}
 		got += string(buf[:n])
 	}
-	want := string(appendHeader(nil, l.Epoch(), 1, true)) + "{\"namespaces\":[\"shop\"]}\n{\"gen\":1,\"synced\":true}\n{\"gen\":1}\n{\"gen\":1}\n"
+	want := string(appendHeader(nil, l.Epoch(), 1, true, 1, 0)) + // a request without v: version 1
+		"{\"namespaces\":[\"shop\"]}\n{\"gen\":1,\"synced\":true}\n{\"gen\":1}\n{\"gen\":1}\n"
 	if !strings.HasPrefix(got, want) {
 		t.Fatalf("idle stream:\n%s\nwant:\n%s", got, want)
 	}
@@ -280,7 +281,8 @@ func TestMalformedLines(t *testing.T) {
 		want  string
 	}{
 		{"not JSON", []string{"hello\n"}, "line 5: invalid character"},
-		{"unknown field", []string{`{"gen":1,"synced":true,"colour":1}` + "\n"}, `line 5: json: unknown field "colour"`},
+		{"bad age", []string{`{"gen":1,"age":-1}` + "\n"}, "line 5: replica: bad age -1"},
+		{"unknown field in a bad record", []string{`{"namespace":"shop","name":"web","colour":1,"service":{"namespace":"shop","name":"other","kind":"ClusterIP"}}` + "\n"}, "record shop/web: Service shop/other"},
 		{"trailing data", []string{`{"gen":1} {}` + "\n"}, "trailing data"},
 		{"bad record", []string{`{"namespace":"shop","name":"web","service":{"namespace":"shop","name":"web","kind":"Fancy"}}` + "\n", `{"gen":2,"synced":true}` + "\n"}, `unknown kind "Fancy"`},
 		{"bad epoch", []string{`{"epoch":"ZZ","gen":2,"full":true}` + "\n"}, `bad epoch "ZZ"`},
