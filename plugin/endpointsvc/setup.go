@@ -124,6 +124,7 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 			}
 		}
 	}
+	o.implied(c, e)
 	if err := o.schema(c, e); err != nil {
 		return nil, err
 	}
