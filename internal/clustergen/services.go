@@ -2,6 +2,7 @@ package clustergen
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math/rand"
 	"strings"
 
@@ -64,7 +65,18 @@ func (c *Cluster) newNamespace(r *rand.Rand) *corev1.Namespace {
 		name = fmt.Sprintf("ns-%d", r.Intn(1000))
 	}
 	name = c.uniqueName("namespace", "", name)
-	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"clustergen": "yes"}}}
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"clustergen": "yes", TeamLabel: team(name)}}}
+}
+
+// TeamLabel is a label every generated namespace has, "a" or "b" (a
+// hash of its name: no draw of the generator, so clusters of a seed stay
+// what they were), for namespace_labels to select by.
+const TeamLabel = "clustergen/team"
+
+func team(name string) string {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return string(rune('a' + h.Sum32()%2))
 }
 
 // pickKind draws a kind by kindWeights.

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -35,13 +36,24 @@ type fakeCluster struct {
 	client *fake.Clientset
 	rv     int             // the resourceVersion of the next write, as an API server counts
 	listed map[string]bool // the Pods (namespace/name) the API server lists for the phase field selector
+	nsSel  labels.Selector // namespace_labels: the Namespaces the API server lists and watches (nil: all)
 }
 
 func newFakeCluster(t *testing.T, c *clustergen.Cluster) *fakeCluster {
+	return newFakeClusterSelecting(t, c, nil)
+}
+
+// newFakeClusterSelecting is newFakeCluster for a source with a
+// namespace_labels selector (nil: none): the fake clientset's list
+// filters by labels, but its watch does not, so the Namespaces added
+// later that the selector leaves out are not added (as the API server's
+// watch would not send them; Namespaces are never relabelled).
+func newFakeClusterSelecting(t *testing.T, c *clustergen.Cluster, nsSel labels.Selector) *fakeCluster {
 	f := &fakeCluster{client: fake.NewClientset(), listed: map[string]bool{}}
 	for _, o := range c.Namespaces {
 		f.apply(t, clustergen.Change{Op: clustergen.Add, Obj: o.DeepCopy()})
 	}
+	f.nsSel = nsSel
 	for _, o := range c.Services {
 		f.apply(t, clustergen.Change{Op: clustergen.Add, Obj: o.DeepCopy()})
 	}
@@ -86,6 +98,9 @@ func (f *fakeCluster) apply(t *testing.T, ch clustergen.Change) {
 	var err error
 	switch o := ch.Obj.(type) {
 	case *corev1.Namespace:
+		if f.nsSel != nil && !f.nsSel.Matches(labels.Set(o.Labels)) {
+			return
+		}
 		err = write(ch.Op, o, f.client.CoreV1().Namespaces(), ctx)
 	case *corev1.Service:
 		err = write(ch.Op, o, f.client.CoreV1().Services(o.Namespace), ctx)

@@ -126,6 +126,7 @@ func parse(c *caddy.Controller) (*Endpointsvc, error) {
 			}
 		}
 	}
+	o.implied(c, e)
 	if err := o.schema(c, e); err != nil {
 		return nil, err
 	}

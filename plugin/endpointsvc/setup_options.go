@@ -26,9 +26,11 @@ type options struct {
 
 	publish *publishing    // publish: this replica's own endpoint
 	repl    replicaOptions // replicate, source replica
+	client  kubeClient     // the kubernetes plugin's client options (setup_kube_options.go)
 
 	// the schema's options
 	kubernetes       bool // schema kubernetes
+	schemaSeen       bool
 	namespace        string
 	includeUnhealthy bool
 	endpointMode     bool
@@ -63,7 +65,15 @@ func (o *options) option(c *caddy.Controller, e *Endpointsvc) error {
 	case "node_address", "labels", "namespaces":
 		o.kubeOnly = append(o.kubeOnly, v)
 		return o.kubeOption(c, v)
-	case "token_file", "tls", "tls_servername", "timeout", "max_backoff", "max_body":
+	case "kubeconfig", "endpoint", "apiserver_qps", "apiserver_burst", "apiserver_max_inflight", "namespace_labels":
+		o.kubeOnly = append(o.kubeOnly, v)
+		if v == "namespace_labels" {
+			o.dnsOnly = append(o.dnsOnly, v)
+		}
+		return o.kubeClientOption(c, v)
+	case "tls":
+		return o.tlsOption(c)
+	case "token_file", "tls_servername", "timeout", "max_backoff", "max_body":
 		o.orchOnly = append(o.orchOnly, v)
 		return o.orchOption(c, v)
 	case "namespace", "addresses", "include_unhealthy", "schema", "pods":
@@ -174,19 +184,6 @@ func (o *options) kubeOption(c *caddy.Controller, v string) error {
 // orchOption reads an option of source orch.
 func (o *options) orchOption(c *caddy.Controller, v string) error {
 	a := c.RemainingArgs()
-	if v == "tls" {
-		if len(a) > 3 {
-			return c.ArgErr()
-		}
-		for i := range a {
-			a[i] = conf.Path(c, a[i])
-		}
-		if _, err := pkgtls.NewTLSConfigFromArgs(a...); err != nil {
-			return c.Errf("tls: %v", err)
-		}
-		o.tlsArgs = append([]string{}, a...)
-		return nil
-	}
 	if len(a) != 1 {
 		return c.ArgErr()
 	}
@@ -248,7 +245,7 @@ func (o *options) schemaOption(c *caddy.Controller, v string) error {
 	case "schema":
 		switch a[0] {
 		case "orch", "kubernetes":
-			o.kubernetes = a[0] == "kubernetes"
+			o.kubernetes, o.schemaSeen = a[0] == "kubernetes", true
 		default:
 			return c.Errf("bad schema %q: want orch or kubernetes", a[0])
 		}
@@ -304,6 +301,9 @@ func (o *options) source(c *caddy.Controller, e *Endpointsvc) error {
 	if o.orch == nil && len(o.orchOnly) > 0 {
 		return c.Errf("%s needs 'source orch URL'", o.orchOnly[0])
 	}
+	if o.orch == nil && o.kube == nil && o.client.tlsSeen {
+		return lineErr(c, o.client.tlsLine, "tls needs 'source orch URL' or 'source kubernetes'")
+	}
 	if err := o.replication(c, e); err != nil {
 		return err
 	}
@@ -311,6 +311,9 @@ func (o *options) source(c *caddy.Controller, e *Endpointsvc) error {
 	case o.repl.url != "":
 		// the follower, made by replication
 	case o.kube != nil:
+		if err := o.kubeClientConfig(c); err != nil {
+			return err
+		}
 		o.kube.NodeAddress, o.kube.Labels, o.kube.Namespaces = o.nodeAddress, o.selector, o.namespaces
 		o.kube.Pods, o.kube.NoEndpoints = o.podsVerified, o.dnsOpts.noEndpoints
 		if o.publish != nil {
@@ -346,10 +349,10 @@ func (o *options) orchSource(c *caddy.Controller, e *Endpointsvc) error {
 	if s.maxBody == 0 {
 		s.maxBody = defaultMaxBody
 	}
-	if o.tlsArgs != nil || o.tlsServerName != "" {
+	if o.client.tlsSeen || o.tlsServerName != "" {
 		cfg, err := pkgtls.NewTLSConfigFromArgs(o.tlsArgs...)
 		if err != nil {
-			return c.Errf("tls: %v", err)
+			return lineErr(c, o.client.tlsLine, "tls: "+err.Error())
 		}
 		cfg.ServerName = o.tlsServerName
 		s.tlsConfig = cfg

@@ -125,7 +125,7 @@ func TestParse(t *testing.T) {
 		{in: "endpointsvc {\nsource kubernetes\nnamespaces\n}", err: "Wrong argument count"},
 		{in: "endpointsvc {\nsource file a.json\nlabels app=x\n}", err: "labels needs 'source kubernetes'"},
 		{in: "endpointsvc {\nsource kubernetes\ntoken_file t\n}", err: "token_file needs 'source orch URL'"},
-		{in: "endpointsvc", err: "no source"},
+		{in: "endpointsvc {\nschema orch\n}", err: "no source"},
 		{in: "endpointsvc {\nsource file a.json\nsource file b.json\n}", err: "only one source"},
 		{in: "endpointsvc {\nsource file\n}", err: "Wrong argument count"},
 		{in: "endpointsvc {\nsource consul x\n}", err: `unknown source "consul"`},

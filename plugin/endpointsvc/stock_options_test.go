@@ -22,6 +22,7 @@ import (
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	k8sclient "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -47,6 +48,25 @@ var optionCases = []string{
 	"pods verified\n namespaces shop svc dns-version",
 	"pods verified\n startup_timeout 2s",
 	"pods disabled",
+	"pods verified\n namespace_labels " + clustergen.TeamLabel + "=a",
+	"pods insecure\n namespace_labels " + clustergen.TeamLabel + " in (b), clustergen",
+	"pods insecure\n apiserver_qps 50\n apiserver_burst 100\n apiserver_max_inflight 2",
+}
+
+// namespaceSelector is the namespace_labels selector of an option case
+// (nil: none).
+func namespaceSelector(t testing.TB, opts string) labels.Selector {
+	t.Helper()
+	_, sel, ok := strings.Cut(opts, "namespace_labels ")
+	if !ok {
+		return nil
+	}
+	sel, _, _ = strings.Cut(sel, "\n")
+	s, err := labels.Parse(sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // podCluster is a generated cluster with Pods, some terminating.
@@ -79,6 +99,13 @@ func stockWith(t testing.TB, cl *clustergen.Cluster, opts string) *kubernetes.Ku
 		t.Fatal(err)
 	}
 	a := newStockAPI(cl)
+	if sel := namespaceSelector(t, opts); sel != nil { // its Namespace informer's label selector
+		for _, n := range cl.Namespaces {
+			if !sel.Matches(labels.Set(n.Labels)) {
+				delete(a.nss, n.Name)
+			}
+		}
+	}
 	if strings.Contains(opts, "noendpoints") {
 		a.eps = nil // no endpoint informer
 	}
@@ -122,7 +149,7 @@ func TestOptionsAgainstStock(t *testing.T) {
 		for _, seed := range genSeeds(t, 2) {
 			t.Run(fmt.Sprintf("%s/%d", strings.ReplaceAll(opts, "\n ", ","), seed), func(t *testing.T) {
 				c, cfg := podCluster(seed)
-				f := newFakeCluster(t, c)
+				f := newFakeClusterSelecting(t, c, namespaceSelector(t, opts))
 				ours := oursWith(t, f, opts)
 				r := rand.New(rand.NewSource(seed))
 				compareOptions(t, c, cfg, r, ours, opts)

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // ClientFor returns a client with the source's settings (kubeconfig and
@@ -39,6 +40,9 @@ func newClient(cfg Config, user string) (kubernetes.Interface, *gate, error) {
 		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	readyz := base.JoinPath("readyz").String()
+	if n := cfg.API.MaxInflight; n > 0 { // the requests, not the probe
+		rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return newInflightLimit(rt, n) })
+	}
 	var g *gate
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		g = newGate(user, rt, func(ctx context.Context) (bool, bool) { return probeReadyz(ctx, hc, readyz) })
@@ -51,17 +55,49 @@ func newClient(cfg Config, user string) (kubernetes.Interface, *gate, error) {
 	return c, g, nil
 }
 
-// restConfig is the client configuration: from the kubeconfig file (and
-// context) or the in-cluster configuration, speaking protobuf.
+// APIConfig is how the client reaches the API server besides a
+// kubeconfig, and how hard it may ask: the kubernetes plugin's endpoint,
+// tls, apiserver_qps, apiserver_burst and apiserver_max_inflight, with its
+// meaning.
+type APIConfig struct {
+	// Endpoint is the API server's URL, used when there is no kubeconfig
+	// (then TLSCert, TLSKey and TLSCA are its client certificate, key and
+	// CA file; "" none).
+	Endpoint               string
+	TLSCert, TLSKey, TLSCA string
+	QPS                    float32 // requests per second; 0: client-go's (5)
+	Burst                  int     // 0: client-go's (10)
+	MaxInflight            int     // requests waiting for their answer at once; 0: no limit
+	NamespaceLabels        string  // label selector of the Namespaces that exist for DNS ("": all)
+}
+
+// key is what of the settings selects the API server and what it reads
+// (the rate limits do not).
+func (a APIConfig) key() string {
+	return fmt.Sprintf("endpoint=%q tls=%q/%q/%q namespace_labels=%q", a.Endpoint, a.TLSCert, a.TLSKey, a.TLSCA, a.NamespaceLabels)
+}
+
+// restConfig is the client configuration, chosen as the kubernetes plugin
+// chooses it: the kubeconfig file (and context); else the endpoint, with
+// the client certificate and CA given; else the in-cluster configuration.
+// It speaks protobuf, with the configured rate limits (newClient adds
+// the limit of requests in flight).
 func restConfig(k Config) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
-	if k.Kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
+	switch {
+	case k.Kubeconfig != "":
 		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 			&clientcmd.ClientConfigLoadingRules{ExplicitPath: k.Kubeconfig},
 			&clientcmd.ConfigOverrides{CurrentContext: k.Context}).ClientConfig()
+	case k.API.Endpoint != "":
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(&clientcmd.ClientConfigLoadingRules{},
+			&clientcmd.ConfigOverrides{
+				ClusterInfo: clientcmdapi.Cluster{Server: k.API.Endpoint, CertificateAuthority: k.API.TLSCA},
+				AuthInfo:    clientcmdapi.AuthInfo{ClientCertificate: k.API.TLSCert, ClientKey: k.API.TLSKey},
+			}).ClientConfig()
+	default:
+		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
@@ -69,7 +105,37 @@ func restConfig(k Config) (*rest.Config, error) {
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	cfg.UserAgent = "meshdns-endpointsvc"
+	if k.API.QPS > 0 {
+		cfg.QPS = k.API.QPS
+	}
+	if k.API.Burst > 0 {
+		cfg.Burst = k.API.Burst
+	}
 	return cfg, nil
+}
+
+// inflightLimit lets at most cap(slots) requests wait for their answer at
+// once (apiserver_max_inflight): a request holds a slot from sending until
+// its response's header came (a watch's stream then goes on without one),
+// as the kubernetes plugin's limit does; one that waits for a slot ends
+// with its context.
+type inflightLimit struct {
+	next  http.RoundTripper
+	slots chan struct{}
+}
+
+func newInflightLimit(next http.RoundTripper, n int) *inflightLimit {
+	return &inflightLimit{next: next, slots: make(chan struct{}, n)}
+}
+
+func (l *inflightLimit) RoundTrip(r *http.Request) (*http.Response, error) {
+	select {
+	case l.slots <- struct{}{}:
+		defer func() { <-l.slots }()
+		return l.next.RoundTrip(r)
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
 }
 
 // probeReadyz asks the API server's /readyz: answered is any HTTP answer,

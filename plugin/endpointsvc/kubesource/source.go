@@ -28,8 +28,9 @@ var log = clog.NewWithPlugin("endpointsvc")
 
 // Config is what the Corefile says about the source.
 type Config struct {
-	Kubeconfig  string   // "": in-cluster configuration
-	Context     string   // of the kubeconfig; "": its current one
+	Kubeconfig  string // "": Endpoint, else the in-cluster configuration
+	Context     string // of the kubeconfig; "": its current one
+	API         APIConfig
 	Labels      string   // label selector of the Services ("": all)
 	Namespaces  []string // only these namespaces, lowercased (nil: all)
 	NodeAddress []string // node address types, in preference order, lowercased (schema orch)
@@ -98,8 +99,8 @@ func (k *Source) Name() string { return "kubernetes" }
 
 // Key implements feed.Source.
 func (k *Source) Key() string {
-	return fmt.Sprintf("kubernetes %q %q model=%s labels=%q namespaces=%q node_address=%q pods=%v noendpoints=%v",
-		k.cfg.Kubeconfig, k.cfg.Context, k.model.name(), k.cfg.Labels, k.cfg.Namespaces, k.cfg.NodeAddress, k.cfg.Pods, k.cfg.NoEndpoints)
+	return fmt.Sprintf("kubernetes %q %q %s model=%s labels=%q namespaces=%q node_address=%q pods=%v noendpoints=%v",
+		k.cfg.Kubeconfig, k.cfg.Context, k.cfg.API.key(), k.model.name(), k.cfg.Labels, k.cfg.Namespaces, k.cfg.NodeAddress, k.cfg.Pods, k.cfg.NoEndpoints)
 }
 
 // Settings of the kubernetes source.

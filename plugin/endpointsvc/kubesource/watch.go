@@ -86,7 +86,10 @@ func (k *Source) informers(w *watcher, ns string) []slimInformer {
 		return append(infs, slimInformer{inf: nodeInf, fn: reuse(nodeInf.GetStore(), transformNode)})
 	}
 	nsInf := w.factory.InformerFor(&corev1.Namespace{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return corev1informers.NewNamespaceInformer(c, resync, cache.Indexers{})
+		// namespace_labels: only the Namespaces it selects exist for DNS
+		return corev1informers.NewFilteredNamespaceInformer(c, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
+			o.LabelSelector = k.cfg.API.NamespaceLabels
+		})
 	})
 	w.stores.nss = nsInf.GetStore()
 	infs = append(infs, slimInformer{inf: nsInf, fn: reuse(nsInf.GetStore(), transformNamespace)})
