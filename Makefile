@@ -17,8 +17,11 @@ deps:
 lint:
 	build/lint.sh
 
-test: deps lint build
-	MESHDNS_BIN=$(CURDIR)/$(BIN) $(GO) test -race -timeout 60m -count=1 ./...
+# go vet's analyzers run inside the race build (-vet=all): one compile of the
+# module for both, where `make lint` compiles it once more without -race
+test: deps build
+	build/lint.sh fmt
+	MESHDNS_BIN=$(CURDIR)/$(BIN) $(GO) test -race -vet=all -timeout 60m -count=1 ./...
 	build/fuzz.sh 20
 
 image: build

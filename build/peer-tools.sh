@@ -16,55 +16,94 @@
 #                   charts/meshdns and installs it on the one-node cluster
 #                   (test/helm_*_test.go)
 # Cache: $MESHDNS_TOOLS_CACHE (default ~/.cache/meshdns-tools). A cold build
-# takes ~5-10 min on 2 cores; a cached one costs nothing.
+# of everything takes ~25 min on 2 cores; a cached one costs nothing.
+#
+# The absent tools are built in groups, each group by one `go build` of its
+# own tools module: the Kubernetes binaries together (one package graph, the
+# links side by side), Consul, etcd, CoreDNS and Helm each alone. The groups
+# run at the same time (each module's downloads, loading and links leave
+# cores idle that another group's compiles fill). A group holds a lock in
+# the cache while it builds, so a second caller (another checkout's test
+# run) waits for it and then finds the tools cached.
 set -euo pipefail
 cd "$(dirname "$0")/tools"
+tools=$PWD
 cache=${MESHDNS_TOOLS_CACHE:-$HOME/.cache/meshdns-tools}
 mkdir -p "$cache"
-for tool in "$@"; do
-  # one build of a tool at a time on this machine: a second caller (another
-  # checkout's test run) waits for the first build and then finds it cached
-  exec {lock}>"$cache/.lock-$tool"
+kubever=v1.34.4
+
+# path TOOL — where TOOL lives in the cache; group TOOL — its build group
+path() {
+  case $1 in
+    consul) echo "$cache/consul-v1.16.3/consul" ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy|kubelet|kubectl) echo "$cache/kube-$kubever/$1" ;;
+    etcd) echo "$cache/etcd-v3.6.4/etcd" ;;
+    coredns) echo "$cache/coredns-v1.15.0/coredns" ;;
+    helm) echo "$cache/helm-v3.22.0/helm" ;;
+    *) echo "peer-tools: unknown tool $1" >&2; return 2 ;;
+  esac
+}
+group() { case $1 in kube-*|kubelet|kubectl) echo kube ;; *) echo "$1" ;; esac; }
+
+# build GROUP TOOL... — build the group's absent tools under its lock
+build() {
+  local g=$1 lock t
+  shift
+  exec {lock}>"$cache/.lock-$g"
   flock "$lock"
-  case $tool in
-    consul)
-      out=$cache/consul-v1.16.3/consul
-      if [ ! -x "$out" ]; then
-        echo "peer-tools: building consul v1.16.3 into $out (once per machine)" >&2
-        (cd consul && GONOSUMDB=github.com/hashicorp/hcp-sdk-go,github.com/hashicorp/consul/envoyextensions \
-          go build -o "$out.tmp" github.com/hashicorp/consul && mv "$out.tmp" "$out")
-      fi ;;
-    kube-apiserver|kube-controller-manager|kube-scheduler|kube-proxy|kubelet|kubectl)
-      out=$cache/kube-v1.34.4/$tool
-      if [ ! -x "$out" ]; then
-        echo "peer-tools: building $tool v1.34.4 into $out (once per machine)" >&2
-        (cd kube && CGO_ENABLED=0 go build -ldflags "-X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
-          -o "$out.tmp" "k8s.io/kubernetes/cmd/$tool" && mv "$out.tmp" "$out")
-      fi ;;
-    etcd)
-      out=$cache/etcd-v3.6.4/etcd
-      if [ ! -x "$out" ]; then
-        echo "peer-tools: building etcd v3.6.4 into $out (once per machine)" >&2
-        (cd etcd && go build -o "$out.tmp" go.etcd.io/etcd/server/v3 && mv "$out.tmp" "$out")
-      fi ;;
-    coredns)
-      out=$cache/coredns-v1.15.0/coredns
-      if [ ! -x "$out" ]; then
-        echo "peer-tools: building coredns v1.15.0 into $out (once per machine)" >&2
-        (cd coredns && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/coredns/coredns && mv "$out.tmp" "$out")
-      fi ;;
-    helm)
-      out=$cache/helm-v3.22.0/helm
-      if [ ! -x "$out" ]; then
-        echo "peer-tools: building helm v3.22.0 into $out (once per machine)" >&2
+  local want=()
+  for t in "$@"; do [ -x "$(path "$t")" ] || want+=("$t"); done
+  if [ ${#want[@]} -gt 0 ]; then
+    echo "peer-tools: building ${want[*]} into $cache (once per machine)" >&2
+    case $g in
+      consul)
+        out=$(path consul); mkdir -p "$(dirname "$out")"
+        (cd "$tools/consul" && GONOSUMDB=github.com/hashicorp/hcp-sdk-go,github.com/hashicorp/consul/envoyextensions \
+          go build -o "$out.tmp" github.com/hashicorp/consul && mv "$out.tmp" "$out") ;;
+      kube)
+        local dir tmp pkgs=()
+        dir=$(dirname "$(path kubelet)"); tmp=$dir/.build; mkdir -p "$tmp"
+        for t in "${want[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$t"); done
+        (cd "$tools/kube" && CGO_ENABLED=0 go build -ldflags "-X k8s.io/component-base/version.gitVersion=$kubever -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
+          -o "$tmp/" "${pkgs[@]}")
+        for t in "${want[@]}"; do mv "$tmp/$t" "$dir/$t"; done ;;
+      etcd)
+        out=$(path etcd); mkdir -p "$(dirname "$out")"
+        (cd "$tools/etcd" && go build -o "$out.tmp" go.etcd.io/etcd/server/v3 && mv "$out.tmp" "$out") ;;
+      coredns)
+        out=$(path coredns); mkdir -p "$(dirname "$out")"
+        (cd "$tools/coredns" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/coredns/coredns && mv "$out.tmp" "$out") ;;
+      helm)
+        out=$(path helm); mkdir -p "$(dirname "$out")"
         # the version and the Kubernetes version it assumes (its client-go's,
         # v0.37 = 1.37) as Helm's own Makefile stamps them
-        (cd helm && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37" \
-          -o "$out.tmp" helm.sh/helm/v3/cmd/helm && mv "$out.tmp" "$out")
-      fi ;;
-    *) echo "peer-tools: unknown tool $tool" >&2; exit 2 ;;
-  esac
+        (cd "$tools/helm" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v3.22.0 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37" \
+          -o "$out.tmp" helm.sh/helm/v3/cmd/helm && mv "$out.tmp" "$out") ;;
+    esac
+  fi
   flock -u "$lock"
-  exec {lock}>&-
-  echo "$tool=$out"
+}
+
+declare -A groups=()
+for t in "$@"; do
+  path "$t" >/dev/null || exit 2
+  [ -x "$(path "$t")" ] || groups[$(group "$t")]+=" $t"
 done
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+pids=()
+for g in "${!groups[@]}"; do
+  # shellcheck disable=SC2086 # the group's tools, split on spaces
+  build "$g" ${groups[$g]} >"$logs/$g" 2>&1 &
+  pids+=("$!:$g")
+done
+failed=0
+for pg in "${pids[@]}"; do
+  if ! wait "${pg%%:*}"; then
+    echo "peer-tools: building ${pg#*:} failed:" >&2
+    failed=1
+  fi
+  cat "$logs/${pg#*:}" >&2
+done
+[ "$failed" -eq 0 ] || exit 1
+for t in "$@"; do echo "$t=$(path "$t")"; done
