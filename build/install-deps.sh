@@ -20,9 +20,13 @@
 #                  kube-proxy's iptables mode and conntrack clean-up (the
 #                  kubelet, kube-proxy and the control plane come from
 #                  build/peer-tools.sh)
+#   prometheus     a real Prometheus and promtool for the alert rules
+#                  (deploy/monitoring: promtool test rules, and the alert
+#                  drill of test/alerts_test.go); the image's policy-rc.d
+#                  keeps its service from starting
 set -euo pipefail
 packages=(dnsutils knot-dnsutils dnsperf iproute2 avahi-daemon avahi-utils libnss-mdns dbus curl util-linux docker.io busybox-static openssl
-  containerd runc containernetworking-plugins iptables conntrack)
+  containerd runc containernetworking-plugins iptables conntrack prometheus)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -326,3 +326,42 @@ func lookupValue(values map[string]any, path string) (any, bool) {
 	}
 	return cur, true
 }
+
+// TestHelmValuesMonitoring: off by default; on, the PrometheusRule holds
+// deploy/monitoring's rules with MeshdnsDown's job set to the Service's
+// name (or prometheus.rules.job), and the dashboard ConfigMap holds the
+// generated dashboard byte for byte.
+func TestHelmValuesMonitoring(t *testing.T) {
+	const rule, board = "PrometheusRule kube-system/meshdns", "ConfigMap kube-system/meshdns-dashboard"
+	def := mustRender(t)
+	for _, k := range []string{rule, board} {
+		if _, ok := def[k]; ok {
+			t.Errorf("%s rendered by default", k)
+		}
+	}
+	file := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "monitoring", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for job, values := range map[string]string{
+		"meshdns":  "prometheus.rules.enabled=true,prometheus.dashboard.enabled=true",
+		"kube-dns": "prometheus.rules.enabled=true,prometheus.rules.job=kube-dns,prometheus.dashboard.enabled=true",
+	} {
+		objs := mustRender(t, "--set", values)
+		var want map[string]any
+		if err := yaml.Unmarshal([]byte(strings.ReplaceAll(file("meshdns-rules.yaml"), `up{job="meshdns"}`, `up{job="`+job+`"}`)), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got := jsonOf(field(objs[rule], "spec.groups")); got != jsonOf(want["groups"]) {
+			t.Errorf("job %s: the PrometheusRule's groups are not deploy/monitoring/meshdns-rules.yaml's:\n%s", job, lineDiff(jsonOf(want["groups"]), got))
+		}
+		data, _ := field(objs[board], "data").(map[string]any)
+		if got := data["meshdns-dashboard.json"]; got != strings.TrimSuffix(file("meshdns-dashboard.json"), "\n") {
+			t.Errorf("the dashboard ConfigMap does not hold deploy/monitoring/meshdns-dashboard.json")
+		}
+		wantField(t, objs, board, "metadata.labels.grafana_dashboard", `"1"`)
+	}
+}

@@ -58,6 +58,14 @@ var (
 		Name:      "snapshot_writes_total",
 		Help:      "Counter of snapshot files written.",
 	}, []string{"zone"})
+	// snapshotErrors counts snapshot writes that failed (the file keeps
+	// its last good state; the next change writes again).
+	snapshotErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "snapshot_write_errors_total",
+		Help:      "Counter of snapshot writes that failed.",
+	}, []string{"zone"})
 
 	// snapshotHeld is 1 while the snapshot keeps the last non-empty state
 	// against an empty sync (the empty-sync rule, persist.Writer).

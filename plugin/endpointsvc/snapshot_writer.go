@@ -17,6 +17,8 @@ func (e *Endpointsvc) newSnapshotWriter() *persist.Writer {
 		snapshotWrites.WithLabelValues(zone).Inc()
 		snapshotBytes.WithLabelValues(zone).Add(float64(n))
 	}
+	errs := snapshotErrors.WithLabelValues(zone) // listed at 0, so that a rule sees the first error
+	w.OnError = func(error) { errs.Inc() }
 	w.OnHold = gauges.Of(snapshotHeld, e.servers, zone).SetBool
 	return w
 }

@@ -74,6 +74,15 @@ var (
 		Help:      "1 while the snapshot keeps the last non-empty table because the source returned none, for less than empty_grace.",
 	}, []string{"server", "zone"})
 
+	// snapshotErrors counts snapshot writes that failed (the file keeps
+	// its last good table; the next change writes again).
+	snapshotErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "snapshot_write_errors_total",
+		Help:      "Counter of snapshot writes that failed.",
+	}, []string{"server", "zone"})
+
 	// lastSync moves on every successful check of the source, changed or
 	// not, so that an alert on its age fires for a source that stopped
 	// answering, not for a quiet one; lastChange only when the table

@@ -6,6 +6,8 @@ import (
 
 	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // readSnapshot loads the table persisted at path. A missing snapshot is
@@ -29,5 +31,14 @@ func (v *VirtualConsul) newSnapshotWriter() *persist.Writer {
 	w := persist.NewWriter(v.snapshot, log)
 	w.EmptyGrace = v.emptyGrace
 	w.OnHold = gauges.Of(snapshotHeld, v.servers, v.metricZone).SetBool
+	var errs []prometheus.Counter // listed at 0, so that a rule sees the first error
+	for _, s := range v.servers {
+		errs = append(errs, snapshotErrors.WithLabelValues(s, v.metricZone))
+	}
+	w.OnError = func(error) {
+		for _, c := range errs {
+			c.Inc()
+		}
+	}
 	return w
 }

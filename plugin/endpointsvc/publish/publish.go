@@ -91,6 +91,7 @@ func New(cfg Config, client kubernetes.Interface, serving func() bool) *Publishe
 	if cfg.Pods == nil {
 		cfg.Pods = labels.Everything()
 	}
+	writeErrors.WithLabelValues(cfg.Service) // listed at 0, so that a rule sees the first error
 	return &Publisher{cfg: cfg, client: client, serving: serving, probe: probeDNS,
 		kick: make(chan struct{}, 1), failures: map[string]int{}}
 }
@@ -239,6 +240,7 @@ func (p *Publisher) inputs() inputs {
 		}
 	}
 	p.mu.Unlock()
+	peersDown.WithLabelValues(p.cfg.Service).Set(float64(len(in.down)))
 	for _, o := range p.lister.svc.List() {
 		if s, ok := o.(*corev1.Service); ok && s.Name == p.cfg.Service {
 			in.service = s
@@ -286,6 +288,7 @@ func (p *Publisher) write(ctx context.Context, a action) error {
 		return nil
 	}
 	if err != nil {
+		writeErrors.WithLabelValues(p.cfg.Service).Inc()
 		return fmt.Errorf("%s EndpointSlice %s/%s: %w", a.op, p.cfg.Namespace, a.slice.Name, err)
 	}
 	if slicePod(a.slice) != p.cfg.Pod || a.op == opDelete {

@@ -85,6 +85,7 @@ func (f *Source) Key() string {
 // Run implements feed.Source: it follows the stream until ctx is done,
 // connecting again Backoff after every end (never a busy loop).
 func (f *Source) Run(ctx context.Context, s feed.Sink) {
+	connectedGauge.WithLabelValues(f.zone).Set(0) // listed from the start: a follower that never connects shows
 	for {
 		err := f.follow(ctx, s)
 		if ctx.Err() != nil {
@@ -126,6 +127,8 @@ func (f *Source) follow(ctx context.Context, s feed.Sink) error {
 	}
 	defer resp.Body.Close()
 	f.Stats.Connects.Add(1)
+	connectedGauge.WithLabelValues(f.zone).Set(1)
+	defer connectedGauge.WithLabelValues(f.zone).Set(0)
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	for n := 1; ; n++ {
 		line, err := readLine(br)

@@ -33,6 +33,10 @@ var (
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replica_received_bytes_total",
 		Help: "Bytes received from the replication stream.",
 	}, []string{"zone"})
+	connectedGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replica_connected",
+		Help: "1 while the follower's replication stream is open (a response received), else 0.",
+	}, []string{"zone"})
 	receivedRecords = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replica_received_records_total",
 		Help: "Name records received from the replication stream, by kind: full (in a whole state) or change.",

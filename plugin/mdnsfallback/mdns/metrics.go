@@ -61,3 +61,26 @@ var (
 		Help:      "Names in the mDNS answer cache (positive and negative).",
 	}, []string{"server"})
 )
+
+// The label values of the counters above, listed at 0 when a node is made
+// so that a rule's rate() sees the first event (a counter that appears at 1
+// has no increase).
+var (
+	limitReasons  = []string{limitedRate, limitedName}
+	responseKinds = []string{"multicast", "unicast", "legacy", "announcement", "goodbye"}
+	dropReasons   = []string{"interface", "oversized", "bad_source", "malformed", "opcode", "source_port", "ttl",
+		"unexpected", "off_link", "own", "stale", "unsolicited", "bad_address", "out_of_zone", "reply_rate"}
+)
+
+// listCounters lists every label value of the counters at 0.
+func listCounters() {
+	for _, r := range limitReasons {
+		mdnsLimited.WithLabelValues(r)
+	}
+	for _, k := range responseKinds {
+		mdnsResponses.WithLabelValues(k)
+	}
+	for _, r := range dropReasons {
+		mdnsDropped.WithLabelValues(r)
+	}
+}

@@ -69,6 +69,7 @@ type Node struct {
 
 // New returns a node with empty caches and no responder.
 func New(cfg Config, local Local) *Node {
+	listCounters()
 	return &Node{
 		cfg: cfg, local: local,
 		cache:    newCache(cfg.CacheSize),

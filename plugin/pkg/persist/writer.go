@@ -46,10 +46,12 @@ type Writer struct {
 	Interval   time.Duration // 0: DefaultInterval
 	EmptyGrace time.Duration // 0: an empty state is written like any other
 	Log        clog.P
-	// OnWrite is called after every file written with its size; OnHold
-	// when the file starts (true) or stops (false) keeping a non-empty
-	// state against an empty one. Either may be nil.
+	// OnWrite is called after every file written with its size; OnError
+	// after a write that failed (the file keeps its last good state);
+	// OnHold when the file starts (true) or stops (false) keeping a
+	// non-empty state against an empty one. Any may be nil.
 	OnWrite func(bytes int64)
+	OnError func(err error)
 	OnHold  func(held bool)
 
 	mu      sync.Mutex
@@ -154,6 +156,9 @@ func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 	if err := writeStream(w.Path, count, commit); err != nil {
 		if !errors.Is(err, errSuperseded) {
 			w.Log.Warningf("Writing snapshot %q: %v", w.Path, err)
+			if w.OnError != nil {
+				w.OnError(err)
+			}
 		}
 		return false, time.Time{}
 	}

@@ -219,3 +219,36 @@ func TestWritersRenameInOrder(t *testing.T) {
 		t.Fatalf("temporary files left: %v", m)
 	}
 }
+
+// TestWriterOnError: a write that fails (the directory is gone) calls
+// OnError and not OnWrite; the next state, once the directory is back, is
+// written.
+func TestWriterOnError(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWriter(filepath.Join(dir, "snap"), clog.NewWithPlugin("test"))
+	var mu sync.Mutex
+	var errs, writes int
+	w.OnError = func(error) { mu.Lock(); errs++; mu.Unlock() }
+	w.OnWrite = func(int64) { mu.Lock(); writes++; mu.Unlock() }
+	counts := func() (int, int) { mu.Lock(); defer mu.Unlock(); return errs, writes }
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	w.Offer(state(1), 1, time.Now())
+	w.Flush()
+	if e, n := counts(); e != 1 || n != 0 {
+		t.Fatalf("after a failed write: %d errors, %d writes; want 1, 0", e, n)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w.Offer(state(2), 2, time.Now())
+	w.Flush()
+	if e, n := counts(); e != 1 || n != 1 {
+		t.Fatalf("after the directory is back: %d errors, %d writes; want 1, 1", e, n)
+	}
+	fileIs(t, filepath.Join(dir, "snap"), "2")
+}
