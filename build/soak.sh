@@ -16,8 +16,9 @@
 # Consul v1.16.3 agent (test/virtualconsul_interleave_test.go), 12 bursts a
 # seed instead of 5, meshdns stopped and the agent frozen at random points,
 # every answer against Consul's DNS (~30 s a seed). Then the mdnsfallback
-# hostile-LAN generator (below). MESHDNS_SOAK_ONLY=clusterdns, =virtualconsul
-# or =mdns runs one part alone.
+# hostile-LAN generator (below), then every fuzz target for five minutes.
+# MESHDNS_SOAK_ONLY=clusterdns, =virtualconsul, =mdns or =fuzz runs one part
+# alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/meshdns ] || build/build.sh bin/meshdns
@@ -57,5 +58,12 @@ if [ -z "$only" ] || [ "$only" = mdns ]; then
     >"$out/mdns-hostile.log" 2>&1 || status=$?
   grep -E 'lookups, |hostile_test.go|^ *(--- |ok|FAIL)' "$out/mdns-hostile.log" || true
   echo "soak mdns: $mseeds seeds of $msteps steps (full log: $out/mdns-hostile.log)"
+fi
+if [ -z "$only" ] || [ "$only" = fuzz ]; then
+  # fuzz: every fuzz target for MESHDNS_SOAK_FUZZ_SECS each (default 300);
+  # make test gives each 10 s
+  build/fuzz.sh "${MESHDNS_SOAK_FUZZ_SECS:-300}" >"$out/fuzz.log" 2>&1 || status=$?
+  grep -E '^fuzz: [0-9]+ targets|failed' "$out/fuzz.log" || true
+  echo "soak fuzz: full log in $out/fuzz.log"
 fi
 exit $status
