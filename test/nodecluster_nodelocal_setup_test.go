@@ -241,6 +241,18 @@ func TestNodeLocalSetupNetns(t *testing.T) {
 	if c := n.counters(t); len(c) != 8 {
 		t.Fatalf("after two runs, %d rules, want 8 (2 addresses x udp, tcp x prerouting, output): %v", len(c), c)
 	}
+	// an address dropped from the list leaves lo and the bypass; then back
+	fewer := setup(nlLinkLocal)
+	lo, _ := n.host.exec(t, nil, "ip", "-4", "addr", "show", "dev", "lo")
+	if !strings.Contains(fewer, nlClusterDNS+"/32 removed from lo") || strings.Contains(lo, nlClusterDNS+"/") || !strings.Contains(lo, nlLinkLocal+"/") {
+		t.Errorf("setup without %s: output\n%s\nlo:\n%s", nlClusterDNS, fewer, lo)
+	}
+	if c := n.counters(t); len(c) != 4 {
+		t.Errorf("with one address, %d rules, want 4: %v", len(c), c)
+	}
+	if back := setup(nlLinkLocal + "," + nlClusterDNS); !strings.Contains(back, nlClusterDNS+"/32 added to lo") {
+		t.Errorf("setup with %s again:\n%s", nlClusterDNS, back)
+	}
 	preUDP := fmt.Sprintf("ip %s prerouting: ip daddr %s udp dport 53 xt match socket counter notrack", nodelocal.TableName, nlClusterDNS)
 	preTCP := strings.Replace(preUDP, "udp", "tcp", 1)
 

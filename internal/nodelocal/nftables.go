@@ -3,6 +3,8 @@ package nodelocal
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -71,6 +73,8 @@ type RuleCount struct {
 	Rule    string // the rule as ruleSpec.String renders it
 	Packets uint64
 	Bytes   uint64
+
+	spec ruleSpec // the rule read back (zero when it did not parse)
 }
 
 // Counters lists the rules of our tables with their counters; no table is
@@ -108,7 +112,7 @@ func countOf(t *nftables.Table, chain string, r *nftables.Rule) RuleCount {
 		rc.Family = "ip6"
 	}
 	if s, ok := specOf(chain, r.Exprs); ok {
-		rc.Rule = s.String()
+		rc.Rule, rc.spec = s.String(), s
 	}
 	for _, e := range r.Exprs {
 		if ctr, ok := e.(*expr.Counter); ok {
@@ -116,4 +120,20 @@ func countOf(t *nftables.Table, chain string, r *nftables.Rule) RuleCount {
 		}
 	}
 	return rc
+}
+
+// coveredAddrs lists the addresses our tables' rules cover now (those an
+// earlier Setup installed the bypass for), each once; no table is none.
+func (h Host) coveredAddrs() ([]netip.Addr, error) {
+	rules, err := h.Counters()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, r := range rules {
+		if r.spec.addr.IsValid() && !slices.Contains(out, r.spec.addr) {
+			out = append(out, r.spec.addr)
+		}
+	}
+	return out, nil
 }

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -47,6 +48,7 @@ type Host struct {
 type Result struct {
 	Added   []netip.Addr // addresses added to lo
 	Present []netip.Addr // addresses lo already had
+	Removed []netip.Addr // addresses an earlier run set up that this one no longer lists, taken off lo
 	Rules   []string     // the bypass rules installed, in nft syntax
 }
 
@@ -82,11 +84,18 @@ func ParseAddrs(s string) ([]netip.Addr, error) {
 
 // Setup adds every address to lo (a /32 or /128) and installs the bypass
 // for exactly these addresses, replacing what an earlier run installed.
-// It is idempotent.
+// An address the earlier run's bypass covered and this run does not list
+// (taken off the DaemonSet's arguments with the Corefile) is taken off lo:
+// the bypass tables are the record of what meshdns set up, so nothing
+// else on lo is touched. It is idempotent.
 func (h Host) Setup(addrs []netip.Addr) (Result, error) {
 	var res Result
 	if len(addrs) == 0 {
 		return res, errors.New("no address")
+	}
+	prev, err := h.coveredAddrs()
+	if err != nil {
+		return res, fmt.Errorf("reading the bypass an earlier run installed: %w", err)
 	}
 	conn, err := h.dialRoute()
 	if err != nil {
@@ -110,6 +119,18 @@ func (h Host) Setup(addrs []netip.Addr) (Result, error) {
 	}
 	for _, s := range specs {
 		res.Rules = append(res.Rules, s.String())
+	}
+	for _, a := range prev {
+		if slices.Contains(addrs, a) {
+			continue
+		}
+		removed, err := removeFromLoopback(conn, a)
+		if err != nil {
+			return res, fmt.Errorf("removing %s from lo: %w", a, err)
+		}
+		if removed {
+			res.Removed = append(res.Removed, a)
+		}
 	}
 	return res, nil
 }
@@ -147,6 +168,9 @@ func Main(arg string, out, errOut io.Writer) int {
 			}
 			for _, a := range res.Present {
 				fmt.Fprintf(out, "node-local setup: %s already on lo\n", prefixOf(a))
+			}
+			for _, a := range res.Removed {
+				fmt.Fprintf(out, "node-local setup: %s removed from lo (no longer listed)\n", prefixOf(a))
 			}
 			for _, r := range res.Rules {
 				fmt.Fprintf(out, "node-local setup: %s\n", r)
