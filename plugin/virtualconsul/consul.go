@@ -184,7 +184,8 @@ type consulSource struct {
 	// roundIndex is the list's index in the round under way.
 	roundIndex uint64
 	// checked is the extinction index at which every entry of known was
-	// last known to hold the VIP the catalog gives (consul_validate.go).
+	// last read (consul_validate.go): 0 to read them all again in the
+	// next round that moves.
 	checked uint64
 
 	probeEvery, probeTimeout time.Duration // tests shorten them (0: the defaults)
@@ -202,10 +203,7 @@ type proxyEntries struct {
 	// watch: the names of entries whose VIP may outlive their carrier
 	// (consul_retain.go): carried by a gateway, a Connect-native instance,
 	// or a proxy that fronts an instance of its destination.
-	watch []string
-	// pairs: the VIPs (and destinations) its instances carry, which
-	// validate checks the catalog against (consul_validate.go).
-	pairs   []vipPair
+	watch   []string
 	dc      string // the datacenter of its entries
 	skipped int    // entries with a name DNS cannot ask for, left out
 }
@@ -331,7 +329,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	if index != 0 && moved && !pause.Sleep(qctx, pause.Spread(consulWakeSpread)) {
 		return 0, Sync{}, qctx.Err()
 	}
-	stale, err := s.recheck(qctx, client, listed, moved)
+	stale, checked, err := s.recheck(qctx, client.Raw(), listed, moved)
 	if err != nil {
 		return 0, Sync{}, err
 	}
@@ -342,7 +340,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	if r.entries, err = s.retain(qctx, client.Catalog(), r, moved); err != nil {
 		return 0, Sync{}, err
 	}
-	s.lastIndex = meta.LastIndex
+	s.lastIndex, s.checked = meta.LastIndex, checked
 	if len(s.gateways()) > 0 {
 		s.gw.start(ctx, s)
 	}

@@ -219,9 +219,6 @@ func (s *consulSource) entries(svcs []*catalogEntry) (p proxyEntries) {
 			n := len(p.entries)
 			a := e.ServiceTaggedAddresses[consulVirtualTag]
 			p.add(s, e, e.ServiceProxy.DestinationServiceName, a, true)
-			if a.Address != "" {
-				p.addPair(vipPair{vip: a.Address, dest: e.ServiceProxy.DestinationServiceName})
-			}
 			if len(p.entries) > n && e.ServiceProxy.DestinationServiceID != "" {
 				p.watch = append(p.watch, p.entries[n].Name) // fronts an instance of its destination
 			}
@@ -242,9 +239,6 @@ func (s *consulSource) entries(svcs []*catalogEntry) (p proxyEntries) {
 			n := len(p.entries)
 			a := e.ServiceTaggedAddresses[consulVirtualTag]
 			p.add(s, e, e.ServiceName, a, true)
-			if a.Address != "" {
-				p.addPair(vipPair{vip: a.Address, native: true})
-			}
 			for _, x := range p.entries[n:] {
 				p.watch = append(p.watch, x.Name) // an instance of its own service
 			}
