@@ -149,7 +149,7 @@ func TestParseSources(t *testing.T) {
 		`, "Unexpected EOF", nil},
 		{`virtualconsul {
 			source xds
-		}`, "Testfile:2 - Error during parsing: source xds: want ADDRESS", nil},
+		}`, "Testfile:2 - Error during parsing: source xds: want ADDRESS (or CONSUL_GRPC_ADDR)", nil},
 		{`virtualconsul {
 			source xds 127.0.0.1:18000 {
 				node
