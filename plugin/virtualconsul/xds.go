@@ -218,6 +218,12 @@ type xdsSource struct {
 	built     bool
 	ping      time.Duration // the ping interval once a server refused keepalive's: 0 for keepalive
 	arrived   func()        // called at each listener response: ends the stream's first-response deadline
+	// hadTable: the last listener set applied held a virtual_dns
+	// listener, so one without it is a withdrawal (an empty table), not a
+	// server that pushes none. Not taken from the snapshot: Consul 1.16
+	// never pushes the listener, and a table restored at start-up may come
+	// from anywhere.
+	hadTable bool
 }
 
 func (x *xdsSource) Name() string { return "xds" }
@@ -409,7 +415,16 @@ func (x *xdsSource) table(resources []*anypb.Any) Sync {
 	if err != nil {
 		return Sync{Result: SyncRejected, Err: err}
 	}
-	if !found {
+	switch {
+	case found:
+		x.hadTable = true
+	case x.hadTable:
+		// Withdrawn: Consul removes the listener when the proxy has no
+		// upstream VIPs left. An empty table (the empty-sync rule keeps
+		// the snapshot for empty_grace).
+		x.hadTable = false
+		log.Infof("Source xds: %s withdrew the %s… listener: its names are gone", x.address, virtualDNSListener)
+	default:
 		return Sync{Result: SyncNoTable, Err: fmt.Errorf("xds %s: none of the %d listeners is named %s…: no table to follow (Consul before 1.17 pushes none)",
 			x.address, len(resources), virtualDNSListener)}
 	}
