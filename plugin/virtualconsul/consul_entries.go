@@ -277,6 +277,11 @@ func (p *proxyEntries) add(s *consulSource, e *catalogEntry, svc string, a api.S
 		p.skipped++ // a namespace, partition or datacenter DNS cannot ask for
 		return
 	}
+	for _, x := range p.entries {
+		if x.Name == name && x.Addresses[0] == a.Address {
+			return // another instance of the same service: the same entry
+		}
+	}
 	p.entries = append(p.entries, Entry{Name: name, Addresses: []string{a.Address}})
 }
 
