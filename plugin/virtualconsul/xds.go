@@ -217,7 +217,9 @@ type xdsSource struct {
 	last      [32]byte      // hash of the entries of the last table reported
 	built     bool
 	ping      time.Duration // the ping interval once a server refused keepalive's: 0 for keepalive
-	arrived   func()        // called at each listener response: ends the stream's first-response deadline
+	// silent fires when the stream has had no listener response for
+	// first_response; nil once one arrived or it fired (xds_conn.go).
+	silent <-chan time.Time
 	// hadTable: the last listener set applied held a virtual_dns
 	// listener, so one without it is a withdrawal (an empty table), not a
 	// server that pushes none. Not taken from the snapshot: Consul 1.16
@@ -337,13 +339,9 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 		return false, err
 	}
 	defer conn.Close()
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	wait := cmp.Or(x.firstResponse, xdsFirstResponse)
-	deadline := time.AfterFunc(wait, func() { cancel(errNoResponse) })
-	defer deadline.Stop()
-	x.arrived = func() { deadline.Stop() }
-	sctx := cctx
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	x.silent = time.After(cmp.Or(x.firstResponse, xdsFirstResponse))
 	if tok != "" {
 		sctx = metadata.AppendToOutgoingContext(sctx, tokenHeader, tok)
 	}
@@ -353,7 +351,7 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 	} else {
 		got, err = x.sotwStream(sctx, conn, node, report)
 	}
-	return got, classify(err, context.Cause(cctx), wait, hs)
+	return got, classify(err, hs)
 }
 
 // metadata returns the Node.Metadata of the proxy's identity, nil when
@@ -386,9 +384,7 @@ func (x *xdsSource) following() {
 // that a NACKed content sent again at once (as a control plane answers a
 // NACK) is held (1 s, doubling up to xdsRetryMax) and reported only once.
 func (x *xdsSource) handle(ctx context.Context, key string, resources []*anypb.Any, report func(Sync)) (*rpcstatus.Status, error) {
-	if x.arrived != nil {
-		x.arrived()
-	}
+	x.silent = nil
 	s := x.table(resources)
 	if s.Result != SyncRejected {
 		x.nacked = ""

@@ -1,6 +1,7 @@
 package virtualconsul
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -45,8 +46,55 @@ const (
 	reasonDenied     = "denied"      // the server refused the token (PermissionDenied, Unauthenticated)
 )
 
-// errNoResponse ends a stream that stayed silent past its deadline.
-var errNoResponse = errors.New("no listener response")
+// received is one answer of a stream's Recv.
+type received[T any] struct {
+	v   T
+	err error
+}
+
+// receive calls recv in a goroutine of its own, handing each answer over,
+// until recv fails or ctx (the stream's) ends: the stream's loop can then
+// wait for the first-response deadline too. It is the stream's only
+// receiver.
+func receive[T any](ctx context.Context, recv func() (T, error)) <-chan received[T] {
+	ch := make(chan received[T])
+	go func() {
+		for {
+			v, err := recv()
+			select {
+			case ch <- received[T]{v, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// nextAnswer returns the stream's next answer. When the stream has had no
+// listener response for first_response, it reports the source failing
+// (reason no_response) once and goes on waiting on the same stream: a
+// control plane slow to build the proxy's first configuration is not cut
+// off, and its first response ends the failure.
+func nextAnswer[T any](ctx context.Context, x *xdsSource, ch <-chan received[T], report func(Sync)) (T, error) {
+	for {
+		select {
+		case r := <-ch:
+			return r.v, r.err
+		case <-x.silent:
+			x.silent = nil
+			report(Sync{Result: SyncError, Reason: reasonNoResponse, Err: fmt.Errorf(
+				"xds %s: no listener response in %v (first_response), still waiting: for Consul's servers, is node %q the ID of a registered proxy, and node_name its node?",
+				x.address, cmp.Or(x.firstResponse, xdsFirstResponse), x.node)})
+		case <-ctx.Done():
+			var zero T
+			return zero, ctx.Err()
+		}
+	}
+}
 
 // xdsTLS is what the Corefile says about TLS, before the environment.
 type xdsTLS struct {
@@ -207,12 +255,10 @@ func (h *handshakes) failed() error {
 	return nil
 }
 
-// classify gives a stream's error its reason: no listener response in
-// time, a failed TLS handshake, a refused token; else the plain error.
-func classify(err error, cause error, wait time.Duration, hs *handshakes) error {
+// classify gives a stream's error its reason: a failed TLS handshake, a
+// refused token; else the plain error.
+func classify(err error, hs *handshakes) error {
 	switch c := status.Code(err); {
-	case errors.Is(cause, errNoResponse):
-		return &failure{reasonNoResponse, fmt.Errorf("%w in %v (first_response): for Consul's servers, is the node the ID of a registered proxy, with its node_name?", errNoResponse, wait)}
 	case hs.failed() != nil && c == codes.Unavailable:
 		return &failure{reasonTLS, fmt.Errorf("TLS handshake: %w", hs.failed())}
 	case c == codes.PermissionDenied || c == codes.Unauthenticated:

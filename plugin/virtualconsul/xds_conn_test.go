@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,13 +81,18 @@ func serveADS(t *testing.T, srv discovery.AggregatedDiscoveryServiceServer, cert
 }
 
 // silentADS reads each stream's first request and then says nothing, as
-// Consul's servers do for a proxy they cannot find.
+// Consul's servers do for a proxy they cannot find; or, with late, answers
+// it after a while, as a server slow to build the proxy's configuration.
 type silentADS struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer
-	first chan *discovery.DeltaDiscoveryRequest
+	first   chan *discovery.DeltaDiscoveryRequest
+	streams atomic.Int32
+	late    *discovery.DeltaDiscoveryResponse
+	after   time.Duration
 }
 
 func (s *silentADS) DeltaAggregatedResources(st discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	s.streams.Add(1)
 	req, err := st.Recv()
 	if err != nil {
 		return err
@@ -94,6 +100,15 @@ func (s *silentADS) DeltaAggregatedResources(st discovery.AggregatedDiscoverySer
 	select {
 	case s.first <- req:
 	default:
+	}
+	if s.late != nil {
+		select {
+		case <-time.After(s.after):
+			if err := st.Send(s.late); err != nil {
+				return err
+			}
+		case <-st.Context().Done():
+		}
 	}
 	<-st.Context().Done()
 	return nil
@@ -127,12 +142,15 @@ func firstReport(t *testing.T, x *xdsSource, within time.Duration) Sync {
 }
 
 // TestXDSFirstResponseDeadline: a server that accepts the stream and
-// never answers fails the source after first_response, with reason
-// no_response; the stream carried the proxy's identity (node ID and the
-// node_name, namespace and partition metadata Consul's servers look the
-// proxy up by).
+// does not answer fails the source after first_response, with reason
+// no_response, and the stream stays open: when the server answers at last,
+// on the same stream, the source recovers. The stream carried the proxy's
+// identity (node ID and the node_name, namespace and partition metadata
+// Consul's servers look the proxy up by).
 func TestXDSFirstResponseDeadline(t *testing.T) {
-	srv := &silentADS{first: make(chan *discovery.DeltaDiscoveryRequest, 1)}
+	v1 := listenerAny(t, "virtual_dns", map[string][]string{webKey: {"240.0.0.1"}})
+	srv := &silentADS{first: make(chan *discovery.DeltaDiscoveryRequest, 1), after: 2500 * time.Millisecond,
+		late: &discovery.DeltaDiscoveryResponse{Nonce: "1", TypeUrl: listenerTypeURL, Resources: []*discovery.Resource{res("virtual_dns", "1", v1)}}}
 	addr := serveADS(t, srv, nil)
 	x := xdsFromCorefile(t, `source xds `+addr+` {
 		node web-sidecar-proxy
@@ -142,16 +160,28 @@ func TestXDSFirstResponseDeadline(t *testing.T) {
 		first_response 1s
 		protocol delta
 	}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reports := make(chan Sync, 10)
 	start := time.Now()
-	s := firstReport(t, x, 5*time.Second)
+	go x.Run(ctx, func(s Sync) { reports <- s })
+	s := <-reports
 	if s.Result != SyncError || s.Reason != reasonNoResponse {
 		t.Fatalf("report %s reason %q (%v), want error no_response", s.Result, s.Reason, s.Err)
 	}
-	if d := time.Since(start); d < time.Second || d > 3*time.Second {
+	if d := time.Since(start); d < time.Second || d > 2*time.Second {
 		t.Fatalf("failed after %v, want after first_response (1s)", d)
 	}
 	if !strings.Contains(s.Err.Error(), "first_response") {
 		t.Fatalf("error %q does not name the deadline", s.Err)
+	}
+	select {
+	case s = <-reports:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no report after the server's late answer")
+	}
+	if s.Result != SyncOK || srv.streams.Load() != 1 {
+		t.Fatalf("after the late answer: %s (%v), %d streams; want a table on the one stream", s.Result, s.Err, srv.streams.Load())
 	}
 	req := <-srv.first
 	md := req.GetNode().GetMetadata().GetFields()
