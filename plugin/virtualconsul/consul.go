@@ -55,12 +55,16 @@ func init() { sourceTypes["consul"] = newConsulSource }
 //
 //	source consul [ADDRESS] {
 //	    token_file PATH
-//	    tls CA CERT KEY
+//	    tls CA [CERT KEY]
+//	    tls_server_name NAME
 //	    upstreams SERVICE...
 //	}
 //
 // ADDRESS defaults to CONSUL_HTTP_ADDR, then 127.0.0.1:8500; the token to
-// token_file, then CONSUL_HTTP_TOKEN(_FILE).
+// token_file, then CONSUL_HTTP_TOKEN(_FILE); what the Corefile does not
+// say of TLS to the consul/api client's CONSUL_* variables (CONSUL_CACERT,
+// CONSUL_CAPATH, CONSUL_CLIENT_CERT/_KEY, CONSUL_TLS_SERVER_NAME,
+// CONSUL_HTTP_SSL_VERIFY, CONSUL_HTTP_SSL).
 func newConsulSource(c *caddy.Controller, args []string) (source, error) {
 	if len(args) > 1 {
 		return nil, errors.New("want [ADDRESS]")
@@ -82,7 +86,7 @@ func newConsulSource(c *caddy.Controller, args []string) (source, error) {
 			}
 			s.tokenFile = conf.Path(c, args[0])
 		case "tls":
-			if len(args) != 3 {
+			if len(args) != 1 && len(args) != 3 {
 				return c.ArgErr()
 			}
 			for i, p := range args {
@@ -91,7 +95,18 @@ func newConsulSource(c *caddy.Controller, args []string) (source, error) {
 					return c.Errf("source consul: tls: %v", err)
 				}
 			}
-			s.tls = &api.TLSConfig{CAFile: args[0], CertFile: args[1], KeyFile: args[2]}
+			s.tls = &api.TLSConfig{CAFile: args[0]}
+			if fi, _ := os.Stat(args[0]); fi.IsDir() {
+				s.tls.CAFile, s.tls.CAPath = "", args[0]
+			}
+			if len(args) == 3 {
+				s.tls.CertFile, s.tls.KeyFile = args[1], args[2]
+			}
+		case "tls_server_name":
+			if len(args) != 1 {
+				return c.ArgErr()
+			}
+			s.serverName = args[0]
 		case "upstreams":
 			if len(args) == 0 {
 				return c.ArgErr()
@@ -149,10 +164,11 @@ func sourceBlock(c *caddy.Controller, opt func(name string, args []string) error
 // errors back off, so a flapping catalog or a dead agent is never polled
 // busily.
 type consulSource struct {
-	address   string // "" for CONSUL_HTTP_ADDR or the default
-	tokenFile string
-	tls       *api.TLSConfig
-	upstreams map[string]bool // nil: every service
+	address    string // "" for CONSUL_HTTP_ADDR or the default
+	tokenFile  string
+	tls        *api.TLSConfig  // the tls line: CA (file or path), optionally a client pair
+	serverName string          // tls_server_name
+	upstreams  map[string]bool // nil: every service
 
 	// Run's goroutine only:
 	known map[string]proxyEntries // the proxies of the last round, by service name
@@ -184,7 +200,8 @@ type consulSource struct {
 	// roundIndex is the list's index in the round under way.
 	roundIndex uint64
 	// checked is the extinction index at which every entry of known was
-	// last known to hold the VIP the catalog gives (consul_validate.go).
+	// last read (consul_validate.go): 0 to read them all again in the
+	// next round that moves.
 	checked uint64
 
 	probeEvery, probeTimeout time.Duration // tests shorten them (0: the defaults)
@@ -202,10 +219,7 @@ type proxyEntries struct {
 	// watch: the names of entries whose VIP may outlive their carrier
 	// (consul_retain.go): carried by a gateway, a Connect-native instance,
 	// or a proxy that fronts an instance of its destination.
-	watch []string
-	// pairs: the VIPs (and destinations) its instances carry, which
-	// validate checks the catalog against (consul_validate.go).
-	pairs   []vipPair
+	watch   []string
 	dc      string // the datacenter of its entries
 	skipped int    // entries with a name DNS cannot ask for, left out
 }
@@ -221,10 +235,18 @@ func (s *consulSource) client() (*api.Client, error) {
 		cfg.Token, cfg.TokenFile = "", s.tokenFile
 	}
 	if s.tls != nil {
-		cfg.TLSConfig = *s.tls
+		// The tls line replaces the environment's CA (and client pair when
+		// it gives one); the rest of the environment's TLS stays.
+		cfg.TLSConfig.CAFile, cfg.TLSConfig.CAPath = s.tls.CAFile, s.tls.CAPath
+		if s.tls.CertFile != "" {
+			cfg.TLSConfig.CertFile, cfg.TLSConfig.KeyFile = s.tls.CertFile, s.tls.KeyFile
+		}
 		if !strings.Contains(cfg.Address, "://") {
 			cfg.Scheme = "https"
 		}
+	}
+	if s.serverName != "" {
+		cfg.TLSConfig.Address = s.serverName // the name the certificate must carry (SNI)
 	}
 	return api.NewClient(cfg)
 }
@@ -331,7 +353,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	if index != 0 && moved && !pause.Sleep(qctx, pause.Spread(consulWakeSpread)) {
 		return 0, Sync{}, qctx.Err()
 	}
-	stale, err := s.recheck(qctx, client, listed, moved)
+	stale, checked, err := s.recheck(qctx, client.Raw(), listed, moved)
 	if err != nil {
 		return 0, Sync{}, err
 	}
@@ -342,7 +364,7 @@ func (s *consulSource) sync(ctx context.Context, client *api.Client, index uint6
 	if r.entries, err = s.retain(qctx, client.Catalog(), r, moved); err != nil {
 		return 0, Sync{}, err
 	}
-	s.lastIndex = meta.LastIndex
+	s.lastIndex, s.checked = meta.LastIndex, checked
 	if len(s.gateways()) > 0 {
 		s.gw.start(ctx, s)
 	}

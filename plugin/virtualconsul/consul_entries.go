@@ -219,9 +219,6 @@ func (s *consulSource) entries(svcs []*catalogEntry) (p proxyEntries) {
 			n := len(p.entries)
 			a := e.ServiceTaggedAddresses[consulVirtualTag]
 			p.add(s, e, e.ServiceProxy.DestinationServiceName, a, true)
-			if a.Address != "" {
-				p.addPair(vipPair{vip: a.Address, dest: e.ServiceProxy.DestinationServiceName})
-			}
 			if len(p.entries) > n && e.ServiceProxy.DestinationServiceID != "" {
 				p.watch = append(p.watch, p.entries[n].Name) // fronts an instance of its destination
 			}
@@ -242,9 +239,6 @@ func (s *consulSource) entries(svcs []*catalogEntry) (p proxyEntries) {
 			n := len(p.entries)
 			a := e.ServiceTaggedAddresses[consulVirtualTag]
 			p.add(s, e, e.ServiceName, a, true)
-			if a.Address != "" {
-				p.addPair(vipPair{vip: a.Address, native: true})
-			}
 			for _, x := range p.entries[n:] {
 				p.watch = append(p.watch, x.Name) // an instance of its own service
 			}
@@ -282,6 +276,11 @@ func (p *proxyEntries) add(s *consulSource, e *catalogEntry, svc string, a api.S
 	if _, err := canonicalName(name); err != nil {
 		p.skipped++ // a namespace, partition or datacenter DNS cannot ask for
 		return
+	}
+	for _, x := range p.entries {
+		if x.Name == name && x.Addresses[0] == a.Address {
+			return // another instance of the same service: the same entry
+		}
 	}
 	p.entries = append(p.entries, Entry{Name: name, Addresses: []string{a.Address}})
 }

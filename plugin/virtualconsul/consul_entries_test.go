@@ -77,6 +77,26 @@ func TestConsulEntries(t *testing.T) {
 	}
 }
 
+// TestConsulEntriesInstances: two instances of a sidecar carrying the same
+// VIP give one entry (a service read again after a second instance
+// registered gives the table it gave before: no rebuild); two VIPs give two
+// (ambiguous).
+func TestConsulEntriesInstances(t *testing.T) {
+	inst := func(vip string) string {
+		return `{"Datacenter": "dc1", "ServiceName": "web-sidecar-proxy", "ServiceKind": "connect-proxy",
+		 "ServiceProxy": {"DestinationServiceName": "web", "DestinationServiceID": "web-1"},
+		 "ServiceTaggedAddresses": {"consul-virtual": {"Address": "` + vip + `"}}}`
+	}
+	p := (&consulSource{}).entries(decodeCatalog(t, "["+inst("240.0.0.1")+","+inst("240.0.0.1")+"]"))
+	if got := names(p.entries); len(got) != 1 || len(p.watch) != 1 {
+		t.Fatalf("two instances, one VIP: entries %v watch %v, want one of each", got, p.watch)
+	}
+	p = (&consulSource{}).entries(decodeCatalog(t, "["+inst("240.0.0.1")+","+inst("240.0.0.2")+"]"))
+	if got := names(p.entries); len(got) != 2 {
+		t.Fatalf("two instances, two VIPs: entries %v, want two", got)
+	}
+}
+
 // TestConsulEntriesPending: a sidecar or a Connect-native service without
 // its VIP is pending, and so is a listed service whose read is empty (a
 // stale read during a deregistration and registration must be read again,

@@ -3,7 +3,6 @@ package virtualconsul
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -16,19 +15,19 @@ import (
 // and came back between two of its answers (a slow round, a paused
 // process): its name is listed before and after, and its new VIP may be
 // another service's old one. So every round in which the catalog moved
-// asks for the extinction index; only when it moved past the one at which
-// the cached entries were last checked are they checked again, all in one
-// filtered list (validate), and only those whose instances no longer carry
-// the VIP the cache holds are read again.
+// asks for the extinction index (one read of a service that does not
+// exist); only when it moved past the one at which the cached entries were
+// last checked are the cached services read again, each on its own
+// (/v1/catalog/service/NAME: a lookup of that service's instances on the
+// server, what a new service costs). A filtered list of the whole catalog
+// did the same check in one request, but the servers evaluate its filter
+// against every instance of the catalog (tens of milliseconds of server
+// CPU each, for every node of a fleet at every extinction).
 
 // extinctionProbe is a service name no one registers: a read of a service
 // that does not exist answers with the extinction index as its
 // X-Consul-Index (state.maxIndexAndWatchChForService).
 const extinctionProbe = "meshdns-virtualconsul-extinction-probe"
-
-// validateChunk bounds one validation request's filter (its URL stays far
-// below the 1 MB Consul's HTTP server accepts).
-const validateChunk = 16 << 10
 
 // extinction returns the catalog's service extinction index. ok is false
 // when the answer cannot be one (someone registered the probe's name):
@@ -45,91 +44,37 @@ func (s *consulSource) extinction(ctx context.Context, raw *api.Raw) (idx uint64
 	return meta.LastIndex, len(svcs) == 0, nil
 }
 
-// validate returns the names, among the cached services in check, whose
-// instances carry a VIP (or a destination) other than the cached one, or
-// that cannot be checked by filter: those are read again. One list query
-// per validateChunk of filter.
-func (s *consulSource) validate(ctx context.Context, cat *api.Catalog, check []string) (map[string]bool, error) {
+// recheck returns, for a round in which the catalog moved, the cached
+// services listed to read again, and the extinction index the cache is
+// checked at once the round completes (the caller keeps it only then: a
+// round that fails before its reads checks again next time). An
+// extinction index that went backwards (a restored snapshot) drops the
+// cache whole.
+func (s *consulSource) recheck(ctx context.Context, raw *api.Raw, listed map[string][]string, moved bool) (map[string]bool, uint64, error) {
+	if !moved {
+		return nil, s.checked, nil
+	}
+	ext, ok, err := s.extinction(ctx, raw)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !ok {
+		ext = 0 // the probe's name is taken: check in every round that moved
+	}
+	switch {
+	case ext < s.checked:
+		s.known = nil
+		return nil, ext, nil
+	case ext == s.checked && ok:
+		return nil, ext, nil
+	}
 	stale := map[string]bool{}
-	var clauses []string
-	size := 0
-	flush := func() error {
-		if len(clauses) == 0 {
-			return nil
-		}
-		q := s.query(ctx)
-		q.Filter = strings.Join(clauses, " or ")
-		listed, meta, err := cat.Services(q)
-		if err == nil {
-			err = trusted(meta)
-		}
-		if err != nil {
-			return fmt.Errorf("validating cached VIPs: %w", err)
-		}
-		for n := range listed {
+	for n := range listed {
+		// Gateways follow their config entries (consul_gateways.go);
+		// pending services are read anyway.
+		if p, ok := s.known[n]; ok && !p.pending && !p.gateway {
 			stale[n] = true
 		}
-		clauses, size = clauses[:0], 0
-		return nil
 	}
-	for _, n := range check {
-		c := s.known[n].clause(n)
-		if c == "" {
-			stale[n] = true
-			continue
-		}
-		if size+len(c) > validateChunk {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-		}
-		clauses, size = append(clauses, c), size+len(c)+4
-	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	return stale, nil
+	return stale, ext, nil
 }
-
-// clause is the filter that selects service name's instances when one of
-// them carries none of the cached (VIP, destination) pairs; "" when the
-// pairs cannot be written as a filter (a quote in a name).
-func (p proxyEntries) clause(name string) string {
-	if len(p.pairs) == 0 || !filterSafe(name) {
-		return ""
-	}
-	terms := make([]string, 0, len(p.pairs))
-	for _, pr := range p.pairs {
-		if !filterSafe(pr.vip) || !filterSafe(pr.dest) {
-			return ""
-		}
-		t := `ServiceTaggedAddresses["` + consulVirtualTag + `"].Address == "` + pr.vip + `" and `
-		if pr.native {
-			t += `ServiceConnect.Native == true`
-		} else {
-			t += `ServiceProxy.DestinationServiceName == "` + pr.dest + `"`
-		}
-		terms = append(terms, "("+t+")")
-	}
-	return `(ServiceName == "` + name + `" and not (` + strings.Join(terms, " or ") + `))`
-}
-
-// vipPair is what one instance of a cached service carries: its VIP and,
-// for a proxy, its destination as the catalog spells it.
-type vipPair struct {
-	vip, dest string
-	native    bool
-}
-
-// addPair records pr once.
-func (p *proxyEntries) addPair(pr vipPair) {
-	for _, x := range p.pairs {
-		if x == pr {
-			return
-		}
-	}
-	p.pairs = append(p.pairs, pr)
-}
-
-// filterSafe says whether v can be written in a filter's double quotes.
-func filterSafe(v string) bool { return !strings.ContainsAny(v, "\"\\") }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -19,15 +18,14 @@ type modelInstance struct {
 // modelConsul is an agent over a small catalog model: carriers (the
 // services the list shows) with their instances, the list's index and the
 // service extinction index, each set by the test. Blocking list queries
-// wait until the model changes; the list's validation filter (the clauses
-// validate writes) is evaluated against the model.
+// wait until the model changes.
 type modelConsul struct {
 	mu       sync.Mutex
 	carriers map[string][]modelInstance
 	index    uint64 // the list's X-Consul-Index
 	extinct  uint64 // the extinction index (the probe's X-Consul-Index)
 	changed  chan struct{}
-	requests []string // path (+ "?index=N" for lists, "?filter" for validations) of every request
+	requests []string // path (+ "?index=N" for lists) of every request
 	// gateways: terminating gateway → the VIPs of the services it links;
 	// gwMods its config entry's ModifyIndex, cfgIndex the entries' index.
 	gateways  map[string]map[string]string
@@ -75,18 +73,11 @@ func (m *modelConsul) mark() int {
 	return len(m.requests)
 }
 
-var (
-	clauseName = regexp.MustCompile(`\(ServiceName == "([^"]*)" and not \(`)
-	clausePair = regexp.MustCompile(`Address == "([^"]*)" and (?:ServiceConnect\.Native == true|ServiceProxy\.DestinationServiceName == "([^"]*)")\)`)
-)
-
 func (m *modelConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	m.mu.Lock()
 	rec := r.URL.Path
 	switch {
-	case r.URL.Path == "/v1/catalog/services" && strings.Contains(q.Get("filter"), "not ("):
-		rec += "?filter"
 	case r.URL.Path == "/v1/catalog/services", r.URL.Path == "/v1/config/terminating-gateway":
 		rec += "?index=" + q.Get("index")
 	}
@@ -145,14 +136,9 @@ func (m *modelConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/v1/catalog/services":
 		out := map[string][]string{}
 		for g := range m.gateways {
-			if !strings.Contains(q.Get("filter"), "not (") {
-				out[g] = []string{}
-			}
+			out[g] = []string{}
 		}
-		for n, insts := range m.carriers {
-			if f := q.Get("filter"); strings.Contains(f, "not (") && !m.differs(f, n, insts) {
-				continue
-			}
+		for n := range m.carriers {
 			out[n] = []string{}
 		}
 		json.NewEncoder(w).Encode(out)
@@ -178,31 +164,6 @@ func (m *modelConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
-}
-
-// differs evaluates validate's filter for carrier n: true when the filter
-// has a clause for n and one of its instances carries a pair the clause
-// does not list.
-func (m *modelConsul) differs(filter, n string, insts []modelInstance) bool {
-	for _, c := range strings.Split(filter, ") or (ServiceName") {
-		if !strings.HasPrefix(c, "(ServiceName") {
-			c = "(ServiceName" + c
-		}
-		nm := clauseName.FindStringSubmatch(c)
-		if nm == nil || nm[1] != n {
-			continue
-		}
-		pairs := map[string]bool{}
-		for _, p := range clausePair.FindAllStringSubmatch(c, -1) {
-			pairs[p[1]+"/"+p[2]] = true
-		}
-		for _, in := range insts {
-			if !pairs[in.VIP+"/"+in.Dest] {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func sidecar(dest, vip string) []modelInstance {
@@ -266,11 +227,12 @@ func awaitRequest(t *testing.T, m *modelConsul, r string) {
 // TestConsulSourceVIPMovedUnderSameName is the issue's "wrong VIP, kept":
 // between two rounds a leaves (Consul frees 240.0.0.2), c registers and
 // gets it, a registers again with 240.0.0.4. a is listed before and after,
-// so only the extinction index tells: the cached entries are checked, a is
-// read again (and so is c, new), w is not.
+// so only the extinction index tells: each cached service is read again,
+// once per extinction (w too, whose VIP did not move), and never through a
+// filtered list of the whole catalog.
 func TestConsulSourceVIPMovedUnderSameName(t *testing.T) {
 	t.Run("small", func(t *testing.T) { vipMoved(t, false) })
-	t.Run("big", func(t *testing.T) { vipMoved(t, true) }) // checked after the extinction probe
+	t.Run("big", func(t *testing.T) { vipMoved(t, true) })
 }
 
 func vipMoved(t *testing.T, big bool) {
@@ -293,8 +255,11 @@ func vipMoved(t *testing.T, big bool) {
 		m.index, m.extinct = 20, 15
 	})
 	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.4", "c": "240.0.0.2"}, others)
-	if n := m.count("/v1/catalog/service/w-sidecar-proxy"); n != 1 {
-		t.Fatalf("w read %d times, want once: its VIP did not move", n)
+	if n := m.count("/v1/catalog/service/w-sidecar-proxy"); n != 2 {
+		t.Fatalf("w read %d times, want twice: once new, once after the extinction", n)
+	}
+	if n := m.count("/v1/catalog/service/c-sidecar-proxy"); n != 1 {
+		t.Fatalf("c read %d times, want once: new in the round of the extinction", n)
 	}
 	// Freed and taken by no one: a's VIP moved, no other service shows it.
 	m.set(func(m *modelConsul) {
@@ -302,19 +267,42 @@ func vipMoved(t *testing.T, big bool) {
 		m.index, m.extinct = 30, 25
 	})
 	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.5", "c": "240.0.0.2"}, others)
+	for _, r := range m.since(0) {
+		if strings.HasPrefix(r, "/v1/catalog/services") && !strings.HasPrefix(r, "/v1/catalog/services?index=") {
+			t.Fatalf("a request other than the list and per-service reads: %s", r)
+		}
+	}
+}
+
+// TestConsulSourceVIPMovedReadFailed: a round that found an extinction and
+// failed before its reads completed (a 429) leaves the cache unchecked:
+// the next round reads it again, although the extinction index it finds
+// is the same.
+func TestConsulSourceVIPMovedReadFailed(t *testing.T) {
+	m := newModelConsul(map[string][]modelInstance{
+		"w-sidecar-proxy": sidecar("w", "240.0.0.1"),
+		"a-sidecar-proxy": sidecar("a", "240.0.0.2"),
+	})
+	got := runSource(t, m, &consulSource{})
+	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.2"})
+	m.set(func(m *modelConsul) {
+		m.carriers["a-sidecar-proxy"] = sidecar("a", "240.0.0.4")
+		m.index, m.extinct = 20, 15
+		m.failReads = 1
+	})
+	awaitSync(t, got, "the failed round", func(sy Sync) bool { return sy.Result == SyncError })
+	awaitVIPs(t, got, map[string]string{"w": "240.0.0.1", "a": "240.0.0.4"})
 }
 
 // TestConsulSourceUnrelatedChangeNoRead: a change that moved no cached
-// VIP costs one check of the cache and the next list: no read. A cache
-// too big to check in one request costs the extinction probe instead,
-// and no check while no service went extinct.
+// VIP (no service went extinct) costs the extinction probe and the next
+// list: no read, whatever the cache's size.
 func TestConsulSourceUnrelatedChangeNoRead(t *testing.T) {
 	for _, big := range []bool{false, true} {
 		m := newModelConsul(map[string][]modelInstance{"a-sidecar-proxy": sidecar("a", "240.0.0.2")})
-		want := []string{"/v1/catalog/services?filter", "/v1/catalog/services?index=11"}
+		want := []string{"/v1/catalog/service/" + extinctionProbe, "/v1/catalog/services?index=11"}
 		if big {
 			bigCatalog(m)
-			want[0] = "/v1/catalog/service/" + extinctionProbe
 		}
 		got := runSource(t, m, &consulSource{})
 		awaitSync(t, got, "first table", func(sy Sync) bool { return sy.Result == SyncOK })

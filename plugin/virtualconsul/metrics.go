@@ -54,7 +54,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
 		Name:      "source_failing_reason",
-		Help:      "1 for the reason the source is failing (error, acl_filtered, no_leader), else 0.",
+		Help:      "1 for the reason the source is failing (error, acl_filtered, no_leader, no_response, tls, denied), else 0.",
 	}, []string{"server", "zone", "source", "reason"})
 
 	// entriesSkipped counts the entries the last table built left out.

@@ -149,7 +149,7 @@ func TestParseSources(t *testing.T) {
 		`, "Unexpected EOF", nil},
 		{`virtualconsul {
 			source xds
-		}`, "Testfile:2 - Error during parsing: source xds: want ADDRESS", nil},
+		}`, "Testfile:2 - Error during parsing: source xds: want ADDRESS (or CONSUL_GRPC_ADDR)", nil},
 		{`virtualconsul {
 			source xds 127.0.0.1:18000 {
 				node
@@ -287,6 +287,14 @@ func TestListenerEntries(t *testing.T) {
 	}
 	if s := x.table([]*anypb.Any{vd}); s.Result != SyncUnchanged {
 		t.Fatalf("same table again: %+v", s)
+	}
+	// The listener withdrawn (a state-of-the-world response without it):
+	// an empty table once, then no table.
+	if s := x.table([]*anypb.Any{other}); s.Result != SyncOK || s.Table.Len() != 0 {
+		t.Fatalf("virtual_dns withdrawn: %+v, want an empty table", s)
+	}
+	if s := x.table([]*anypb.Any{other}); s.Result != SyncNoTable {
+		t.Fatalf("still without virtual_dns: %+v, want no table", s)
 	}
 }
 

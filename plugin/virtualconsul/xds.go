@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -17,12 +16,12 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/pause"
@@ -71,25 +70,35 @@ func init() { sourceTypes["xds"] = newXDSSource }
 
 // newXDSSource reads
 //
-//	source xds ADDRESS {
+//	source xds [ADDRESS] {
 //	    node ID
+//	    node_name NAME
+//	    namespace NAME
+//	    partition NAME
 //	    cluster NAME
-//	    tls CA CERT KEY
+//	    tls CA [CERT KEY]
+//	    tls_server_name NAME
 //	    token_file PATH
+//	    first_response DURATION
 //	    max_message_size SIZE
 //	    protocol auto|delta|sotw
 //	    keepalive DURATION
 //	}
+//
+// ADDRESS defaults to CONSUL_GRPC_ADDR; TLS and the token to the other
+// CONSUL_* variables (xds_conn.go).
 func newXDSSource(c *caddy.Controller, args []string) (source, error) {
-	if len(args) != 1 {
-		return nil, errors.New("want ADDRESS")
+	addr, https, err := xdsAddress(args)
+	if err != nil {
+		return nil, err
 	}
-	x := &xdsSource{address: args[0], node: "meshdns", maxMsg: defaultMaxMessageSize, protocol: protoAuto, keepalive: xdsKeepalive}
+	x := &xdsSource{address: addr, node: "meshdns", maxMsg: defaultMaxMessageSize, protocol: protoAuto, keepalive: xdsKeepalive, firstResponse: xdsFirstResponse}
 	if h, err := os.Hostname(); err == nil && h != "" {
 		x.node = h
 	}
+	tlsOpts := xdsTLS{on: https}
 	seen := map[string]bool{}
-	err := sourceBlock(c, func(opt string, args []string) error {
+	err = sourceBlock(c, func(opt string, args []string) error {
 		if seen[opt] {
 			return c.Errf("source xds: %s given twice", opt)
 		}
@@ -100,8 +109,21 @@ func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 		switch opt {
 		case "node":
 			x.node = args[0]
+		case "node_name", "namespace", "partition":
+			if x.meta == nil {
+				x.meta = map[string]string{}
+			}
+			x.meta[opt] = args[0]
 		case "cluster":
 			x.cluster = args[0]
+		case "tls_server_name":
+			tlsOpts.serverName = args[0]
+		case "first_response":
+			d, err := time.ParseDuration(args[0])
+			if err != nil || d < time.Second || d > 10*time.Minute {
+				return c.Errf("source xds: bad first_response %q: want a duration from 1s to 10m", args[0])
+			}
+			x.firstResponse = d
 		case "token_file":
 			x.tokenFile = conf.Path(c, args[0])
 		case "max_message_size":
@@ -124,7 +146,7 @@ func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 				return c.Errf("source xds: bad protocol %q: want auto, delta or sotw", args[0])
 			}
 		case "tls":
-			return x.parseTLS(c, args)
+			return parseTLS(c, args, &tlsOpts)
 		default:
 			return c.Errf("source xds: unknown property %q", opt)
 		}
@@ -133,6 +155,9 @@ func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 	if err != nil {
 		return nil, err
 	}
+	if x.tls, err = tlsOpts.config(); err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
 	x.using = protoDelta
 	if x.protocol == protoSotW {
 		x.using = protoSotW
@@ -140,37 +165,26 @@ func newXDSSource(c *caddy.Controller, args []string) (source, error) {
 	return x, nil
 }
 
-// parseTLS reads `tls CA CERT KEY` (paths relative to the Corefile's).
-func (x *xdsSource) parseTLS(c *caddy.Controller, args []string) error {
-	if len(args) != 3 {
+// parseTLS reads `tls CA [CERT KEY]` (paths relative to the Corefile's;
+// CA a PEM file or a directory of them).
+func parseTLS(c *caddy.Controller, args []string, t *xdsTLS) error {
+	if len(args) != 1 && len(args) != 3 {
 		return c.ArgErr()
 	}
 	for i := range args {
 		args[i] = conf.Path(c, args[i])
 	}
-	cfg, err := loadClientTLS(args[0], args[1], args[2])
-	if err != nil {
+	t.on, t.ca = true, args[0]
+	if err := addCAs(x509.NewCertPool(), t.ca); err != nil { // checked here for the error's line
 		return c.Errf("source xds: tls: %v", err)
 	}
-	x.tls = cfg
+	if len(args) == 3 {
+		t.cert, t.key = args[1], args[2]
+		if _, err := tls.LoadX509KeyPair(t.cert, t.key); err != nil {
+			return c.Errf("source xds: tls: %v", err)
+		}
+	}
 	return nil
-}
-
-// loadClientTLS reads a CA bundle and a client key pair.
-func loadClientTLS(ca, cert, key string) (*tls.Config, error) {
-	pem, err := os.ReadFile(ca)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s: no PEM certificate", ca)
-	}
-	pair, err := tls.LoadX509KeyPair(cert, key)
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // xdsSource subscribes to listeners over an ADS stream, delta or
@@ -181,13 +195,17 @@ func loadClientTLS(ca, cert, key string) (*tls.Config, error) {
 // broken stream reconnects with a capped exponential backoff.
 type xdsSource struct {
 	address   string
-	node      string // the proxy's service ID, for Consul
+	node      string            // the proxy's service ID, for Consul
+	meta      map[string]string // Node.Metadata: node_name, namespace, partition (Consul's servers find the proxy by them)
 	cluster   string
 	tls       *tls.Config // nil: plaintext
 	tokenFile string      // "" : the environment's, if any
 	maxMsg    int
 	protocol  string        // protoAuto, protoDelta or protoSotW
 	keepalive time.Duration // the keepalive ping interval (keepalive), xdsKeepalive by default
+	// firstResponse bounds the wait for a stream's first listener
+	// response (0: xdsFirstResponse).
+	firstResponse time.Duration
 
 	// Run's goroutine only:
 	using     string        // the protocol the next stream speaks
@@ -199,6 +217,15 @@ type xdsSource struct {
 	last      [32]byte      // hash of the entries of the last table reported
 	built     bool
 	ping      time.Duration // the ping interval once a server refused keepalive's: 0 for keepalive
+	// silent fires when the stream has had no listener response for
+	// first_response; nil once one arrived or it fired (xds_conn.go).
+	silent <-chan time.Time
+	// hadTable: the last listener set applied held a virtual_dns
+	// listener, so one without it is a withdrawal (an empty table), not a
+	// server that pushes none. Not taken from the snapshot: Consul 1.16
+	// never pushes the listener, and a table restored at start-up may come
+	// from anywhere.
+	hadTable bool
 }
 
 func (x *xdsSource) Name() string { return "xds" }
@@ -223,7 +250,7 @@ func (x *xdsSource) Run(ctx context.Context, report func(Sync)) {
 			log.Warningf("Source xds: %s refuses keepalive pings this often: pinging every %v", x.address, x.ping)
 			continue
 		}
-		report(Sync{Result: SyncError, Err: x.explain(err)})
+		report(Sync{Result: SyncError, Reason: reasonOf(err), Err: x.explain(err)})
 		if got {
 			retry = 0 // the stream worked: start the backoff over
 		}
@@ -296,8 +323,10 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 	}
 	x.tokenFrom = from
 	creds := insecure.NewCredentials()
+	var hs *handshakes
 	if x.tls != nil {
-		creds = credentials.NewTLS(x.tls)
+		hs = newHandshakes(x.tls)
+		creds = hs
 	}
 	// Keepalive pings find a hung control plane: a ping unanswered within
 	// ping+min(ping, 15s) breaks the stream (30s by default, as often as
@@ -312,14 +341,30 @@ func (x *xdsSource) stream(ctx context.Context, report func(Sync)) (got bool, er
 	defer conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	x.silent = time.After(cmp.Or(x.firstResponse, xdsFirstResponse))
 	if tok != "" {
 		sctx = metadata.AppendToOutgoingContext(sctx, tokenHeader, tok)
 	}
-	node := &core.Node{Id: x.node, Cluster: x.cluster, UserAgentName: "meshdns"}
+	node := &core.Node{Id: x.node, Cluster: x.cluster, UserAgentName: "meshdns", Metadata: x.metadata()}
 	if x.using == protoDelta {
-		return x.deltaStream(sctx, conn, node, report)
+		got, err = x.deltaStream(sctx, conn, node, report)
+	} else {
+		got, err = x.sotwStream(sctx, conn, node, report)
 	}
-	return x.sotwStream(sctx, conn, node, report)
+	return got, classify(err, hs)
+}
+
+// metadata returns the Node.Metadata of the proxy's identity, nil when
+// the Corefile gives none.
+func (x *xdsSource) metadata() *structpb.Struct {
+	if len(x.meta) == 0 {
+		return nil
+	}
+	f := make(map[string]*structpb.Value, len(x.meta))
+	for k, v := range x.meta {
+		f[k] = structpb.NewStringValue(v)
+	}
+	return &structpb.Struct{Fields: f}
 }
 
 // following logs, once per change, the protocol a working stream speaks.
@@ -339,6 +384,7 @@ func (x *xdsSource) following() {
 // that a NACKed content sent again at once (as a control plane answers a
 // NACK) is held (1 s, doubling up to xdsRetryMax) and reported only once.
 func (x *xdsSource) handle(ctx context.Context, key string, resources []*anypb.Any, report func(Sync)) (*rpcstatus.Status, error) {
+	x.silent = nil
 	s := x.table(resources)
 	if s.Result != SyncRejected {
 		x.nacked = ""
@@ -365,7 +411,16 @@ func (x *xdsSource) table(resources []*anypb.Any) Sync {
 	if err != nil {
 		return Sync{Result: SyncRejected, Err: err}
 	}
-	if !found {
+	switch {
+	case found:
+		x.hadTable = true
+	case x.hadTable:
+		// Withdrawn: Consul removes the listener when the proxy has no
+		// upstream VIPs left. An empty table (the empty-sync rule keeps
+		// the snapshot for empty_grace).
+		x.hadTable = false
+		log.Infof("Source xds: %s withdrew the %s… listener: its names are gone", x.address, virtualDNSListener)
+	default:
 		return Sync{Result: SyncNoTable, Err: fmt.Errorf("xds %s: none of the %d listeners is named %s…: no table to follow (Consul before 1.17 pushes none)",
 			x.address, len(resources), virtualDNSListener)}
 	}

@@ -28,8 +28,9 @@ func (x *xdsSource) deltaStream(ctx context.Context, conn *grpc.ClientConn, node
 		return false, sendError(err, func() error { _, err := st.Recv(); return err })
 	}
 	held := map[string]*discovery.Resource{}
+	answers := receive(ctx, st.Recv)
 	for {
-		resp, err := st.Recv()
+		resp, err := nextAnswer(ctx, x, answers, report)
 		if err != nil {
 			return got, err
 		}
@@ -60,7 +61,7 @@ func (x *xdsSource) deltaStream(ctx context.Context, conn *grpc.ClientConn, node
 			held = next
 		}
 		if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: listenerTypeURL, ResponseNonce: resp.GetNonce(), ErrorDetail: nack}); err != nil {
-			return got, sendError(err, func() error { _, err := st.Recv(); return err })
+			return got, sendError(err, func() error { _, err := nextAnswer(ctx, x, answers, report); return err })
 		}
 	}
 }

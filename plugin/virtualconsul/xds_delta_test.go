@@ -61,10 +61,11 @@ func res(name, version string, r *anypb.Any) *discovery.Resource {
 }
 
 // TestXDSDeltaStream: listeners added, replaced and removed across delta
-// responses; a response without the virtual_dns listener reports no table
-// (not an empty one); an invalid table is NACKed and not applied, so the
-// next response is read against the listeners held before it; the token
-// goes as x-consul-token.
+// responses; the virtual_dns listener removed is an empty table (Consul
+// withdraws it when the proxy has no upstream VIPs left), a response that
+// still lacks it after that reports no table; an invalid table is NACKed
+// and not applied, so the next response is read against the listeners
+// held before it; the token goes as x-consul-token.
 func TestXDSDeltaStream(t *testing.T) {
 	pub, _ := anypb.New(&listener.Listener{Name: "public_listener"})
 	v1 := listenerAny(t, "virtual_dns", map[string][]string{webKey: {"240.0.0.1"}})
@@ -107,9 +108,9 @@ func TestXDSDeltaStream(t *testing.T) {
 	}{
 		{SyncOK, "240.0.0.1", false},
 		{SyncOK, "240.0.0.2", false},
-		{SyncNoTable, "", false},
+		{SyncOK, "", false}, // withdrawn: an empty table
 		{SyncRejected, "", true},
-		{SyncNoTable, "", false}, // virtual_dns stayed removed: the rejected one was not applied
+		{SyncNoTable, "", false}, // virtual_dns stayed removed (the rejected one was not applied): still no table, not another withdrawal
 		{SyncOK, "240.0.0.1", false},
 	}
 	for i, w := range want {
@@ -126,6 +127,8 @@ func TestXDSDeltaStream(t *testing.T) {
 			if got, _ := s.Table.Lookup(webKey); len(got) != 1 || got[0].String() != w.web {
 				t.Fatalf("response %d: web = %v, want %s", i+1, got, w.web)
 			}
+		} else if s.Result == SyncOK && s.Table.Len() != 0 {
+			t.Fatalf("response %d: withdrawn listener left %d names", i+1, s.Table.Len())
 		}
 		a := <-srv.answers
 		if a.GetResponseNonce() != srv.script[i].Nonce || (a.GetErrorDetail() != nil) != w.nack {

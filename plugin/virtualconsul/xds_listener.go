@@ -11,10 +11,10 @@ import (
 
 // ListenerEntries returns the virtual domains of the inline DNS table of the
 // DNS filter of the first listener in resources whose name starts with
-// virtual_dns; found is false when no listener is so named. That is not an
-// empty table: Consul 1.16 pushes no such listener at all, and a control
-// plane that drops it for one version has not emptied the mesh. A listener
-// with the filter and no names is an empty table. Any resource or filter
+// virtual_dns; found is false when no listener is so named. That alone is
+// not an empty table (Consul 1.16 pushes no such listener at all): the
+// source takes it as one only when the listener was there before
+// (withdrawn). A listener with the filter and no names is an empty table. Any resource or filter
 // that does not decode is an error (the version is NACKed).
 func ListenerEntries(resources []*anypb.Any) (entries []Entry, found bool, err error) {
 	for _, r := range resources {

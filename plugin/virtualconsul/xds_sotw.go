@@ -21,8 +21,9 @@ func (x *xdsSource) sotwStream(ctx context.Context, conn *grpc.ClientConn, node 
 	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: listenerTypeURL, VersionInfo: x.acked}); err != nil {
 		return false, sendError(err, func() error { _, err := st.Recv(); return err })
 	}
+	answers := receive(ctx, st.Recv)
 	for {
-		resp, err := st.Recv()
+		resp, err := nextAnswer(ctx, x, answers, report)
 		if err != nil {
 			return got, err
 		}
@@ -43,7 +44,7 @@ func (x *xdsSource) sotwStream(ctx context.Context, conn *grpc.ClientConn, node 
 			ack.VersionInfo = x.acked
 		}
 		if err := st.Send(ack); err != nil {
-			return got, sendError(err, func() error { _, err := st.Recv(); return err })
+			return got, sendError(err, func() error { _, err := nextAnswer(ctx, x, answers, report); return err })
 		}
 	}
 }
