@@ -326,7 +326,10 @@ weave.local.:1053 {
 // TestAlertsDrill: the alerts fire during each fault and resolve after
 // it, on a real Prometheus scraping real processes; the time from fault
 // to firing is logged (at the drill's clock, drillClock times real time).
+// It runs in parallel with TestAPIReturn (after the serial tests): both
+// mostly wait, on processes of their own.
 func TestAlertsDrill(t *testing.T) {
+	t.Parallel()
 	RequireTool(t, "dig", "dnsutils")
 	k := startKubeAPI(t)
 	createNS(t, k, "shop")

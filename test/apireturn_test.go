@@ -45,7 +45,11 @@ const apiReturnGoal = 2 * time.Second
 // whenever the lookup came before meshdns had followed it (the one-node
 // drill's 30.03 s). Like kubeadm's Corefile (kubernetes#128359), the
 // shipped one does not cache the zone it is authoritative for.
+//
+// It runs in parallel with the other tests marked so (after the serial
+// ones): two minutes of its 2.5 are the outages' sleep.
 func TestAPIReturn(t *testing.T) {
+	t.Parallel()
 	k := startKubeAPI(t)
 	createNS(t, k, "shop")
 	createNS(t, k, "dns")
