@@ -93,8 +93,7 @@ limits { http_max_conns_per_client = 10000 }
 			}
 		}
 		if time.Now().After(deadline) {
-			s.stop()
-			log.Fatal("consul server has no leader after 60 s")
+			fatalf("consul server has no leader after 60 s")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -298,29 +297,30 @@ func unchangedReads(reqs []fleetRequest, names []string, n int) float64 {
 func runFleet(consulBin, meshdns string, n, changes int) {
 	dir, err := os.MkdirTemp("", "benchfleet-")
 	if err != nil {
-		log.Fatal(err)
+		fatalf("%v", err)
 	}
-	defer os.RemoveAll(dir)
+	defer runCleanups()
+	onExit(func() { os.RemoveAll(dir) })
 	srv := &fleetServer{bin: consulBin, dir: dir}
+	onExit(srv.stop)
 	srv.start()
-	defer srv.stop()
 	client, _ := api.NewClient(&api.Config{Address: srv.http()})
 	names, err := fleetCatalog(client)
 	if err != nil {
-		log.Fatalf("catalog: %v", err)
+		fatalf("catalog: %v", err)
 	}
 	read := append(slices.Clone(names), "tgw0", "tgw1")
 	p := &fleetProxy{target: srv.http()}
 	proxy, stopProxy := p.serve()
-	defer stopProxy()
+	onExit(stopProxy)
 	addrs, stopMesh, err := fleetMeshdns(meshdns, dir, proxy, n)
 	if err != nil {
-		log.Fatal(err)
+		fatalf("%v", err)
 	}
-	defer stopMesh()
+	onExit(stopMesh)
 	t0 := time.Now()
 	if !visible(addrs, "ext1-1.virtual.consul.", true, 5*time.Minute) {
-		log.Fatalf("not every source answers ext1-1.virtual.consul after 5 minutes")
+		fatalf("not every source answers ext1-1.virtual.consul after 5 minutes")
 	}
 	log.Printf("%d sources synced %d names in %v", n, len(names), time.Since(t0).Round(time.Millisecond))
 	settle(p, 3*time.Second, time.Minute)
@@ -333,13 +333,13 @@ func runFleet(consulBin, meshdns string, n, changes int) {
 		at := p.mark()
 		if _, err := client.Catalog().Register(&api.CatalogRegistration{Node: "bench-node", Address: "10.0.0.1",
 			Service: &api.AgentService{ID: "unrelated", Service: "unrelated", Port: 9000 + i}}, nil); err != nil {
-			log.Fatal(err)
+			fatalf("%v", err)
 		}
 		settle(p, 2*time.Second, time.Minute)
 		regs = append(regs, p.since(at)...)
 		at = p.mark()
 		if _, err := client.Catalog().Deregister(&api.CatalogDeregistration{Node: "bench-node", ServiceID: "unrelated"}, nil); err != nil {
-			log.Fatal(err)
+			fatalf("%v", err)
 		}
 		settle(p, 2*time.Second, time.Minute)
 		deregs = append(deregs, p.since(at)...)
@@ -539,4 +539,23 @@ func freeDualPorts(n int) []int {
 		ports = append(ports, port)
 	}
 	return ports
+}
+
+// cleanups run, last first, when runFleet returns or fails: log.Fatal alone
+// would skip its defers and leave the Consul server and the meshdns
+// processes running.
+var cleanups []func()
+
+func onExit(f func()) { cleanups = append(cleanups, f) }
+
+func runCleanups() {
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	cleanups = nil
+}
+
+func fatalf(format string, a ...any) {
+	runCleanups()
+	log.Fatalf(format, a...)
 }
