@@ -3,6 +3,8 @@ package replica
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -10,9 +12,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,8 +31,13 @@ import (
 type Source struct {
 	url       *url.URL // the stream's URL (Path added), without a query
 	tokenFile string
+	token     *Token // nil: none sent
 	zone      string
+	tls       *TLSFiles // nil: the system roots (https://)
+
+	clientMu  sync.Mutex
 	client    *http.Client
+	clientTLS *tls.Config // the configuration client was made with
 
 	// Backoff is the wait before connecting again (Backoff); Silence how
 	// long a stream may send nothing (Silence). Tests shorten them.
@@ -58,15 +65,35 @@ func NewSource(base, tokenFile, zone string) (*Source, error) {
 		return nil, fmt.Errorf("bad replica URL %q: want http://HOST:PORT or https://HOST:PORT", base)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + Path
-	return &Source{url: u, tokenFile: tokenFile, zone: zone, client: newClient(), Backoff: Backoff, Silence: Silence}, nil
+	s := &Source{url: u, tokenFile: tokenFile, zone: zone, client: newClient(nil), Backoff: Backoff, Silence: Silence}
+	if tokenFile != "" {
+		s.token = NewToken(tokenFile)
+	}
+	return s, nil
+}
+
+// UseTLS checks the leader's certificate (and presents a client
+// certificate) with files, read again when they change; the URL must be
+// https://.
+func (f *Source) UseTLS(files *TLSFiles) error {
+	if f.url.Scheme != "https" {
+		return fmt.Errorf("tls needs an https:// replica URL, not %q", f.url.Scheme+"://")
+	}
+	if _, err := files.Client(); err != nil {
+		return err
+	}
+	f.tls = files
+	return nil
 }
 
 // newClient is the follower's HTTP client: no proxy from the environment,
 // bounded dials and headers, no overall timeout (the stream is long; the
-// silence timer ends a dead one).
-func newClient() *http.Client {
+// silence timer ends a dead one); cfg is its TLS configuration (nil: the
+// system roots).
+func newClient(cfg *tls.Config) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		TLSClientConfig:       cfg,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: 10 * time.Second,
 		MaxIdleConns:          1,
@@ -74,12 +101,35 @@ func newClient() *http.Client {
 	}}
 }
 
+// httpClient is the client for the next connection: made again when the
+// TLS files changed.
+func (f *Source) httpClient() (*http.Client, error) {
+	f.clientMu.Lock()
+	defer f.clientMu.Unlock()
+	if f.tls == nil {
+		return f.client, nil
+	}
+	cfg, err := f.tls.Client()
+	if err != nil {
+		return nil, err
+	}
+	if cfg != f.clientTLS {
+		f.client.CloseIdleConnections()
+		f.client, f.clientTLS = newClient(cfg), cfg
+	}
+	return f.client, nil
+}
+
 // Name implements feed.Source.
 func (f *Source) Name() string { return "replica" }
 
 // Key implements feed.Source.
 func (f *Source) Key() string {
-	return fmt.Sprintf("replica %q token_file=%q", f.url.String(), f.tokenFile)
+	k := fmt.Sprintf("replica %q token_file=%q", f.url.String(), f.tokenFile)
+	if f.tls != nil {
+		k += " " + f.tls.String()
+	}
+	return k
 }
 
 // Run implements feed.Source: it follows the stream until ctx is done,
@@ -154,16 +204,20 @@ func (f *Source) open(ctx context.Context, epoch string, gen uint64) (*http.Resp
 	if err != nil {
 		return nil, err
 	}
-	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile) // per connection: a rotated token is picked up
+	if f.token != nil {
+		h, err := f.token.Header() // per connection: a rotated token is picked up
 		if err != nil {
 			return nil, err
 		}
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+		req.Header.Set("Authorization", h)
 	}
-	resp, err := f.client.Do(req)
+	client, err := f.httpClient()
 	if err != nil {
 		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, f.tlsError(err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
@@ -175,6 +229,24 @@ func (f *Source) open(ctx context.Context, epoch string, gen uint64) (*http.Resp
 		return nil, fmt.Errorf("%s: content type %q, want %s", u.Redacted(), mt, ContentType)
 	}
 	return resp, nil
+}
+
+// tlsError says, of a certificate the follower refused, which CA it was
+// checked against.
+func (f *Source) tlsError(err error) error {
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.HostnameError
+	ca := "the system roots"
+	if f.tls != nil && f.tls.CA != "" {
+		ca = "the CA in " + f.tls.CA
+	}
+	switch {
+	case errors.As(err, &unknown):
+		return fmt.Errorf("the leader's certificate is not signed by %s: %w", ca, err)
+	case errors.As(err, &invalid):
+		return fmt.Errorf("the leader's certificate is not for the name checked (tls_servername, or the URL's host): %w", err)
+	}
+	return err
 }
 
 // ended names why a stream ended.

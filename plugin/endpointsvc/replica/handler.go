@@ -1,12 +1,10 @@
 package replica
 
 import (
-	"bytes"
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -32,6 +30,9 @@ func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if code, msg := l.authorize(r); code != 0 {
+		if code == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="replicate"`)
+		}
 		http.Error(w, msg, code)
 		return
 	}
@@ -83,17 +84,15 @@ func parseQuery(r *http.Request) (query, error) {
 // authorize checks the bearer token when the leader has a token file:
 // 0 when the request may stream, else the status and message to answer.
 func (l *Leader) authorize(r *http.Request) (int, string) {
-	if l.tokenFile == "" {
+	if l.token == nil {
 		return 0, ""
 	}
-	b, err := os.ReadFile(l.tokenFile) // read per stream: a rotated token is picked up
-	token := bytes.TrimSpace(b)
-	if err != nil || len(token) == 0 {
-		log.Errorf("Replication token file %q: %v", l.tokenFile, err)
+	ok, err := l.token.Check(r.Header.Get("Authorization"))
+	if err != nil {
+		log.Errorf("Replication token: %v", err)
 		return http.StatusServiceUnavailable, "no token to check"
 	}
-	want := append([]byte("Bearer "), token...)
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+	if !ok {
 		return http.StatusUnauthorized, "bad or missing bearer token"
 	}
 	return 0, ""
@@ -191,6 +190,9 @@ func (l *Leader) count(first, full bool) {
 type Server struct {
 	addr    string
 	handler http.Handler
+	// TLS, when set before Start, makes it serve HTTPS with these files
+	// (read again when they change).
+	TLS *TLSFiles
 
 	mu     sync.Mutex
 	srv    *http.Server
@@ -207,9 +209,20 @@ func NewServer(addr string, handler http.Handler) *Server {
 
 // Start listens and serves in the background.
 func (s *Server) Start() error {
+	var cfg *tls.Config
+	if s.TLS != nil {
+		if _, err := s.TLS.Server(); err != nil { // the files load now, or start-up fails
+			return errorf("replicate %s: %w", s.addr, err)
+		}
+		files := s.TLS
+		cfg = &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return files.Server() }}
+	}
 	ln, err := reuseport.Listen("tcp", s.addr)
 	if err != nil {
 		return errorf("listen on %s: %w", s.addr, err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := &http.Server{

@@ -17,8 +17,8 @@ import (
 // changes by generation and logs which names each one changed. Streams
 // (ServeHTTP) read it; they hold no lock while they write.
 type Leader struct {
-	zone      string // the metrics' zone label
-	tokenFile string // "": followers need no token
+	zone  string // the metrics' zone label
+	token *Token // nil: followers need no token
 
 	mu     sync.Mutex
 	epoch  string
@@ -61,7 +61,11 @@ type state struct {
 // labels its metrics, and followers must send the token in tokenFile
 // ("" none).
 func NewLeader(zone, tokenFile string) *Leader {
-	return &Leader{zone: zone, tokenFile: tokenFile, epoch: newEpoch(), wake: make(chan struct{}), poke: make(chan struct{}), Idle: Heartbeat}
+	var token *Token
+	if tokenFile != "" {
+		token = NewToken(tokenFile)
+	}
+	return &Leader{zone: zone, token: token, epoch: newEpoch(), wake: make(chan struct{}), poke: make(chan struct{}), Idle: Heartbeat}
 }
 
 // Stale tells the streams that the table's staleness changed (it became
