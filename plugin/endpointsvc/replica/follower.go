@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"mime"
 	"net"
 	"net/http"
@@ -39,9 +40,13 @@ type Source struct {
 	client    *http.Client
 	clientTLS *tls.Config // the configuration client was made with
 
-	// Backoff is the wait before connecting again (Backoff); Silence how
-	// long a stream may send nothing (Silence). Tests shorten them.
-	Backoff, Silence time.Duration
+	// Backoff and MaxBackoff bound the wait before connecting again
+	// (Backoff, MaxBackoff); Healthy is how long a stream that applied a
+	// state must have lasted to start the waits over (Healthy); Silence
+	// how long a stream may send nothing (Silence). Tests shorten them.
+	Backoff, MaxBackoff, Healthy, Silence time.Duration
+	// Waits, when set, is told each wait (tests).
+	Waits func(time.Duration)
 
 	Stats FollowerStats
 }
@@ -65,7 +70,8 @@ func NewSource(base, tokenFile, zone string) (*Source, error) {
 		return nil, fmt.Errorf("bad replica URL %q: want http://HOST:PORT or https://HOST:PORT", base)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + Path
-	s := &Source{url: u, tokenFile: tokenFile, zone: zone, client: newClient(nil), Backoff: Backoff, Silence: Silence}
+	s := &Source{url: u, tokenFile: tokenFile, zone: zone, client: newClient(nil),
+		Backoff: Backoff, MaxBackoff: MaxBackoff, Healthy: Healthy, Silence: Silence}
 	if tokenFile != "" {
 		s.token = NewToken(tokenFile)
 	}
@@ -133,19 +139,67 @@ func (f *Source) Key() string {
 }
 
 // Run implements feed.Source: it follows the stream until ctx is done,
-// connecting again Backoff after every end (never a busy loop).
+// connecting again after every end: after a wait that doubles with each
+// failure in a row from Backoff up to MaxBackoff, drawn between half of
+// it and all of it (a thousand followers of a restarted leader come back
+// spread, not at once), at least the leader's Retry-After, and back to
+// Backoff after a healthy stream. Never a busy loop.
 func (f *Source) Run(ctx context.Context, s feed.Sink) {
+	b := backoff{base: f.Backoff, max: f.MaxBackoff}
 	for {
-		err := f.follow(ctx, s)
+		start := time.Now()
+		applied, err := f.follow(ctx, s)
 		if ctx.Err() != nil {
 			return
 		}
 		s.Failed(err)
-		if !pause.Sleep(ctx, f.Backoff) {
+		if applied && time.Since(start) >= f.Healthy {
+			b.reset()
+		}
+		d := b.next()
+		var busy *busyError
+		if errors.As(err, &busy) && busy.retryAfter > d {
+			d = busy.retryAfter
+		}
+		if f.Waits != nil {
+			f.Waits(d)
+		}
+		if !pause.Sleep(ctx, d) {
 			return
 		}
 	}
 }
+
+// backoff is a jittered exponential wait: the n-th in a row is drawn in
+// [w/2, w) with w = min(base * 2^n, max).
+type backoff struct {
+	base, max time.Duration
+	n         int
+}
+
+func (b *backoff) next() time.Duration {
+	w := b.base
+	for i := 0; i < b.n && w < b.max; i++ {
+		w *= 2
+	}
+	w = min(w, max(b.max, b.base))
+	b.n++
+	half := w / 2
+	if half <= 0 {
+		return w
+	}
+	return half + mrand.N(w-half)
+}
+
+func (b *backoff) reset() { b.n = 0 }
+
+// busyError is a leader's 503 with a Retry-After.
+type busyError struct {
+	msg        string
+	retryAfter time.Duration
+}
+
+func (e *busyError) Error() string { return e.msg }
 
 // servedTable returns how to read the table the plugin serves.
 func servedTable(s feed.Sink) func() *k8sdns.Table {
@@ -159,8 +213,9 @@ func servedTable(s feed.Sink) func() *k8sdns.Table {
 	}
 }
 
-// follow reads one stream until it ends; the error says why.
-func (f *Source) follow(ctx context.Context, s feed.Sink) error {
+// follow reads one stream until it ends; the error says why, applied
+// whether a state of it was applied.
+func (f *Source) follow(ctx context.Context, s feed.Sink) (applied bool, _ error) {
 	a := &applier{sink: s, served: servedTable(s), stats: &f.Stats, zone: f.zone}
 	if t := a.served(); t != nil {
 		a.askEpoch, a.askGen, _ = parseOrigin(t.Origin())
@@ -172,7 +227,7 @@ func (f *Source) follow(ctx context.Context, s feed.Sink) error {
 	defer timer.Stop()
 	resp, err := f.open(ctx, a.askEpoch, a.askGen)
 	if err != nil {
-		return f.ended(&silent, err)
+		return false, f.ended(&silent, err)
 	}
 	defer resp.Body.Close()
 	f.Stats.Connects.Add(1)
@@ -180,13 +235,13 @@ func (f *Source) follow(ctx context.Context, s feed.Sink) error {
 	for n := 1; ; n++ {
 		line, err := readLine(br)
 		if err != nil {
-			return f.ended(&silent, err)
+			return a.applied, f.ended(&silent, err)
 		}
 		timer.Reset(f.Silence)
 		f.Stats.Bytes.Add(int64(len(line) + 1))
 		receivedBytes.WithLabelValues(f.zone).Add(float64(len(line) + 1))
 		if err := a.line(line); err != nil {
-			return fmt.Errorf("replica %s: line %d: %w", f.url.Host, n, err)
+			return a.applied, fmt.Errorf("replica %s: line %d: %w", f.url.Host, n, err)
 		}
 	}
 }
@@ -222,7 +277,11 @@ func (f *Source) open(ctx context.Context, epoch string, gen uint64) (*http.Resp
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		resp.Body.Close()
-		return nil, fmt.Errorf("%s: %s: %s", u.Redacted(), resp.Status, strings.TrimSpace(string(msg)))
+		err := fmt.Errorf("%s: %s: %s", u.Redacted(), resp.Status, strings.TrimSpace(string(msg)))
+		if n, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && n > 0 && resp.StatusCode == http.StatusServiceUnavailable {
+			return nil, &busyError{msg: err.Error(), retryAfter: time.Duration(min(n, 300)) * time.Second}
+		}
+		return nil, err
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentType {
 		resp.Body.Close()
