@@ -30,7 +30,7 @@ nodeLocal:
 	}
 	corefile, _ := field(objs[helmNodeLocalCM], "data.Corefile").(string)
 	for _, want := range []string{"bind 169.254.0.53 10.43.0.10\n", "health 169.254.0.53:8080 {", "ready 169.254.0.53:8181\n",
-		"prometheus 169.254.0.53:9253\n", "source replica http://10.43.0.10:9156\n", "forward . 10.43.0.10\n"} {
+		"prometheus 169.254.0.53:9253\n", "source replica http://10.43.0.10:9156 {\n", "forward . 10.43.0.10\n"} {
 		if !strings.Contains(corefile, want) {
 			t.Errorf("the node-local Corefile has no %q:\n%s", want, corefile)
 		}

@@ -39,7 +39,7 @@ servers:
     configBlock: |-
       source kubernetes
       schema kubernetes
-      replicate :9155
+      replicate 127.0.0.1:9155
   - name: forward
     parameters: . /etc/resolv.conf
 extraConfig: |-
@@ -62,7 +62,7 @@ const helmServersCorefile = `example.org:1053 dns://example.net:1053 {
     endpointsvc cluster.local {
         source kubernetes
         schema kubernetes
-        replicate :9155
+        replicate 127.0.0.1:9155
     }
     forward . /etc/resolv.conf
 }

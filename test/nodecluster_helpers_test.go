@@ -159,6 +159,12 @@ func cleanupNodeHost(state, kubeProxy string) string {
 		sum = append(sum, fmt.Sprintf("unmounted %d", n))
 	}
 	cleanupNodeIptables(kubeProxy)
+	if removed, left := removeNewChains(state); len(removed)+len(left) > 0 {
+		sum = append(sum, "removed chains "+strings.Join(removed, " "))
+		if len(left) > 0 {
+			sum = append(sum, "chains left: "+strings.Join(left, " "))
+		}
+	}
 	if s := removeNodeLocalHost(); s != "" {
 		sum = append(sum, s)
 	}

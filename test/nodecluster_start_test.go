@@ -44,6 +44,9 @@ func startNodeCluster() (c *nodeCluster, err error) {
 	if err := recordSysctls(c.paths.state); err != nil {
 		return nil, err
 	}
+	if err := recordIptables(c.paths.state); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "one-node cluster: start failed (%v); tearing down: %s\n", err, c.teardown())

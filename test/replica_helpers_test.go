@@ -59,6 +59,7 @@ func replicaFollowerCorefile(t *testing.T, url string) string {
 		{"169.254.20.10:", "127.0.0.1:"},
 		{"source replica http://10.96.0.10:9155", "source replica " + url},
 		{"/var/lib/meshdns-node-local/", ""},
+		{"/var/run/secrets/meshdns-replication/", ""},
 		{"forward . 10.96.0.10", "forward . 127.0.0.1:5301"},
 		{"ttl 30\n", "ttl 30\n        stale_ede\n"}, // the option, to see it end to end
 	} {
@@ -76,8 +77,16 @@ func startReplicaFollower(t *testing.T, addr string) *Server {
 	t.Helper()
 	_, port, _ := net.SplitHostPort(addr)
 	p, _ := strconv.Atoi(port)
-	return Start(t, replicaFollowerCorefile(t, "http://"+addr), Options{Ports: map[int]int{p: p}})
+	return Start(t, replicaFollowerCorefile(t, "http://"+addr), Options{Ports: map[int]int{p: p}, Files: replicaTokenFiles})
 }
+
+// replicaToken is the stream's token in the tests: the shipped Corefiles
+// read it from a file "token" in the server's directory once the tests
+// rewrite their paths (the Secret meshdns-replication in a cluster).
+const replicaToken = "e2e-replication-token"
+
+// replicaTokenFiles writes it (Options.Files).
+var replicaTokenFiles = map[string]string{"token": replicaToken + "\n"}
 
 // replicaProxy is a TCP proxy on loopback between followers and a
 // leader, which the test can cut: Cut closes every connection and turns

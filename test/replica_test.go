@@ -31,7 +31,7 @@ func TestReplicaStream(t *testing.T) {
 	createNS(t, k, "shop")
 	createNS(t, k, "dns")
 	ips := replicaObjects(t, k, "shop", 20)
-	leader := Start(t, replicaLeaderCorefile(t, k.Kubeconfig), Options{Env: []string{"POD_NAME=meshdns-e2e", "POD_NAMESPACE=dns"}})
+	leader := Start(t, replicaLeaderCorefile(t, k.Kubeconfig), Options{Env: []string{"POD_NAME=meshdns-e2e", "POD_NAMESPACE=dns"}, Files: replicaTokenFiles})
 	proxy := startReplicaProxy(t, leader.Addr(9155))
 	follower := startReplicaFollower(t, proxy.Addr())
 	within(t, 5*time.Second, follower.DNS(), "svc19.shop.svc.cluster.local", dns.TypeA, ips["svc19"])

@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/meshdns/meshdns/internal/clustergen"
+	"github.com/meshdns/meshdns/internal/testpki"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/kubefix"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/kubesource"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/replica"
@@ -205,16 +206,46 @@ func TestReplicaLeaderReload(t *testing.T) {
 // TestParseReplication: the options of the stream, and their errors.
 func TestParseReplication(t *testing.T) {
 	const spec = "endpointsvc cluster.local {\n"
+	pki := testpki.Write(t, t.TempDir())
 	for _, tc := range []struct {
 		in  string
 		err string
 		chk func(t *testing.T, e *Endpointsvc)
 	}{
-		{in: spec + "source kubernetes\nschema kubernetes\nreplicate :9155\n}", chk: func(t *testing.T, e *Endpointsvc) {
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate :9155 {\ntoken_file /run/t\n}\n}", chk: func(t *testing.T, e *Endpointsvc) {
 			if e.replicating == nil || e.replicating.server == nil {
 				t.Error("no leader")
 			}
 		}},
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate 127.0.0.1:9155\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if e.replicating == nil {
+				t.Error("no leader on loopback without a token")
+			}
+		}},
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate [::1]:9155\n}"},
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate localhost:9155\n}"},
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate :9155\n}", err: "Testfile:4 - Error during parsing: replicate :9155 serves the cluster's table beyond loopback: set token_file"},
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate 10.0.0.1:9155 {\n}\n}", err: "Testfile:4 - Error during parsing: replicate 10.0.0.1:9155 serves the cluster's table beyond loopback"},
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate :9155 {\ntls " + pki.Cert + " " + pki.Key + "\n}\n}", err: "replicate :9155 serves the cluster's table beyond loopback"},
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate :9155 {\ntls " + pki.Cert + " " + pki.Key + " " + pki.CA + "\n}\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if f := e.replicating.server.TLS; f == nil || f.CA != pki.CA {
+				t.Errorf("tls: %+v", f)
+			}
+		}},
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate :9155 {\ntoken_file t\ntls " + pki.Cert + "\n}\n}", err: "tls of replicate takes CERT KEY [CA]"},
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate :9155 {\ntoken_file t\ntls /none.pem " + pki.Key + "\n}\n}", err: "Testfile:6 - Error during parsing: tls: certificate /none.pem"},
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate :9155 {\ntoken_file t\ntls_servername x\n}\n}", err: `unknown property "tls_servername"`},
+		{in: spec + "source replica https://10.96.0.10:9155 {\ntoken_file t\ntls " + pki.CA + "\ntls_servername meshdns.kube-system.svc\n}\nschema kubernetes\n}", chk: func(t *testing.T, e *Endpointsvc) {
+			if k := e.source.(*replica.Source).Key(); !strings.Contains(k, "meshdns.kube-system.svc") || !strings.Contains(k, pki.CA) {
+				t.Errorf("key %s", k)
+			}
+		}},
+		{in: spec + "source replica https://10.96.0.10:9155 {\ntls " + pki.ClientCert + " " + pki.ClientKey + " " + pki.CA + "\n}\nschema kubernetes\n}"},
+		{in: spec + "source replica https://10.96.0.10:9155 {\ntls\n}\nschema kubernetes\n}"},
+		{in: spec + "source replica http://10.96.0.10:9155 {\ntls " + pki.CA + "\n}\nschema kubernetes\n}", err: "Testfile:3 - Error during parsing: tls needs an https:// replica URL"},
+		{in: spec + "source replica https://10.96.0.10:9155 {\ntls /none.pem\n}\nschema kubernetes\n}", err: "tls: CA: open /none.pem"},
+		{in: spec + "source replica https://10.96.0.10:9155 {\ntls_servername x\n}\nschema kubernetes\n}", err: "tls_servername needs tls"},
+		{in: spec + "source replica https://10.96.0.10:9155 {\ntls a b c d\n}\nschema kubernetes\n}", err: "tls of source replica takes [CERT KEY] [CA]"},
 		{in: spec + "source kubernetes\nreplicate 127.0.0.1:9155 {\ntoken_file /run/t\n}\nschema kubernetes\nttl 7\n}", chk: func(t *testing.T, e *Endpointsvc) {
 			if e.replicating == nil || e.schema.(*dnsSchema).srv.TTL != 7 {
 				t.Error("the options after the token block were not read")
@@ -229,12 +260,12 @@ func TestParseReplication(t *testing.T) {
 				t.Errorf("key %s", k)
 			}
 		}},
-		{in: spec + "schema kubernetes\nsource replica https://dns.example:9155\nreplicate :9156\n}", chk: func(t *testing.T, e *Endpointsvc) {
+		{in: spec + "schema kubernetes\nsource replica https://dns.example:9155\nreplicate :9156 {\ntoken_file t\n}\n}", chk: func(t *testing.T, e *Endpointsvc) {
 			if _, ok := e.source.(*replica.Source); !ok || e.replicating == nil {
 				t.Error("a follower that replicates too")
 			}
 		}},
-		{in: spec + "source kubernetes\nreplicate :9155\n}", err: "replicate needs 'schema kubernetes'"},
+		{in: spec + "source kubernetes\nreplicate 127.0.0.1:9155\n}", err: "replicate needs 'schema kubernetes'"},
 		{in: spec + "source replica http://a:1\n}", err: "source replica needs 'schema kubernetes'"},
 		{in: spec + "source replica ftp://a:1\nschema kubernetes\n}", err: `bad replica URL "ftp://a:1"`},
 		{in: spec + "source replica http://a:1?x=1\nschema kubernetes\n}", err: "bad replica URL"},
@@ -245,7 +276,7 @@ func TestParseReplication(t *testing.T) {
 		{in: spec + "source replica http://a:1 {\ntoken_file\n}\nschema kubernetes\n}", err: "Wrong argument count"},
 		{in: spec + "source replica http://a:1 x\nschema kubernetes\n}", err: "Wrong argument count"},
 		{in: spec + "source kubernetes\nschema kubernetes\nreplicate 9155\n}", err: `bad replicate address "9155"`},
-		{in: spec + "source kubernetes\nschema kubernetes\nreplicate :1\nreplicate :2\n}", err: "replicate can only be given once"},
+		{in: spec + "source kubernetes\nschema kubernetes\nreplicate 127.0.0.1:1\nreplicate :2\n}", err: "replicate can only be given once"},
 		{in: spec + "source kubernetes\nsource replica http://a:1\nschema kubernetes\n}", err: "only one source"},
 		{in: spec + "source kubernetes\nschema kubernetes\nstale_ede\n}", chk: func(t *testing.T, e *Endpointsvc) {
 			if !e.stale.on || e.stale.after != 0 {
@@ -274,7 +305,7 @@ func TestParseReplication(t *testing.T) {
 			}
 		case err != nil:
 			t.Errorf("%q: %v", tc.in, err)
-		default:
+		case tc.chk != nil:
 			tc.chk(t, e)
 		}
 	}

@@ -1,6 +1,7 @@
 package endpointsvc
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 
@@ -29,17 +30,22 @@ type replicating struct {
 
 // replicaOptions are the replication options of a block.
 type replicaOptions struct {
-	addr, tokenFile string // replicate ADDR { token_file PATH }
+	addr, tokenFile string // replicate ADDR { token_file PATH tls CERT KEY [CA] }
+	tls             *replica.TLSFiles
 	seen            bool
 
-	url, sourceToken string // source replica URL { token_file PATH }
+	url, sourceToken string // source replica URL { token_file PATH tls [CERT KEY] [CA] tls_servername NAME }
+	sourceTLS        *replica.TLSFiles
 }
 
-// replicateOption reads `replicate ADDR [{ token_file PATH }]`.
+// replicateOption reads `replicate ADDR [{ token_file PATH; tls CERT KEY
+// [CA] }]`. An address beyond loopback needs a credential: token_file,
+// or a CA that client certificates must be signed by (inspect's rule).
 func (o *options) replicateOption(c *caddy.Controller) error {
 	if o.repl.seen {
 		return c.Err("replicate can only be given once")
 	}
+	line := c.Line()
 	a := c.RemainingArgs()
 	if len(a) != 1 {
 		return c.ArgErr()
@@ -47,56 +53,120 @@ func (o *options) replicateOption(c *caddy.Controller) error {
 	if _, _, err := net.SplitHostPort(a[0]); err != nil {
 		return c.Errf("bad replicate address %q: want [HOST]:PORT", a[0])
 	}
-	token, err := tokenBlock(c)
+	b, err := replicaBlock(c, true)
 	if err != nil {
 		return err
 	}
-	o.repl.addr, o.repl.tokenFile, o.repl.seen = a[0], token, true
+	if b.token == "" && (b.tls == nil || b.tls.CA == "") && !conf.LoopbackOnly(a[0]) {
+		return lineErr(c, line, fmt.Sprintf("replicate %s serves the cluster's table beyond loopback: set token_file (or tls with a CA for client certificates), or bind it to 127.0.0.1", a[0]))
+	}
+	o.repl.addr, o.repl.tokenFile, o.repl.tls, o.repl.seen = a[0], b.token, b.tls, true
 	return nil
 }
 
 // replicaSourceOption reads the rest of `source replica URL [{ token_file
-// PATH }]`.
+// PATH; tls [CERT KEY] [CA]; tls_servername NAME }]`.
 func (o *options) replicaSourceOption(c *caddy.Controller, a []string) error {
 	if len(a) != 2 {
 		return c.ArgErr()
 	}
-	token, err := tokenBlock(c)
+	b, err := replicaBlock(c, false)
 	if err != nil {
 		return err
 	}
-	if _, err := replica.NewSource(a[1], token, ""); err != nil {
+	src, err := replica.NewSource(a[1], b.token, "")
+	if err != nil {
 		return c.Err(err.Error())
 	}
-	o.repl.url, o.repl.sourceToken = a[1], token
+	if b.tls != nil {
+		if err := src.UseTLS(b.tls); err != nil {
+			return lineErr(c, b.tlsLine, err.Error())
+		}
+	}
+	o.repl.url, o.repl.sourceToken, o.repl.sourceTLS = a[1], b.token, b.tls
 	return nil
 }
 
-// tokenBlock reads an optional `{ token_file PATH }` that opens at the
-// end of the current line, and returns PATH ("" none).
-func tokenBlock(c *caddy.Controller) (string, error) {
+// replicaBlockOptions are the options of a replicate or source replica
+// block.
+type replicaBlockOptions struct {
+	token   string
+	tls     *replica.TLSFiles
+	tlsLine int
+}
+
+// replicaBlock reads an optional block that opens at the end of the
+// current line: token_file and tls (a leader's: CERT KEY [CA]; a
+// follower's: [CERT KEY] [CA], and tls_servername).
+func replicaBlock(c *caddy.Controller, leader bool) (replicaBlockOptions, error) {
+	var b replicaBlockOptions
 	if !c.NextArg() {
-		return "", nil
+		return b, nil
 	}
 	if c.Val() != "{" {
-		return "", c.ArgErr()
+		return b, c.ArgErr()
 	}
-	token := ""
+	serverName, snLine := "", 0
 	for c.Next() {
-		switch c.Val() {
+		switch v := c.Val(); v {
 		case "}":
-			return token, nil
+			if serverName != "" {
+				if b.tls == nil {
+					return b, lineErr(c, snLine, "tls_servername needs tls")
+				}
+				b.tls.ServerName = serverName
+			}
+			if b.tls != nil {
+				var err error
+				if leader {
+					_, err = b.tls.Server()
+				} else {
+					_, err = b.tls.Client()
+				}
+				if err != nil {
+					return b, lineErr(c, b.tlsLine, err.Error())
+				}
+			}
+			return b, nil
 		case "token_file":
 			a := c.RemainingArgs()
 			if len(a) != 1 {
-				return "", c.ArgErr()
+				return b, c.ArgErr()
 			}
-			token = conf.Path(c, a[0])
+			b.token = conf.Path(c, a[0])
+		case "tls":
+			a := c.RemainingArgs()
+			f := &replica.TLSFiles{}
+			switch {
+			case len(a) == 1 && !leader:
+				f.CA = conf.Path(c, a[0])
+			case len(a) == 2 || len(a) == 3:
+				f.Cert, f.Key = conf.Path(c, a[0]), conf.Path(c, a[1])
+				if len(a) == 3 {
+					f.CA = conf.Path(c, a[2])
+				}
+			case len(a) == 0 && !leader:
+			default:
+				if leader {
+					return b, c.Err("tls of replicate takes CERT KEY [CA]")
+				}
+				return b, c.Err("tls of source replica takes [CERT KEY] [CA]")
+			}
+			b.tls, b.tlsLine = f, c.Line()
+		case "tls_servername":
+			a := c.RemainingArgs()
+			if leader || len(a) != 1 {
+				if leader {
+					return b, c.Errf("unknown property %q", v)
+				}
+				return b, c.ArgErr()
+			}
+			serverName, snLine = a[0], c.Line()
 		default:
-			return "", c.Errf("unknown property %q", c.Val())
+			return b, c.Errf("unknown property %q", v)
 		}
 	}
-	return "", c.EOFErr()
+	return b, c.EOFErr()
 }
 
 // replication makes the leader and the follower the options ask for,
@@ -111,12 +181,19 @@ func (o *options) replication(c *caddy.Controller, e *Endpointsvc) error {
 	if o.repl.seen {
 		l := replica.NewLeader(e.Zones[0], o.repl.tokenFile)
 		l.Age = e.tableAge
-		e.replicating = &replicating{leader: l, server: replica.NewServer(o.repl.addr, l)}
+		srv := replica.NewServer(o.repl.addr, l)
+		srv.TLS = o.repl.tls
+		e.replicating = &replicating{leader: l, server: srv}
 	}
 	if o.repl.url != "" {
 		src, err := replica.NewSource(o.repl.url, o.repl.sourceToken, e.Zones[0])
 		if err != nil {
 			return c.Err(err.Error())
+		}
+		if o.repl.sourceTLS != nil {
+			if err := src.UseTLS(o.repl.sourceTLS); err != nil {
+				return c.Err(err.Error())
+			}
 		}
 		e.source = src
 	}

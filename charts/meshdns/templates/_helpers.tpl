@@ -206,3 +206,49 @@ app.kubernetes.io/name: {{ include "meshdns.nodeLocal.name" . }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The replication stream's Secret (key token), both releases': the value, or
+the cluster release's own, <cluster fullname>-replication (a node-local
+release named meshdns or meshdns-node-local finds meshdns-replication).
+*/}}
+{{- define "meshdns.replicationSecret" -}}
+{{- if .Values.replication.secretName -}}
+{{- .Values.replication.secretName -}}
+{{- else -}}
+{{- printf "%s-replication" (include "meshdns.fullname" . | trimSuffix "-node-local") | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where both sides mount the token and the TLS files. */}}
+{{- define "meshdns.replicationTokenFile" -}}/var/run/secrets/meshdns-replication/token{{- end -}}
+{{- define "meshdns.replicationTLSDir" -}}/var/run/secrets/meshdns-replication-tls{{- end -}}
+
+{{/* The volume mounts of the replication stream's files. Context: $. */}}
+{{- define "meshdns.replicationMounts" -}}
+- {name: replication, mountPath: /var/run/secrets/meshdns-replication, readOnly: true}
+{{- if .Values.replication.tls.secretName }}
+- {name: replication-tls, mountPath: {{ include "meshdns.replicationTLSDir" . }}, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{/* Their volumes; tls: the keys this side reads. Context: dict "root" $ "keys" LIST. */}}
+{{- define "meshdns.replicationVolumes" -}}
+{{- $root := .root -}}
+# the replication stream's token (replication.secretName): the pod starts
+# once it has one, and reads it at each connection
+- name: replication
+  secret:
+    secretName: {{ include "meshdns.replicationSecret" $root }}
+    items:
+    - {key: token, path: token}
+{{- with $root.Values.replication.tls.secretName }}
+- name: replication-tls
+  secret:
+    secretName: {{ . }}
+    items:
+    {{- range $.keys }}
+    - {key: {{ . }}, path: {{ . }}}
+    {{- end }}
+{{- end }}
+{{- end -}}

@@ -30,6 +30,7 @@ type applier struct {
 	askGen   uint64
 
 	started bool          // the header came
+	applied bool          // a state was handed to the sink
 	v       int           // the stream's version (the header's)
 	epoch   string        // the stream's
 	gen     uint64        // the last synced generation (or the one resumed from)
@@ -222,6 +223,7 @@ func (a *applier) synced(gen uint64) error {
 		a.sink.Unchanged()
 	}
 	a.gen, a.full, a.changes, a.seen, a.nss, a.setNSs, a.pods = gen, nil, nil, nil, nil, false, nil
+	a.applied = true
 	return nil
 }
 

@@ -67,6 +67,17 @@ func (l *changeLog) since(gen, latest uint64) (keys []k8sdns.Key, namespaces, ok
 	return slices.Compact(keys), namespaces, true
 }
 
+// sizeSince is how many names and pod addresses the entries after
+// generation gen changed, counted once per entry (gen inside the log).
+func (l *changeLog) sizeSince(gen uint64) int {
+	i, _ := slices.BinarySearchFunc(l.entries, gen+1, func(e logEntry, g uint64) int { return cmp.Compare(e.gen, g) })
+	n := 0
+	for _, e := range l.entries[i:] {
+		n += e.size()
+	}
+	return n
+}
+
 // podsSince returns the pod addresses changed after generation gen,
 // sorted and each once (gen inside the log: since said ok).
 func (l *changeLog) podsSince(gen uint64) []netip.Addr {

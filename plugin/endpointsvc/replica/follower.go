@@ -3,16 +3,19 @@ package replica
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"mime"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,12 +32,21 @@ import (
 type Source struct {
 	url       *url.URL // the stream's URL (Path added), without a query
 	tokenFile string
+	token     *Token // nil: none sent
 	zone      string
-	client    *http.Client
+	tls       *TLSFiles // nil: the system roots (https://)
 
-	// Backoff is the wait before connecting again (Backoff); Silence how
-	// long a stream may send nothing (Silence). Tests shorten them.
-	Backoff, Silence time.Duration
+	clientMu  sync.Mutex
+	client    *http.Client
+	clientTLS *tls.Config // the configuration client was made with
+
+	// Backoff and MaxBackoff bound the wait before connecting again
+	// (Backoff, MaxBackoff); Healthy is how long a stream that applied a
+	// state must have lasted to start the waits over (Healthy); Silence
+	// how long a stream may send nothing (Silence). Tests shorten them.
+	Backoff, MaxBackoff, Healthy, Silence time.Duration
+	// Waits, when set, is told each wait (tests).
+	Waits func(time.Duration)
 
 	Stats FollowerStats
 }
@@ -58,15 +70,36 @@ func NewSource(base, tokenFile, zone string) (*Source, error) {
 		return nil, fmt.Errorf("bad replica URL %q: want http://HOST:PORT or https://HOST:PORT", base)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + Path
-	return &Source{url: u, tokenFile: tokenFile, zone: zone, client: newClient(), Backoff: Backoff, Silence: Silence}, nil
+	s := &Source{url: u, tokenFile: tokenFile, zone: zone, client: newClient(nil),
+		Backoff: Backoff, MaxBackoff: MaxBackoff, Healthy: Healthy, Silence: Silence}
+	if tokenFile != "" {
+		s.token = NewToken(tokenFile)
+	}
+	return s, nil
+}
+
+// UseTLS checks the leader's certificate (and presents a client
+// certificate) with files, read again when they change; the URL must be
+// https://.
+func (f *Source) UseTLS(files *TLSFiles) error {
+	if f.url.Scheme != "https" {
+		return fmt.Errorf("tls needs an https:// replica URL, not %q", f.url.Scheme+"://")
+	}
+	if _, err := files.Client(); err != nil {
+		return err
+	}
+	f.tls = files
+	return nil
 }
 
 // newClient is the follower's HTTP client: no proxy from the environment,
 // bounded dials and headers, no overall timeout (the stream is long; the
-// silence timer ends a dead one).
-func newClient() *http.Client {
+// silence timer ends a dead one); cfg is its TLS configuration (nil: the
+// system roots).
+func newClient(cfg *tls.Config) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		TLSClientConfig:       cfg,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: 10 * time.Second,
 		MaxIdleConns:          1,
@@ -74,29 +107,100 @@ func newClient() *http.Client {
 	}}
 }
 
+// httpClient is the client for the next connection: made again when the
+// TLS files changed.
+func (f *Source) httpClient() (*http.Client, error) {
+	f.clientMu.Lock()
+	defer f.clientMu.Unlock()
+	if f.tls == nil {
+		return f.client, nil
+	}
+	cfg, err := f.tls.Client()
+	if err != nil {
+		return nil, err
+	}
+	if cfg != f.clientTLS {
+		f.client.CloseIdleConnections()
+		f.client, f.clientTLS = newClient(cfg), cfg
+	}
+	return f.client, nil
+}
+
 // Name implements feed.Source.
 func (f *Source) Name() string { return "replica" }
 
 // Key implements feed.Source.
 func (f *Source) Key() string {
-	return fmt.Sprintf("replica %q token_file=%q", f.url.String(), f.tokenFile)
+	k := fmt.Sprintf("replica %q token_file=%q", f.url.String(), f.tokenFile)
+	if f.tls != nil {
+		k += " " + f.tls.String()
+	}
+	return k
 }
 
 // Run implements feed.Source: it follows the stream until ctx is done,
-// connecting again Backoff after every end (never a busy loop).
+// connecting again after every end: after a wait that doubles with each
+// failure in a row from Backoff up to MaxBackoff, drawn between half of
+// it and all of it (a thousand followers of a restarted leader come back
+// spread, not at once), at least the leader's Retry-After, and back to
+// Backoff after a healthy stream. Never a busy loop.
 func (f *Source) Run(ctx context.Context, s feed.Sink) {
 	connectedGauge.WithLabelValues(f.zone).Set(0) // listed from the start: a follower that never connects shows
+	b := backoff{base: f.Backoff, max: f.MaxBackoff}
 	for {
-		err := f.follow(ctx, s)
+		start := time.Now()
+		applied, err := f.follow(ctx, s)
 		if ctx.Err() != nil {
 			return
 		}
 		s.Failed(err)
-		if !pause.Sleep(ctx, f.Backoff) {
+		if applied && time.Since(start) >= f.Healthy {
+			b.reset()
+		}
+		d := b.next()
+		var busy *busyError
+		if errors.As(err, &busy) && busy.retryAfter > d {
+			d = busy.retryAfter
+		}
+		if f.Waits != nil {
+			f.Waits(d)
+		}
+		if !pause.Sleep(ctx, d) {
 			return
 		}
 	}
 }
+
+// backoff is a jittered exponential wait: the n-th in a row is drawn in
+// [w/2, w) with w = min(base * 2^n, max).
+type backoff struct {
+	base, max time.Duration
+	n         int
+}
+
+func (b *backoff) next() time.Duration {
+	w := b.base
+	for i := 0; i < b.n && w < b.max; i++ {
+		w *= 2
+	}
+	w = min(w, max(b.max, b.base))
+	b.n++
+	half := w / 2
+	if half <= 0 {
+		return w
+	}
+	return half + mrand.N(w-half)
+}
+
+func (b *backoff) reset() { b.n = 0 }
+
+// busyError is a leader's 503 with a Retry-After.
+type busyError struct {
+	msg        string
+	retryAfter time.Duration
+}
+
+func (e *busyError) Error() string { return e.msg }
 
 // servedTable returns how to read the table the plugin serves.
 func servedTable(s feed.Sink) func() *k8sdns.Table {
@@ -110,8 +214,9 @@ func servedTable(s feed.Sink) func() *k8sdns.Table {
 	}
 }
 
-// follow reads one stream until it ends; the error says why.
-func (f *Source) follow(ctx context.Context, s feed.Sink) error {
+// follow reads one stream until it ends; the error says why, applied
+// whether a state of it was applied.
+func (f *Source) follow(ctx context.Context, s feed.Sink) (applied bool, _ error) {
 	a := &applier{sink: s, served: servedTable(s), stats: &f.Stats, zone: f.zone}
 	if t := a.served(); t != nil {
 		a.askEpoch, a.askGen, _ = parseOrigin(t.Origin())
@@ -123,7 +228,7 @@ func (f *Source) follow(ctx context.Context, s feed.Sink) error {
 	defer timer.Stop()
 	resp, err := f.open(ctx, a.askEpoch, a.askGen)
 	if err != nil {
-		return f.ended(&silent, err)
+		return false, f.ended(&silent, err)
 	}
 	defer resp.Body.Close()
 	f.Stats.Connects.Add(1)
@@ -133,13 +238,13 @@ func (f *Source) follow(ctx context.Context, s feed.Sink) error {
 	for n := 1; ; n++ {
 		line, err := readLine(br)
 		if err != nil {
-			return f.ended(&silent, err)
+			return a.applied, f.ended(&silent, err)
 		}
 		timer.Reset(f.Silence)
 		f.Stats.Bytes.Add(int64(len(line) + 1))
 		receivedBytes.WithLabelValues(f.zone).Add(float64(len(line) + 1))
 		if err := a.line(line); err != nil {
-			return fmt.Errorf("replica %s: line %d: %w", f.url.Host, n, err)
+			return a.applied, fmt.Errorf("replica %s: line %d: %w", f.url.Host, n, err)
 		}
 	}
 }
@@ -157,27 +262,53 @@ func (f *Source) open(ctx context.Context, epoch string, gen uint64) (*http.Resp
 	if err != nil {
 		return nil, err
 	}
-	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile) // per connection: a rotated token is picked up
+	if f.token != nil {
+		h, err := f.token.Header() // per connection: a rotated token is picked up
 		if err != nil {
 			return nil, err
 		}
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+		req.Header.Set("Authorization", h)
 	}
-	resp, err := f.client.Do(req)
+	client, err := f.httpClient()
 	if err != nil {
 		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, f.tlsError(err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		resp.Body.Close()
-		return nil, fmt.Errorf("%s: %s: %s", u.Redacted(), resp.Status, strings.TrimSpace(string(msg)))
+		err := fmt.Errorf("%s: %s: %s", u.Redacted(), resp.Status, strings.TrimSpace(string(msg)))
+		if n, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil && n > 0 && resp.StatusCode == http.StatusServiceUnavailable {
+			return nil, &busyError{msg: err.Error(), retryAfter: time.Duration(min(n, 300)) * time.Second}
+		}
+		return nil, err
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != ContentType {
 		resp.Body.Close()
 		return nil, fmt.Errorf("%s: content type %q, want %s", u.Redacted(), mt, ContentType)
 	}
 	return resp, nil
+}
+
+// tlsError says, of a certificate the follower refused, which CA it was
+// checked against.
+func (f *Source) tlsError(err error) error {
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.HostnameError
+	ca := "the system roots"
+	if f.tls != nil && f.tls.CA != "" {
+		ca = "the CA in " + f.tls.CA
+	}
+	switch {
+	case errors.As(err, &unknown):
+		return fmt.Errorf("the leader's certificate is not signed by %s: %w", ca, err)
+	case errors.As(err, &invalid):
+		return fmt.Errorf("the leader's certificate is not for the name checked (tls_servername, or the URL's host): %w", err)
+	}
+	return err
 }
 
 // ended names why a stream ended.

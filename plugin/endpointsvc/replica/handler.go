@@ -1,22 +1,17 @@
 package replica
 
 import (
-	"bytes"
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
 )
-
-// writeTimeout bounds one write to a follower: a follower that reads
-// nothing for that long loses its stream (and the table it pins).
-const writeTimeout = 30 * time.Second
 
 // ServeHTTP serves the stream: GET Path?v=V&epoch=E&gen=G (each
 // optional). Without a table yet it answers 503, so the follower tries
@@ -32,6 +27,9 @@ func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if code, msg := l.authorize(r); code != 0 {
+		if code == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="replicate"`)
+		}
 		http.Error(w, msg, code)
 		return
 	}
@@ -44,11 +42,44 @@ func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no table yet", http.StatusServiceUnavailable)
 		return
 	}
+	s := l.next(q.epoch, q.gen, true)
+	if s.full && !l.acquire(r.Context(), l.WholeWait) {
+		l.Stats.Busy.Add(1)
+		busyRefused.WithLabelValues(l.zone).Inc()
+		w.Header().Set("Retry-After", strconv.Itoa(1+mrand.IntN(5))) // spread the retries
+		http.Error(w, "busy sending whole states: try again", http.StatusServiceUnavailable)
+		return
+	}
 	w.Header().Set("Content-Type", ContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	l.stream(r.Context(), w, q)
+	l.stream(r.Context(), w, q, s)
 }
+
+// acquire takes a whole-send slot, waiting at most wait (< 0: until ctx
+// ends); release gives it back.
+func (l *Leader) acquire(ctx context.Context, wait time.Duration) bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+	}
+	var timeout <-chan time.Time
+	if wait >= 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	case <-timeout:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+func (l *Leader) release() { <-l.slots }
 
 // query is what a follower asks for: the stream's version (the older of
 // the follower's and Version) and where its table stands.
@@ -83,25 +114,24 @@ func parseQuery(r *http.Request) (query, error) {
 // authorize checks the bearer token when the leader has a token file:
 // 0 when the request may stream, else the status and message to answer.
 func (l *Leader) authorize(r *http.Request) (int, string) {
-	if l.tokenFile == "" {
+	if l.token == nil {
 		return 0, ""
 	}
-	b, err := os.ReadFile(l.tokenFile) // read per stream: a rotated token is picked up
-	token := bytes.TrimSpace(b)
-	if err != nil || len(token) == 0 {
-		log.Errorf("Replication token file %q: %v", l.tokenFile, err)
+	ok, err := l.token.Check(r.Header.Get("Authorization"))
+	if err != nil {
+		log.Errorf("Replication token: %v", err)
 		return http.StatusServiceUnavailable, "no token to check"
 	}
-	want := append([]byte("Bearer "), token...)
-	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+	if !ok {
 		return http.StatusUnauthorized, "bad or missing bearer token"
 	}
 	return 0, ""
 }
 
-// stream writes the first state, then every change, and a heartbeat when
-// nothing changed for a while, until the follower goes or ctx ends.
-func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query) {
+// stream writes the first state (s, whose whole-send slot, if whole, is
+// held), then every change, and a heartbeat when nothing changed for a
+// while, until the follower goes or ctx ends.
+func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query, s step) {
 	epoch, gen := q.epoch, q.gen
 	rc := http.NewResponseController(w)
 	l.Stats.Streams.Add(1)
@@ -114,18 +144,31 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query) {
 	defer hb.Stop()
 	var head []byte
 	for first := true; ; first = false {
-		s := l.next(epoch, gen, first)
+		if !first {
+			s = l.next(epoch, gen, false)
+			if s.full && !l.acquire(ctx, -1) { // a whole state again: the follower fell out of the log
+				return
+			}
+		}
 		if s.body != nil {
 			head = head[:0]
 			if first || s.full {
 				head = appendHeader(head, s.epoch, s.to, s.full, q.v, l.age())
 			}
-			if l.send(rc, w, head, s.body.b) != nil {
+			err := l.send(rc, w, head, s.body.b)
+			if s.full {
+				l.release()
+			}
+			if err != nil {
 				return
 			}
+			s.body = nil // a whole state is dropped once every stream has written it
 			l.count(first, s.full)
 			epoch, gen = s.epoch, s.to
 			hb.Reset(l.Idle)
+			if s.to < s.latest {
+				continue // a reused whole state: the changes since it now
+			}
 		}
 		wake, poke := s.wake, l.poked() // and not the body: a whole state is dropped once every stream has written it
 		for waiting := true; waiting; {
@@ -151,20 +194,24 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query) {
 	}
 }
 
-// send writes head and body and flushes them, within writeTimeout.
+// send writes head and body in chunks of ChunkSize, each within
+// l.WriteTimeout, and flushes them: a follower that stops reading is
+// dropped after one WriteTimeout, whatever the size of the state.
 func (l *Leader) send(rc *http.ResponseController, w http.ResponseWriter, head, body []byte) error {
-	_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	for _, b := range [][]byte{head, body} {
-		if len(b) == 0 {
-			continue
-		}
-		n, err := w.Write(b)
-		l.Stats.Bytes.Add(int64(n))
-		sentBytes.WithLabelValues(l.zone).Add(float64(n))
-		if err != nil {
-			return err
+		for len(b) > 0 {
+			n := min(len(b), ChunkSize)
+			_ = rc.SetWriteDeadline(time.Now().Add(l.WriteTimeout))
+			n, err := w.Write(b[:n])
+			l.Stats.Bytes.Add(int64(n))
+			sentBytes.WithLabelValues(l.zone).Add(float64(n))
+			if err != nil {
+				return err
+			}
+			b = b[n:]
 		}
 	}
+	_ = rc.SetWriteDeadline(time.Now().Add(l.WriteTimeout))
 	return rc.Flush()
 }
 
@@ -191,6 +238,9 @@ func (l *Leader) count(first, full bool) {
 type Server struct {
 	addr    string
 	handler http.Handler
+	// TLS, when set before Start, makes it serve HTTPS with these files
+	// (read again when they change).
+	TLS *TLSFiles
 
 	mu     sync.Mutex
 	srv    *http.Server
@@ -207,9 +257,20 @@ func NewServer(addr string, handler http.Handler) *Server {
 
 // Start listens and serves in the background.
 func (s *Server) Start() error {
+	var cfg *tls.Config
+	if s.TLS != nil {
+		if _, err := s.TLS.Server(); err != nil { // the files load now, or start-up fails
+			return errorf("replicate %s: %w", s.addr, err)
+		}
+		files := s.TLS
+		cfg = &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return files.Server() }}
+	}
 	ln, err := reuseport.Listen("tcp", s.addr)
 	if err != nil {
 		return errorf("listen on %s: %w", s.addr, err)
+	}
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := &http.Server{

@@ -137,7 +137,7 @@ func startFollower(t testing.TB, base, tokenFile string, sink feed.Sink, opts ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	src.Backoff, src.Silence = 20*time.Millisecond, 5*time.Second
+	src.Backoff, src.MaxBackoff, src.Silence = 20*time.Millisecond, 100*time.Millisecond, 5*time.Second
 	for _, o := range opts {
 		o(src)
 	}
@@ -270,5 +270,5 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // timing sets a follower's silence and backoff.
 func timing(silence, backoff time.Duration) func(*Source) {
-	return func(s *Source) { s.Silence, s.Backoff = silence, backoff }
+	return func(s *Source) { s.Silence, s.Backoff, s.MaxBackoff = silence, backoff, backoff }
 }

@@ -17,8 +17,8 @@ import (
 // changes by generation and logs which names each one changed. Streams
 // (ServeHTTP) read it; they hold no lock while they write.
 type Leader struct {
-	zone      string // the metrics' zone label
-	tokenFile string // "": followers need no token
+	zone  string // the metrics' zone label
+	token *Token // nil: followers need no token
 
 	mu     sync.Mutex
 	epoch  string
@@ -34,8 +34,13 @@ type Leader struct {
 	Age func() time.Duration
 
 	// Idle is how long a stream sends nothing before a heartbeat
-	// (Heartbeat); tests shorten it.
-	Idle time.Duration
+	// (Heartbeat); WriteTimeout bounds each chunk's write (WriteTimeout);
+	// KeepWhole how long the latest whole encoding is kept (KeepWhole);
+	// WholeWait how long a stream waits for a slot to send a whole state
+	// (WholeWait). Tests shorten them.
+	Idle, WriteTimeout, KeepWhole, WholeWait time.Duration
+
+	slots chan struct{} // whole sends under way (WholeSends)
 
 	enc   encoder
 	Stats LeaderStats
@@ -49,6 +54,8 @@ type LeaderStats struct {
 	Changes atomic.Int64 // change batches sent on open streams
 	Bytes   atomic.Int64 // bytes sent
 	Encoded atomic.Int64 // whole states and change batches encoded (the rest shared an encoding)
+	Wholes  atomic.Int64 // whole states encoded
+	Busy    atomic.Int64 // streams refused with 503 for want of a whole-send slot
 }
 
 // state is one table and its generation.
@@ -61,8 +68,17 @@ type state struct {
 // labels its metrics, and followers must send the token in tokenFile
 // ("" none).
 func NewLeader(zone, tokenFile string) *Leader {
-	return &Leader{zone: zone, tokenFile: tokenFile, epoch: newEpoch(), wake: make(chan struct{}), poke: make(chan struct{}), Idle: Heartbeat}
+	var token *Token
+	if tokenFile != "" {
+		token = NewToken(tokenFile)
+	}
+	return &Leader{zone: zone, token: token, epoch: newEpoch(), wake: make(chan struct{}), poke: make(chan struct{}),
+		Idle: Heartbeat, WriteTimeout: WriteTimeout, KeepWhole: KeepWhole, WholeWait: WholeWait, slots: make(chan struct{}, WholeSends)}
 }
+
+// SetWholeSends sets how many whole states are written at once (before
+// the listener starts).
+func (l *Leader) SetWholeSends(n int) { l.slots = make(chan struct{}, max(n, 1)) }
 
 // Stale tells the streams that the table's staleness changed (it became
 // stale, or current again): each sends a heartbeat with the new age now.
@@ -215,16 +231,19 @@ func (l *Leader) Thaw(t *k8sdns.Table) {
 // nil: nothing new) brings it to generation to; full says body is a whole
 // state; wake is closed at the next change.
 type step struct {
-	epoch string
-	body  *encoded
-	to    uint64
-	full  bool
-	wake  <-chan struct{}
+	epoch  string
+	body   *encoded
+	to     uint64
+	latest uint64 // the latest generation (to, unless a reused whole state is older)
+	full   bool
+	wake   <-chan struct{}
 }
 
 // next is the step of a stream at generation gen of epoch (first: the
 // stream's opening, which always sends a state). Outside the change log,
-// or of another epoch, it is the whole state.
+// or of another epoch, it is a whole state: the latest one encoded when
+// it is still in the log and little changed since (the stream's next
+// step sends those changes), else the current one.
 func (l *Leader) next(epoch string, gen uint64, first bool) step {
 	l.mu.Lock()
 	st, wake, mine := l.cur, l.wake, l.epoch
@@ -238,30 +257,62 @@ func (l *Leader) next(epoch string, gen uint64, first bool) step {
 		}
 	}
 	l.mu.Unlock()
-	s := step{epoch: mine, to: st.gen, wake: wake}
+	s := step{epoch: mine, to: st.gen, latest: st.gen, wake: wake}
 	switch {
 	case ok && !first && gen == st.gen:
 	case ok:
 		s.body = l.enc.batch(l, gen, st, change{keys: keys, namespaces: namespaces, pods: pods})
 	default:
-		s.body, s.full = l.enc.full(l, st), true
+		s.body, s.to = l.enc.full(l, st)
+		s.full = true
 	}
 	return s
+}
+
+// reusable reports whether a whole state encoded at generation g may
+// start a stream now that st is the latest: st's own, or one in the
+// change log whose changes since are few (an eighth of the names, at
+// least 64).
+func (l *Leader) reusable(g uint64, st *state) bool {
+	if g == st.gen {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur == nil || g > l.cur.gen || g < l.log.floor {
+		return false
+	}
+	return l.log.sizeSince(g) <= max(64, st.table.Names()/8)
 }
 
 // encoded is an encoding streams share.
 type encoded struct{ b []byte }
 
-// encoder keeps the last change batch and the last whole state encoded,
-// so that a change fanned out to many streams, or a whole state many
-// followers ask for at once, is encoded once. A whole state is held only
-// as long as a stream still writes it (a weak pointer).
+// encoder keeps the last change batch and the latest whole state
+// encoded, so that a change fanned out to many streams is encoded once,
+// and the streams that start while the latest whole state is reusable
+// share it (each then gets the changes since). One whole state is
+// encoded at a time; the streams that want one meanwhile wait for it.
+// The latest whole state is held for KeepWhole after it was last asked
+// for, and after that only as long as a stream still writes it (a weak
+// pointer).
 type encoder struct {
 	mu        sync.Mutex
 	from, to  uint64
 	lastBatch *encoded
 	fullGen   uint64
 	lastFull  weak.Pointer[encoded]
+	keep      *encoded    // lastFull's, until the timer
+	timer     *time.Timer // drops keep
+	flight    *flight     // a whole state being encoded
+}
+
+// flight is a whole state being encoded: enc and gen once done is
+// closed.
+type flight struct {
+	done chan struct{}
+	enc  *encoded
+	gen  uint64
 }
 
 // change is what a batch carries: names, whether the namespaces changed,
@@ -302,13 +353,69 @@ func (e *encoder) batch(l *Leader, from uint64, st *state, c change) *encoded {
 	return enc
 }
 
-// full encodes st's whole table and the synced line of st.gen.
-func (e *encoder) full(l *Leader, st *state) *encoded {
+// full returns a whole state for a stream starting while st is the
+// latest, and its generation: the latest encoded when l.reusable says it
+// will do, else st's, encoded once however many streams ask at once.
+func (e *encoder) full(l *Leader, st *state) (*encoded, uint64) {
+	for {
+		e.mu.Lock()
+		enc, gen, f := e.lastFull.Value(), e.fullGen, e.flight
+		e.mu.Unlock()
+		if enc != nil && l.reusable(gen, st) {
+			e.hold(l, enc)
+			return enc, gen
+		}
+		if f != nil {
+			<-f.done
+			if l.reusable(f.gen, st) {
+				e.hold(l, f.enc)
+				return f.enc, f.gen
+			}
+			continue // an older state than st may use: encode anew
+		}
+		e.mu.Lock()
+		if e.flight != nil || e.lastFull.Value() != enc || e.fullGen != gen {
+			e.mu.Unlock()
+			continue // another stream began meanwhile
+		}
+		f = &flight{done: make(chan struct{}), gen: st.gen}
+		e.flight = f
+		e.mu.Unlock()
+
+		f.enc = encodeWhole(st)
+		l.Stats.Encoded.Add(1)
+		l.Stats.Wholes.Add(1)
+		wholeEncodes.WithLabelValues(l.zone).Inc()
+		e.mu.Lock()
+		e.fullGen, e.lastFull, e.flight = st.gen, weak.Make(f.enc), nil
+		e.mu.Unlock()
+		close(f.done)
+		e.hold(l, f.enc)
+		return f.enc, st.gen
+	}
+}
+
+// hold keeps enc for l.KeepWhole from now (if it is still the latest).
+func (e *encoder) hold(l *Leader, enc *encoded) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if enc := e.lastFull.Value(); enc != nil && e.fullGen == st.gen {
-		return enc
+	if e.lastFull.Value() != enc {
+		return
 	}
+	e.keep = enc
+	if e.timer == nil {
+		e.timer = time.AfterFunc(l.KeepWhole, func() {
+			e.mu.Lock()
+			e.keep = nil
+			e.mu.Unlock()
+		})
+		return
+	}
+	e.timer.Reset(l.KeepWhole)
+}
+
+// encodeWhole encodes st's whole table and the synced line of st.gen.
+func encodeWhole(st *state) *encoded {
 	b := appendNamespaces(make([]byte, 0, 256*st.table.Names()+32*st.table.PodCount()), st.table.Namespaces())
 	if st.table.PodCount() > 0 {
 		b = appendPodLines(b, st.table.Pods())
@@ -317,10 +424,7 @@ func (e *encoder) full(l *Leader, st *state) *encoded {
 		b = k8sdns.AppendChange(b, c)
 		b = append(b, '\n')
 	}
-	enc := &encoded{b: appendSynced(b, st.gen)}
-	e.fullGen, e.lastFull = st.gen, weak.Make(enc)
-	l.Stats.Encoded.Add(1)
-	return enc
+	return &encoded{b: appendSynced(b, st.gen)}
 }
 
 // podsPerLine bounds the addresses of one pods line (~40 bytes each: a

@@ -23,6 +23,14 @@ var (
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replicate_sent_total",
 		Help: "States sent on replication streams, by kind: full (the whole state), resume (a stream opened with the changes since the follower's generation), change.",
 	}, []string{"zone", "kind"})
+	busyRefused = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replicate_busy_total",
+		Help: "Replication streams refused with 503 and a Retry-After: every whole-send slot was taken.",
+	}, []string{"zone"})
+	wholeEncodes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replicate_whole_encodes_total",
+		Help: "Whole states encoded for replication streams (the streams that start meanwhile share one).",
+	}, []string{"zone"})
 	sentBytes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replicate_sent_bytes_total",
 		Help: "Bytes sent on replication streams.",

@@ -53,8 +53,26 @@ const (
 	// Silence is how long a follower waits for a line before it takes the
 	// stream for broken (three heartbeats).
 	Silence = 30 * time.Second
-	// Backoff is the follower's fixed wait before it connects again.
-	Backoff = time.Second
+	// Backoff is the follower's first wait before it connects again; each
+	// failure in a row doubles it up to MaxBackoff, a healthy stream
+	// (Healthy long, with a state applied) starts it over, and each wait
+	// is drawn between half of it and all of it.
+	Backoff    = time.Second
+	MaxBackoff = 30 * time.Second
+	Healthy    = 10 * time.Second
+	// WholeSends is how many whole states a leader writes at once; a
+	// stream that would be one more waits WholeWait for a slot, then gets
+	// 503 with a Retry-After.
+	WholeSends = 8
+	WholeWait  = 2 * time.Second
+	// WriteTimeout bounds the write of one chunk (ChunkSize) to a
+	// follower: one that reads nothing for that long loses its stream.
+	WriteTimeout = 10 * time.Second
+	ChunkSize    = 64 << 10
+	// KeepWhole is how long the latest whole state's encoding is kept
+	// after it was last asked for, so that the streams that start within
+	// it share it (and get the changes since) rather than encode again.
+	KeepWhole = 10 * time.Second
 	// maxLine bounds one line (a Service with thousands of endpoints is
 	// a few hundred kilobytes).
 	maxLine = 16 << 20
