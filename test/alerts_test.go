@@ -335,7 +335,7 @@ func TestAlertsDrill(t *testing.T) {
 	createNS(t, k, "shop")
 	createNS(t, k, "dns")
 	replicaObjects(t, k, "shop", 5)
-	leader := Start(t, replicaLeaderCorefile(t, k.Kubeconfig), Options{Env: []string{"POD_NAME=meshdns-e2e", "POD_NAMESPACE=dns"}})
+	leader := Start(t, replicaLeaderCorefile(t, k.Kubeconfig), Options{Env: []string{"POD_NAME=meshdns-e2e", "POD_NAMESPACE=dns"}, Files: replicaTokenFiles})
 	follower := startReplicaFollower(t, leader.Addr(9155))
 	consul := startConsul(t, false)
 	consul.Register("web", 8080)
