@@ -365,3 +365,18 @@ func TestHelmValuesMonitoring(t *testing.T) {
 		wantField(t, objs, board, "metadata.labels.grafana_dashboard", `"1"`)
 	}
 }
+
+// TestHelmValuesClusterSize: the memory limits and the state volume follow
+// clusterSize.endpoints (at the default 50,000 the shipped limits stand: the
+// default render is deploy/kubernetes); a limit set above the floor stays.
+func TestHelmValuesClusterSize(t *testing.T) {
+	const c = "spec.template.spec.containers.0."
+	objs := mustRender(t, "--set", "clusterSize.endpoints=500000")
+	wantField(t, objs, helmDeployment, c+"resources.limits.memory", "1284Mi")
+	wantField(t, objs, helmDeployment, "spec.template.spec.volumes.1.emptyDir.sizeLimit", "96Mi")
+	objs = mustRender(t, "--set", "clusterSize.endpoints=500000,resources.limits.memory=2Gi,stateVolume.sizeLimit=1Gi")
+	wantField(t, objs, helmDeployment, c+"resources.limits.memory", "2Gi")
+	wantField(t, objs, helmDeployment, "spec.template.spec.volumes.1.emptyDir.sizeLimit", "1Gi")
+	objs = mustRender(t, "--set", "mode=node-local,clusterSize.endpoints=500000")
+	wantField(t, objs, helmNodeLocalDS, c+"resources.limits.memory", "796Mi")
+}

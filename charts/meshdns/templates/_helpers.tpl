@@ -252,3 +252,40 @@ release named meshdns or meshdns-node-local finds meshdns-replication).
     {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/*
+Sizing from the cluster's size (clusterSize.endpoints; docs/node-local.md,
+"Sizing"). meshdns.resources returns the resources map with the memory
+limit raised to what the table needs: base + endpoints x tenthsKiB/10 KiB,
+in MiB; a limit given in Mi below that is raised, one in other units is
+kept as given. Call with (dict "res" MAP "root" $ "base" MiB "tenthsKiB" N).
+*/}}
+{{- define "meshdns.memoryFloor" -}}
+{{- add .base (div (mul (int .root.Values.clusterSize.endpoints) .tenthsKiB) 10240) -}}
+{{- end }}
+{{- define "meshdns.resources" -}}
+{{- $res := deepCopy (.res | default dict) -}}
+{{- $min := include "meshdns.memoryFloor" . | int -}}
+{{- $lim := get $res "limits" | default dict -}}
+{{- $cur := toString (get $lim "memory" | default "") -}}
+{{- if or (eq $cur "") (and (hasSuffix "Mi" $cur) (lt (trimSuffix "Mi" $cur | int) $min)) -}}
+{{- $_ := set $lim "memory" (printf "%dMi" $min) -}}
+{{- $_ := set $res "limits" $lim -}}
+{{- end -}}
+{{- toYaml $res -}}
+{{- end }}
+
+{{/*
+meshdns.stateSize is the state emptyDir's sizeLimit: room for two
+snapshots (the new one is written beside the old), ~100 bytes an endpoint
+each, at least 64Mi; a sizeLimit given in Mi below that is raised.
+*/}}
+{{- define "meshdns.stateSize" -}}
+{{- $min := max 64 (div (add (mul (int .Values.clusterSize.endpoints) 200) 1048575) 1048576) -}}
+{{- $cur := toString (.Values.stateVolume.sizeLimit | default "") -}}
+{{- if or (eq $cur "") (and (hasSuffix "Mi" $cur) (lt (trimSuffix "Mi" $cur | int) (int $min))) -}}
+{{- printf "%dMi" (int $min) -}}
+{{- else -}}
+{{- $cur -}}
+{{- end -}}
+{{- end }}
