@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-mdnsfallback-ab.sh OLD_BIN NEW_BIN - two meshdns binaries, A/B, at
-# server level (the figures behind "simple first" in docs/performance.md):
+# server level (the figures behind "simple first" in docs/measurements/mdnsfallback.md):
 #   1. local hits: both binaries serve the same N gen-table names from an
 #      mdnsfallback snapshot on loopback, each pinned to core 0; dnsperf on
 #      core 1 alternates OLD, NEW, OLD, NEW ... (RUNS each);

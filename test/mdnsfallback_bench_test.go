@@ -15,7 +15,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// The figures of issue 29 (docs/mdnsfallback-performance.md), run by
+// The figures of issue 29 (docs/measurements/mdnsfallback.md), run by
 // build/bench-mdnsfallback-lan.sh: each benchmark runs the binary under
 // test (MESHDNS_BIN) and, with MESHDNS_BEFORE_BIN, the one before it, in
 // the same run, on namespaces and a bridge of its own. They run once

@@ -308,7 +308,7 @@ func BenchmarkServeDNS(b *testing.B) {
 	}
 	// Cache hits from all cores over 64 names: the case a sharded cache
 	// was for (the one mutex is contended here; at server level it does not
-	// show, see docs/mdnsfallback-performance.md).
+	// show, see docs/measurements/mdnsfallback.md).
 	var msgs [64]*dns.Msg
 	for i := range msgs {
 		name := "far" + itoa3(i) + ".weave.local."

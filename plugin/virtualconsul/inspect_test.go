@@ -79,7 +79,7 @@ func TestList(t *testing.T) {
 	}
 }
 
-// BenchmarkList lists a 100,000-name table (docs/performance.md has the
+// BenchmarkList lists a 100,000-name table (docs/inspect.md has the
 // 1,000,000-name figure of the real binary).
 func BenchmarkList(b *testing.B) {
 	bl := NewBuilder(100_000)

@@ -66,7 +66,7 @@ const (
 // (lowercased FQDN, address family), under one mutex. It never holds more
 // than max entries of at most maxAddrsPerName addresses each. (It was
 // split into hash shards once; the server-level benchmark showed no
-// difference on this machine, see docs/mdnsfallback-performance.md, so
+// difference on this machine, see docs/measurements/mdnsfallback.md, so
 // it is one LRU.)
 type Cache struct {
 	mu  sync.Mutex

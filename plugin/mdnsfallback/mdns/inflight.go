@@ -16,7 +16,7 @@ import (
 // neither would be heard after the window, and its multicast answer still
 // enters the cache for the next lookup. (The window was 125 ms from a QM
 // query, to wait out responders' 20–120 ms delay of shared multicast
-// answers: docs/mdnsfallback-performance.md has cold lookups beside Avahi
+// answers: docs/measurements/mdnsfallback.md has cold lookups beside Avahi
 // before and after.) The answer is every host's addresses heard in the
 // window, not the first host's alone.
 const collectTail = 20 * time.Millisecond

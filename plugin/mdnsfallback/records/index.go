@@ -115,7 +115,7 @@ func RR(rec Record, ttl uint32) dns.RR {
 // names of each address, under a read-write mutex. Keys of names are
 // lowercased FQDNs; entries are immutable once published. (It was 64
 // copy-on-write shards behind atomic pointers once; the server-level
-// benchmark showed no difference, see docs/mdnsfallback-performance.md,
+// benchmark showed no difference, see docs/measurements/mdnsfallback.md,
 // and the database changes at container-event rate, so it is two maps.)
 type index struct {
 	mu    sync.RWMutex
