@@ -10,6 +10,8 @@ shopt -s nullglob
 scripts=(build/bench-*.sh)
 if [ ${#scripts[@]} -eq 0 ]; then echo "bench: no plugin benchmarks yet"; exit 0; fi
 for s in "${scripts[@]}"; do
+  # an A/B script compares two binaries given as its arguments: run by hand
+  case $s in *-ab.sh) continue ;; esac
   echo "== $s"
   "$s"
 done
