@@ -17,7 +17,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// The empty-sync rule (README "Snapshots"), tested per source with its real
+// The empty-sync rule (the plugin READMEs, `snapshot` under Syntax), tested per source with its real
 // peer: a source that turns empty is served at once, but the snapshot keeps
 // the last non-empty state until the empty result has held for empty_grace
 // (4 s here), with one log line and the snapshot_empty_held gauge; then the

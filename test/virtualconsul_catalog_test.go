@@ -11,8 +11,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-// catalogPolicy is the least the consul source's token needs (README, "ACL
-// policies"): read on the services and on the nodes they run on. No
+// catalogPolicy is the least the consul source's token needs (docs/consul.md,
+// "ACL policy"): read on the services and on the nodes they run on. No
 // agent:read (the datacenter comes from the catalog entries).
 const catalogPolicy = `service_prefix "" { policy = "read" }
 node_prefix "" { policy = "read" }`

@@ -99,7 +99,7 @@ func vcDiffSeed(t *testing.T, seed int64) {
 	// One change at a time: meshdns learns a VIP from the catalog entries
 	// that carry it, so a sidecar registered and removed alone within one
 	// round (its service staying, and with it the VIP in Consul) is never
-	// seen (README, "Following the control plane").
+	// seen (docs/consul.md, "With a Consul agent").
 	for i := range 4 + w.rng.Intn(4) {
 		w.mutate()
 		want = converge(fmt.Sprintf("change %d (%s)", i+1, w.log[len(w.log)-1]), w.names())

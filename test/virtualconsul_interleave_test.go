@@ -150,7 +150,7 @@ func vcInterleaveSeed(t *testing.T, seed int64) {
 	// held and no catalog entry carries while its service has an instance;
 	// a linked service that never had one and was unlinked (Consul 1.16.3
 	// keeps its VIP for good) is the one it cannot tell from a freed VIP
-	// (README, "Following the control plane").
+	// (docs/consul.md, "With a Consul agent").
 	s.Restart()
 	_ = converge("restarted with the agent back", w.pickAll(func(n string) bool { return w.kinds[n] != kindGhost || w.links[n] }))
 }
@@ -161,7 +161,7 @@ func vcInterleaveSeed(t *testing.T, seed int64) {
 // burst adds it does not take away alone again within the same burst (a
 // sidecar deregistered alone, a link removed): Consul keeps those VIPs for
 // good and no catalog entry meshdns could have read ever showed them
-// (README, "Following the control plane").
+// (docs/consul.md, "With a Consul agent").
 func (w *vcWorld) burstMutate() {
 	if w.rng.Intn(4) == 0 {
 		if n := w.pick(func(n string) bool {

@@ -12,7 +12,7 @@ import (
 )
 
 // proxyPolicy is the least a sidecar proxy's token needs on Consul's xDS
-// server (README, "ACL policies"): write on its own service, read on the
+// server (docs/consul.md, "The xDS stream"): write on its own service, read on the
 // catalog its configuration is made from.
 const proxyPolicy = `service "web" { policy = "write" }
 service_prefix "" { policy = "read" }
