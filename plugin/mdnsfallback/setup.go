@@ -430,20 +430,16 @@ func (p *MDNSFallback) start() error {
 		p.snap.Store(s)
 	}
 	if len(p.cfg.interfaces) > 0 {
-		var ifis []*net.Interface
+		// An interface that does not exist yet (a bridge created after
+		// meshdns) is waited for and joined when it appears; one that
+		// exists without multicast is a mistake of the Corefile.
 		for _, n := range p.cfg.interfaces {
-			ifi, err := net.InterfaceByName(n)
-			if err != nil {
-				p.stopLocked()
-				return plugin.Error(pluginName, fmt.Errorf("interface %q: %w", n, err))
-			}
-			if ifi.Flags&net.FlagMulticast == 0 {
+			if ifi, err := net.InterfaceByName(n); err == nil && ifi.Flags&net.FlagMulticast == 0 {
 				p.stopLocked()
 				return plugin.Error(pluginName, fmt.Errorf("interface %q has no multicast", n))
 			}
-			ifis = append(ifis, ifi)
 		}
-		if err := p.lan.Open(ifis); err != nil {
+		if err := p.lan.Open(p.cfg.interfaces); err != nil {
 			p.stopLocked()
 			return plugin.Error(pluginName, err)
 		}
