@@ -42,7 +42,13 @@ func (r *Responder) questionRRs(q dns.Question) []dns.RR {
 // maxPayload bytes (§17). A query sent straight to our unicast address
 // (direct) is answered by unicast to its source, whatever its QU bit
 // (§5.5); unicast and legacy replies are bounded per source (replyRate).
-func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, l link, now time.Time) []Packet {
+// A QU or direct query from a peer of another subnet on the link
+// (offSubnet: its IP TTL 255 says it is on the link, but its source is in
+// none of the interface's networks) is answered by multicast: a unicast
+// reply would follow the host's routes, through a router (which lowers
+// the TTL, and the querier drops it) or nowhere; the group reaches every
+// host of the link.
+func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct, offSubnet bool, l link, now time.Time) []Packet {
 	legacy := src.Port() != mdnsPort
 	var mcast, ucast []dns.RR
 	var legacyQ []dns.Question
@@ -73,7 +79,7 @@ func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, l link, 
 			capTTL(rrs)
 			legacyQ = append(legacyQ, q)
 			ucast = append(ucast, rrs...)
-		case q.Qclass&quBit != 0 || direct:
+		case (q.Qclass&quBit != 0 || direct) && !offSubnet:
 			ucast = append(ucast, rrs...)
 		default:
 			mcast = append(mcast, r.notRecent(rrs, l, now)...)

@@ -75,8 +75,13 @@ func TestDropReasons(t *testing.T) {
 	if !p.cache.Has("evil.weave.local.", now) {
 		t.Fatal("a unicast answer to our pending query was not cached")
 	}
-	if out := r.Handle(query, Inbound{Src: other, Dst: mdnsGroup, IfIndex: testIfIndex, TTL: 255}, now); len(out) != 1 {
+	// Its QU query is answered by multicast: a unicast reply would follow
+	// the routes (through a router, or nowhere).
+	if out := r.Handle(query, Inbound{Src: other, Dst: mdnsGroup, IfIndex: testIfIndex, TTL: 255}, now); len(out) != 1 || out[0].to != netip.AddrPortFrom(mdnsGroup, mdnsPort) {
 		t.Fatalf("a query from another subnet on the link: %v", out)
+	}
+	if out := r.Handle(query, Inbound{Src: other, Dst: ourAddr, IfIndex: testIfIndex, TTL: 255}, now.Add(2*time.Second)); len(out) != 1 || out[0].to != netip.AddrPortFrom(mdnsGroup, mdnsPort) {
+		t.Fatalf("a direct query from another subnet on the link: %v", out)
 	}
 	r.Handle(pack(t, answerMsg(aRR("far.weave.local.", "192.0.2.7", 120, false))), Inbound{Src: other, Dst: mdnsGroup, IfIndex: testIfIndex, TTL: 255}, now)
 	if !p.cache.Has("far.weave.local.", now) {

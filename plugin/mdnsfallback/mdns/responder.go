@@ -384,10 +384,12 @@ func (r *Responder) Handle(b []byte, in Inbound, now time.Time) []Packet {
 	switch {
 	case in.OneShot:
 		return drop("unexpected")
-	case in.TTL != 255 && !iface.onLink(in.Src.Addr(), now):
+	}
+	onLink := iface.onLink(in.Src.Addr(), now)
+	if in.TTL != 255 && !onLink {
 		return drop("off_link")
 	}
-	return r.answer(m, in.Src, !in.Dst.IsMulticast(), link{iface.ifi.Index, famOf(in.Src.Addr())}, now)
+	return r.answer(m, in.Src, !in.Dst.IsMulticast(), !onLink, link{iface.ifi.Index, famOf(in.Src.Addr())}, now)
 }
 
 // drop counts a dropped packet by reason and returns no replies.
