@@ -209,3 +209,30 @@ func TestMdnsfallbackInterfaceLater(t *testing.T) {
 	}
 	t.Logf("the LAN resolved a name of the late interface %v after it was created", took.Round(time.Millisecond))
 }
+
+// TestMdnsfallbackIPv6BesideAvahi: on a link with IPv6 link-local
+// addresses only, meshdns resolves a name Avahi (use-ipv6=yes,
+// use-ipv4=no) publishes, and Avahi resolves a name meshdns holds: the
+// two stacks speak mDNS over ff02::fb with each other.
+func TestMdnsfallbackIPv6BesideAvahi(t *testing.T) {
+	RequireTool(t, "avahi-publish", "avahi-utils")
+	sw := newLANSwitch(t)
+	a, b := sw.host(t, "a", "eth0"), sw.host(t, "b", "eth0")
+	sw.plug(t, a, nil, "", true)
+	sw.plug(t, b, nil, "", true)
+	bus := startDBus(t)
+	b.startAvahiOver(t, bus, "", "no", "yes")
+	pub := startBG(t, b, bus, "avahi-publish", "-a", "-R", "av6.weave.local", "fd00:78::b")
+	pub.waitLog(t, "Established", 15*time.Second)
+	ma := a.startMeshdns(t, "")
+	ma.waitInterfaces(t, "eth0 joined ipv6", 10*time.Second)
+	ma.put(t, "ca", "fd00:78::a", "m6.weave.local")
+	ma.waitAnswer(t, "av6.weave.local", "AAAA", "fd00:78::b", 8*time.Second)
+	Eventually(t, 8*time.Second, func() string {
+		out, err := b.exec(t, bus, "avahi-resolve", "-6", "-n", "m6.weave.local")
+		if err != nil || !strings.Contains(out, "fd00:78::a") {
+			return fmt.Sprintf("avahi-resolve m6.weave.local at b: %v %s", err, out)
+		}
+		return ""
+	})
+}
