@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,7 +139,16 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 		if len(args) == 0 {
 			return c.ArgErr()
 		}
-		cfg.interfaces = append(cfg.interfaces, args...)
+		for _, a := range args {
+			// An interface that does not exist is waited for: a name
+			// that can never be one fails here instead.
+			if !ifaceName(a) {
+				return c.Errf("interface: %q is not an interface name", a)
+			}
+			if !slices.Contains(cfg.interfaces, a) {
+				cfg.interfaces = append(cfg.interfaces, a)
+			}
+		}
 	case "timeout", "ttl", "negative_ttl":
 		return parseTimeOption(c, cfg, opt, args)
 	case "query_rate", "cache", "max_records":
@@ -520,4 +530,10 @@ func (p *MDNSFallback) stopLocked() {
 	if s := p.snap.Swap(nil); s != nil {
 		s.Close()
 	}
+}
+
+// ifaceName reports whether s can name a Linux network interface: 1 to 15
+// bytes, not "." or "..", without '/', ':' or white space.
+func ifaceName(s string) bool {
+	return len(s) > 0 && len(s) < 16 && s != "." && s != ".." && !strings.ContainsAny(s, "/: \t\n\r\v\f")
 }
