@@ -458,12 +458,6 @@ func (r *Responder) learn(m *dns.Msg, unicast bool, now time.Time) {
 				mdnsDropped.WithLabelValues("bad_address").Inc() // no peer has it
 				continue
 			}
-			if addr.Is6() && addr.IsLinkLocalUnicast() {
-				// fe80::/10 means nothing without its zone, which a DNS
-				// answer cannot carry: a client could not reach it.
-				mdnsDropped.WithLabelValues("link_local").Inc()
-				continue
-			}
 			name := dnsname.Lower(h.Name)
 			if unicast && !n.inflight.pending(name) {
 				mdnsDropped.WithLabelValues("unsolicited").Inc() // not an answer to a query of ours
@@ -471,6 +465,12 @@ func (r *Responder) learn(m *dns.Msg, unicast bool, now time.Time) {
 			}
 			if !n.inZones(name) {
 				mdnsDropped.WithLabelValues("out_of_zone").Inc()
+				continue
+			}
+			if addr.Is6() && addr.IsLinkLocalUnicast() {
+				// fe80::/10 means nothing without its zone, which a DNS
+				// answer cannot carry: a client could not reach it.
+				mdnsDropped.WithLabelValues("link_local").Inc()
 				continue
 			}
 			if e := n.local.Lookup(name); e != nil && e.Holds(addr) {
