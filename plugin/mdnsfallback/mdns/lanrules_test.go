@@ -1,6 +1,7 @@
 package mdns
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -172,5 +173,37 @@ func TestReplyRateLimit(t *testing.T) {
 	}
 	if out := r.handle(q, netip.MustParseAddrPort("10.250.0.3:5353"), testIfIndex, now); len(out) != 1 {
 		t.Fatal("another source refused")
+	}
+}
+
+// TestLateUnicastAnswer: a holder's unicast answer that comes after the
+// query's collection window closed (a busy host) still counts for a
+// recently sent query (RFC 6762 §6) and is cached for the next lookups;
+// one for a name whose query ended longer ago than recentGrace, or was
+// never sent, is unsolicited.
+func TestLateUnicastAnswer(t *testing.T) {
+	p, _ := newTestNode(func(c *Config) { c.Timeout = 50 * time.Millisecond })
+	r := testResponder(p)
+	p.resp.Store(r)
+	var s sink
+	r.sent = s.add
+	if got := p.Resolve(context.Background(), "late.weave.local."); got != Asked {
+		t.Fatalf("Resolve: %d", got)
+	}
+	// The query ended (nobody answered in time); the holder answers now.
+	r.Handle(pack(t, answerMsg(aRR("late.weave.local.", "10.250.0.7", 120, false))), Inbound{Src: peer, Dst: ourAddr, IfIndex: testIfIndex, TTL: 255}, time.Now())
+	if !p.cache.Has("late.weave.local.", time.Now()) {
+		t.Fatal("a late unicast answer to a query sent 50 ms ago was dropped")
+	}
+	if _, res, _ := p.Lookup("late.weave.local.", "late.weave.local.", dns.TypeA, time.Now()); res != Positive {
+		t.Fatalf("the late answer did not replace the negative entry: %v", res)
+	}
+	p.inflight.mu.Lock()
+	p.inflight.recent["late.weave.local."] = time.Now().Add(-time.Millisecond) // its grace is over
+	p.inflight.mu.Unlock()
+	before := testutil.ToFloat64(mdnsDropped.WithLabelValues("unsolicited"))
+	r.Handle(pack(t, answerMsg(aRR("late.weave.local.", "10.250.0.8", 120, false))), Inbound{Src: peer, Dst: ourAddr, IfIndex: testIfIndex, TTL: 255}, time.Now())
+	if testutil.ToFloat64(mdnsDropped.WithLabelValues("unsolicited"))-before != 1 {
+		t.Fatal("a unicast answer after the grace was not dropped as unsolicited")
 	}
 }
