@@ -47,10 +47,13 @@ func (r *Responder) questionRRs(q dns.Question) []dns.RR {
 // none of the interface's networks) is answered by multicast: a unicast
 // reply would follow the host's routes, through a router (which lowers
 // the TTL, and the querier drops it) or nowhere; the group reaches every
-// host of the link.
+// host of the link. Such a reply is not dropped by the once-a-second
+// multicast limit (the querier asked, and may not have heard the last
+// multicast): the records multicast less than a second ago go as soon as
+// the limit allows.
 func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct, offSubnet bool, l link, now time.Time) []Packet {
 	legacy := src.Port() != mdnsPort
-	var mcast, ucast []dns.RR
+	var mcast, ucast, deferred []dns.RR
 	var legacyQ []dns.Question
 	seenQ := map[dns.Question]bool{}
 	seenRR := map[mcastKey]bool{}
@@ -81,8 +84,12 @@ func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct, offSubnet boo
 			ucast = append(ucast, rrs...)
 		case (q.Qclass&quBit != 0 || direct) && !offSubnet:
 			ucast = append(ucast, rrs...)
+		case q.Qclass&quBit != 0 || direct: // from another subnet
+			fresh, recent := r.splitRecent(rrs, l, now)
+			mcast, deferred = append(mcast, fresh...), append(deferred, recent...)
 		default:
-			mcast = append(mcast, r.notRecent(rrs, l, now)...)
+			fresh, _ := r.splitRecent(rrs, l, now)
+			mcast = append(mcast, fresh...)
 		}
 	}
 	var out []Packet
@@ -104,6 +111,7 @@ func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct, offSubnet boo
 			out = append(out, Packet{ifIndex: l.ifIndex, to: l.group(), msg: msg, delay: delay, fresh: true})
 		}
 	}
+	out = append(out, r.deferredReply(deferred, l, now)...)
 	for _, o := range out {
 		mdnsResponses.WithLabelValues(kindOf(o, legacy)).Inc()
 	}
@@ -209,19 +217,47 @@ func rrKey(rr dns.RR, l link) mcastKey {
 	return mcastKey{dnsname.Lower(rr.Header().Name), a, l}
 }
 
-// notRecent keeps the records not multicast on l in the last second
-// (RFC 6762 §6: per record and link), which also bounds what a query
-// flood can make us send.
-func (r *Responder) notRecent(rrs []dns.RR, l link, now time.Time) []dns.RR {
+// splitRecent splits rrs into the records not multicast on l in the last
+// second (fresh: they may go now) and those multicast in it (recent); a
+// record whose multicast is already scheduled (a deferred reply) is in
+// neither. The once-a-second limit (RFC 6762 §6: per record and link)
+// also bounds what a query flood can make us send.
+func (r *Responder) splitRecent(rrs []dns.RR, l link, now time.Time) (fresh, recent []dns.RR) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	kept := rrs[:0]
 	for _, rr := range rrs {
-		if last, ok := r.lastMcast[rrKey(rr, l)]; !ok || now.Sub(last) >= mcastInterval {
-			kept = append(kept, rr)
+		last, ok := r.lastMcast[rrKey(rr, l)]
+		switch {
+		case !ok || now.Sub(last) >= mcastInterval:
+			fresh = append(fresh, rr)
+		case !last.After(now):
+			recent = append(recent, rr)
 		}
 	}
-	return kept
+	return fresh, recent
+}
+
+// deferredReply multicasts rrs, records multicast on l less than a second
+// ago, as soon as the once-a-second limit allows every one of them; they
+// count as multicast then, so nothing else sends them before.
+func (r *Responder) deferredReply(rrs []dns.RR, l link, now time.Time) []Packet {
+	if len(rrs) == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	at := now
+	for _, rr := range rrs {
+		if last, ok := r.lastMcast[rrKey(rr, l)]; ok && last.Add(mcastInterval).After(at) {
+			at = last.Add(mcastInterval)
+		}
+	}
+	r.noteMulticastLocked(rrs, l, at)
+	r.mu.Unlock()
+	var out []Packet
+	for _, msg := range split(rrs) {
+		out = append(out, Packet{ifIndex: l.ifIndex, to: l.group(), msg: msg, delay: at.Sub(now) + sharedDelayMin, fresh: true})
+	}
+	return out
 }
 
 // noteMulticast remembers that rrs were multicast on l at now.

@@ -207,3 +207,33 @@ func TestLateUnicastAnswer(t *testing.T) {
 		t.Fatal("a unicast answer after the grace was not dropped as unsolicited")
 	}
 }
+
+// TestOffSubnetDeferred: a QU query from a peer of another subnet on the
+// link is answered by multicast; one that comes less than a second after
+// the record was multicast is not dropped by the once-a-second limit but
+// deferred until the limit allows it (the querier asked: it may not have
+// heard the last one), and a third meanwhile adds nothing.
+func TestOffSubnetDeferred(t *testing.T) {
+	p, db := newTestNode(nil)
+	put(t, db, "c1", "10.32.0.1", "web.weave.local", 0)
+	r := testResponder(p)
+	now := time.Now()
+	other := netip.MustParseAddrPort("192.0.2.7:5353")
+	q := pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET|quBit))
+	in := Inbound{Src: other, Dst: mdnsGroup, IfIndex: testIfIndex, TTL: 255}
+	out := r.Handle(q, in, now)
+	if len(out) != 1 || out[0].to.Addr() != mdnsGroup || out[0].delay > sharedDelayMax {
+		t.Fatalf("first: %+v", out)
+	}
+	out = r.Handle(q, in, now.Add(400*time.Millisecond))
+	if len(out) != 1 || out[0].to.Addr() != mdnsGroup || out[0].delay != 600*time.Millisecond+sharedDelayMin {
+		t.Fatalf("400 ms later: %+v", out)
+	}
+	if out := r.Handle(q, in, now.Add(500*time.Millisecond)); len(out) != 0 {
+		t.Fatalf("while the deferred reply is due: %+v", out)
+	}
+	// An on-subnet QM query meanwhile is not answered (the limit), as before.
+	if out := r.handle(pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET)), peer, testIfIndex, now.Add(700*time.Millisecond)); len(out) != 0 {
+		t.Fatalf("QM within the limit: %+v", out)
+	}
+}
