@@ -176,6 +176,12 @@ func startDBus(t testing.TB) []string {
 // file (/etc/avahi/hosts inside its mount namespace).
 func (h *netHost) startAvahi(t testing.TB, bus []string, hosts string) *bgProc {
 	t.Helper()
+	return h.startAvahiOver(t, bus, hosts, "yes", "no")
+}
+
+// startAvahiOver is startAvahi with its use-ipv4 and use-ipv6 settings.
+func (h *netHost) startAvahiOver(t testing.TB, bus []string, hosts, ipv4, ipv6 string) *bgProc {
+	t.Helper()
 	RequireTool(t, "avahi-daemon", "avahi-daemon")
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "avahi-daemon.conf")
@@ -183,8 +189,8 @@ func (h *netHost) startAvahi(t testing.TB, bus []string, hosts string) *bgProc {
 host-name=`+h.ns+`
 domain-name=local
 allow-interfaces=`+h.veth+`
-use-ipv4=yes
-use-ipv6=no
+use-ipv4=`+ipv4+`
+use-ipv6=`+ipv6+`
 enable-dbus=yes
 [wide-area]
 enable-wide-area=no

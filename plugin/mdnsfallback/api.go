@@ -18,6 +18,7 @@ import (
 
 	"github.com/coredns/caddy"
 
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/mdns"
 	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
 	"github.com/meshdns/meshdns/plugin/mdnsfallback/updater"
 )
@@ -470,16 +471,19 @@ func checkTTL(n int64) (uint32, error) {
 
 // statusBody is GET /status.
 type statusBody struct {
-	Version      string           `json:"version"`
-	Zones        []string         `json:"zones"`
-	Records      int              `json:"records"`
-	MaxRecords   int              `json:"max_records"`
-	Aside        int              `json:"aside,omitempty"` // records kept aside: outside the zones, or past max_records
-	CacheEntries int              `json:"cache_entries"`
-	CacheSize    int              `json:"cache_size"`
-	Interfaces   []string         `json:"interfaces"`
-	Counters     map[string]int64 `json:"counters"`
-	Updater      *updater.Status  `json:"updater,omitempty"`
+	Version      string   `json:"version"`
+	Zones        []string `json:"zones"`
+	Records      int      `json:"records"`
+	MaxRecords   int      `json:"max_records"`
+	Aside        int      `json:"aside,omitempty"` // records kept aside: outside the zones, or past max_records
+	CacheEntries int      `json:"cache_entries"`
+	CacheSize    int      `json:"cache_size"`
+	Interfaces   []string `json:"interfaces"`
+	// MDNSInterfaces says which of the interfaces are joined (and over
+	// which families) and which are missing (waited for).
+	MDNSInterfaces []mdns.InterfaceState `json:"mdns_interfaces,omitempty"`
+	Counters       map[string]int64      `json:"counters"`
+	Updater        *updater.Status       `json:"updater,omitempty"`
 }
 
 func (p *MDNSFallback) status() statusBody {
@@ -489,14 +493,15 @@ func (p *MDNSFallback) status() statusBody {
 	}
 	queries, answers := p.lan.Stats()
 	st := statusBody{
-		Version:      caddy.AppName + " " + caddy.AppVersion,
-		Zones:        p.cfg.zones,
-		Records:      p.db.Len(),
-		Aside:        len(p.db.Aside()),
-		MaxRecords:   p.cfg.maxRecords,
-		CacheEntries: p.lan.Len(),
-		CacheSize:    p.cfg.cacheSize,
-		Interfaces:   ifaces,
+		Version:        caddy.AppName + " " + caddy.AppVersion,
+		Zones:          p.cfg.zones,
+		Records:        p.db.Len(),
+		Aside:          len(p.db.Aside()),
+		MaxRecords:     p.cfg.maxRecords,
+		CacheEntries:   p.lan.Len(),
+		CacheSize:      p.cfg.cacheSize,
+		Interfaces:     ifaces,
+		MDNSInterfaces: p.lan.Interfaces(),
 		Counters: map[string]int64{
 			"requests_local":      p.stats.results[resLocal].Load(),
 			"requests_cache":      p.stats.results[resCache].Load(),

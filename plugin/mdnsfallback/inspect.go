@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshdns/meshdns/plugin/inspect"
 	"github.com/meshdns/meshdns/plugin/mdnsfallback/internal/dnsname"
+	"github.com/meshdns/meshdns/plugin/mdnsfallback/mdns"
 	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
 	"github.com/meshdns/meshdns/plugin/mdnsfallback/updater"
 	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
@@ -21,6 +22,7 @@ import (
 )
 
 // List implements inspect.Lister (GET /mdnsfallback): the block's zones,
+// the configured interfaces (joined, over which families, or missing),
 // the record database's generation (one more at every change) and its
 // local records with their owner (the API: "", or the updater) and, for a
 // container's, the state of its check; the containers the updater tracks
@@ -43,7 +45,7 @@ func (p *MDNSFallback) List(w io.Writer, q url.Values) error {
 	now := time.Now()
 	bw := bufio.NewWriterSize(w, 32<<10)
 	nCache, nNeg := p.lan.Lens()
-	b, err := json.Marshal(mdnsHead{Zones: p.cfg.zones, Generation: gen, Records: p.db.Len(), TTL: p.cfg.ttl,
+	b, err := json.Marshal(mdnsHead{Zones: p.cfg.zones, Interfaces: p.lan.Interfaces(), Generation: gen, Records: p.db.Len(), TTL: p.cfg.ttl,
 		CacheEntries: nCache, NegativeEntries: nNeg, AsOf: now.UTC(), Name: name})
 	if err != nil {
 		return err
@@ -71,14 +73,17 @@ func (p *MDNSFallback) List(w io.Writer, q url.Values) error {
 
 // mdnsHead is the listing's object before its lists.
 type mdnsHead struct {
-	Zones           []string  `json:"zones"`
-	Generation      uint64    `json:"generation"`
-	Records         int       `json:"records_count"`
-	TTL             uint32    `json:"ttl"` // what a record's ttl 0 means
-	CacheEntries    int       `json:"cache_entries"`
-	NegativeEntries int       `json:"negative_entries"`
-	AsOf            time.Time `json:"as_of"`
-	Name            string    `json:"name,omitempty"`
+	Zones []string `json:"zones"`
+	// Interfaces are the configured ones: joined (over which families)
+	// or missing (waited for).
+	Interfaces      []mdns.InterfaceState `json:"interfaces,omitempty"`
+	Generation      uint64                `json:"generation"`
+	Records         int                   `json:"records_count"`
+	TTL             uint32                `json:"ttl"` // what a record's ttl 0 means
+	CacheEntries    int                   `json:"cache_entries"`
+	NegativeEntries int                   `json:"negative_entries"`
+	AsOf            time.Time             `json:"as_of"`
+	Name            string                `json:"name,omitempty"`
 }
 
 // listName reads ?name= (a name in any spelling, trailing dot optional).

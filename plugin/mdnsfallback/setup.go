@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,7 +139,16 @@ func parseOption(c *caddy.Controller, cfg *config) error {
 		if len(args) == 0 {
 			return c.ArgErr()
 		}
-		cfg.interfaces = append(cfg.interfaces, args...)
+		for _, a := range args {
+			// An interface that does not exist is waited for: a name
+			// that can never be one fails here instead.
+			if !ifaceName(a) {
+				return c.Errf("interface: %q is not an interface name", a)
+			}
+			if !slices.Contains(cfg.interfaces, a) {
+				cfg.interfaces = append(cfg.interfaces, a)
+			}
+		}
 	case "timeout", "ttl", "negative_ttl":
 		return parseTimeOption(c, cfg, opt, args)
 	case "query_rate", "cache", "max_records":
@@ -430,20 +440,16 @@ func (p *MDNSFallback) start() error {
 		p.snap.Store(s)
 	}
 	if len(p.cfg.interfaces) > 0 {
-		var ifis []*net.Interface
+		// An interface that does not exist yet (a bridge created after
+		// meshdns) is waited for and joined when it appears; one that
+		// exists without multicast is a mistake of the Corefile.
 		for _, n := range p.cfg.interfaces {
-			ifi, err := net.InterfaceByName(n)
-			if err != nil {
-				p.stopLocked()
-				return plugin.Error(pluginName, fmt.Errorf("interface %q: %w", n, err))
-			}
-			if ifi.Flags&net.FlagMulticast == 0 {
+			if ifi, err := net.InterfaceByName(n); err == nil && ifi.Flags&net.FlagMulticast == 0 {
 				p.stopLocked()
 				return plugin.Error(pluginName, fmt.Errorf("interface %q has no multicast", n))
 			}
-			ifis = append(ifis, ifi)
 		}
-		if err := p.lan.Open(ifis); err != nil {
+		if err := p.lan.Open(p.cfg.interfaces); err != nil {
 			p.stopLocked()
 			return plugin.Error(pluginName, err)
 		}
@@ -524,4 +530,10 @@ func (p *MDNSFallback) stopLocked() {
 	if s := p.snap.Swap(nil); s != nil {
 		s.Close()
 	}
+}
+
+// ifaceName reports whether s can name a Linux network interface: 1 to 15
+// bytes, not "." or "..", without '/', ':' or white space.
+func ifaceName(s string) bool {
+	return len(s) > 0 && len(s) < 16 && s != "." && s != ".." && !strings.ContainsAny(s, "/: \t\n\r\v\f")
 }

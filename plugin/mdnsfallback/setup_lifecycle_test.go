@@ -88,13 +88,29 @@ func TestLifecycleReloadCarriesRecords(t *testing.T) {
 	q.shutdown()
 }
 
-func TestStartupBadInterface(t *testing.T) {
+// TestStartupInterfaceLater: a configured interface that does not exist
+// yet does not fail start-up (a bridge created after meshdns): the block
+// is ready, and /status says the interface is missing (waited for); one
+// that exists without multicast (loopback) fails start-up with its name.
+func TestStartupInterfaceLater(t *testing.T) {
 	p := newTestPlugin(func(c *config) { c.interfaces = []string{"nosuchif0"} })
-	err := p.onStartup()
-	if err == nil || !strings.Contains(err.Error(), `interface "nosuchif0"`) {
-		t.Fatalf("want an interface error, got %v", err)
+	if err := p.onStartup(); err != nil {
+		t.Fatalf("start-up with an interface that does not exist yet: %v", err)
 	}
-	if p.Ready() {
+	defer p.shutdown()
+	if !p.Ready() {
+		t.Fatal("not ready")
+	}
+	st := p.status()
+	if got := fmt.Sprint(st.MDNSInterfaces); got != "[{nosuchif0 missing 0 []}]" {
+		t.Fatalf("status interfaces: %s", got)
+	}
+	lo := newTestPlugin(func(c *config) { c.interfaces = []string{"lo"} })
+	err := lo.onStartup()
+	if err == nil || !strings.Contains(err.Error(), `interface "lo" has no multicast`) {
+		t.Fatalf("want a no-multicast error, got %v", err)
+	}
+	if lo.Ready() {
 		t.Fatal("ready after a failed start")
 	}
 }

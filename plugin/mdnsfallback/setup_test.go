@@ -84,6 +84,13 @@ func TestParse(t *testing.T) {
 		{"mdnsfallback {\nttl 0\n}", "ttl: 0 is outside", nil},
 		{"mdnsfallback {\ntoken_file " + empty + "\n}", "", nil}, // read at start-up
 		{"mdnsfallback {\ninterface\n}", "Wrong argument count", nil},
+		{"mdnsfallback {\ninterface weave0 weave0\ninterface weave0\n}", "", func(t *testing.T, c config) {
+			if len(c.interfaces) != 1 {
+				t.Errorf("an interface named twice: %v", c.interfaces)
+			}
+		}},
+		{"mdnsfallback {\ninterface averyveryverylongname0\n}", `interface: "averyveryverylongname0" is not an interface name`, nil},
+		{"mdnsfallback {\ninterface eth0:1\n}", `interface: "eth0:1" is not an interface name`, nil},
 		{"mdnsfallback {\ntimeout soon\n}", `timeout: "soon" is not a duration`, nil},
 		{"mdnsfallback {\ntimeout 0s\n}", "timeout: 0s is outside", nil},
 		{"mdnsfallback {\nttl 0s\n}", "ttl: 0s is outside", nil},

@@ -1,7 +1,7 @@
 package mdns
 
 import (
-	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
@@ -49,12 +49,12 @@ func (r *Responder) scheduleAnnounce(name string, now time.Time) {
 }
 
 // nextMulticastLocked is the earliest time every record of name (rrs)
-// may be multicast on every interface; r.mu is held.
+// may be multicast on every link; r.mu is held.
 func (r *Responder) nextMulticastLocked(rrs []dns.RR, now time.Time) time.Time {
 	next := now
-	for idx := range r.ifs() {
+	for _, l := range r.links() {
 		for _, rr := range rrs {
-			if last, ok := r.lastMcast[rrKey(rr, idx)]; ok && last.Add(mcastInterval).After(next) {
+			if last, ok := r.lastMcast[rrKey(rr, l)]; ok && last.Add(mcastInterval).After(next) {
 				next = last.Add(mcastInterval)
 			}
 		}
@@ -93,23 +93,23 @@ func (r *Responder) fireAnnounce(name string) {
 	} else {
 		delete(r.ann, name)
 	}
-	for idx := range r.ifs() {
-		r.noteMulticastLocked(rrs, idx, now)
+	for _, l := range r.links() {
+		r.noteMulticastLocked(rrs, l, now)
 	}
 	r.mu.Unlock()
 	r.sendAnnouncement(rrs)
 }
 
 // sendAnnouncement multicasts the name's current records (no cache-flush
-// bit: every name is shared) on every interface; a name deleted meanwhile
+// bit: every name is shared) on every link; a name deleted meanwhile
 // sends nothing (its goodbye went out with the delete).
 func (r *Responder) sendAnnouncement(rrs []dns.RR) {
 	if len(rrs) == 0 {
 		return
 	}
 	m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs}
-	for idx := range r.ifs() {
-		r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, fresh: true})
+	for _, l := range r.links() {
+		r.send(Packet{ifIndex: l.ifIndex, to: l.group(), msg: m, fresh: true})
 		mdnsResponses.WithLabelValues("announcement").Inc()
 	}
 }
@@ -129,20 +129,21 @@ func (r *Responder) stopAnnouncements() {
 // packet stays within an Ethernet MTU.
 const announceBatch = 20
 
-// announceAll announces every local record (RFC 6762 §8.3) on the
-// interface ifIndex, or on all of them when ifIndex is 0: at once and
+// announceAll announces every local record (RFC 6762 §8.3) on the links
+// only, or on every link when only is nil: at once and
 // again one second later (the records of the first round that are still
 // there: a record put meanwhile has announcements of its own, a deleted
 // one had its goodbye). It runs after start-up (the records of a loaded
-// snapshot or carried across a reload included) and when an interface
-// joins again, so peers that lost the records learn them back without
-// asking.
-func (r *Responder) announceAll(ifIndex int) {
+// snapshot or carried across a reload included) and when a link comes up
+// (an interface that appeared or joined again, an address family that
+// came up on one), so peers that lost the records, or never heard them,
+// learn them without asking.
+func (r *Responder) announceAll(only []link) {
 	first := r.n.local.Records("")
 	if len(first) == 0 {
 		return
 	}
-	r.sendRecords(first, ifIndex)
+	r.sendRecords(first, only)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -165,16 +166,17 @@ func (r *Responder) announceAll(ifIndex int) {
 				again = append(again, rec)
 			}
 		}
-		r.sendRecords(again, ifIndex)
+		r.sendRecords(again, only)
 	})
 }
 
-// sendRecords multicasts recs, announceBatch a packet.
-func (r *Responder) sendRecords(recs []records.Record, ifIndex int) {
+// sendRecords multicasts recs, announceBatch a packet, on the links only
+// that are up (every link when only is nil).
+func (r *Responder) sendRecords(recs []records.Record, only []link) {
 	var rrs []dns.RR
 	seen := map[mcastKey]bool{}
 	for _, rec := range recs {
-		k := mcastKey{rec.Domain, rec.IP, 0}
+		k := mcastKey{rec.Domain, rec.IP, link{}}
 		if seen[k] {
 			continue // one address of a name held by two identifiers
 		}
@@ -184,9 +186,9 @@ func (r *Responder) sendRecords(recs []records.Record, ifIndex int) {
 	for len(rrs) > 0 {
 		n := min(len(rrs), announceBatch)
 		m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs[:n]}
-		for idx := range r.ifs() {
-			if ifIndex == 0 || idx == ifIndex {
-				r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, fresh: true})
+		for _, l := range r.links() {
+			if only == nil || slices.Contains(only, l) {
+				r.send(Packet{ifIndex: l.ifIndex, to: l.group(), msg: m, fresh: true})
 				mdnsResponses.WithLabelValues("announcement").Inc()
 			}
 		}

@@ -42,9 +42,18 @@ func (r *Responder) questionRRs(q dns.Question) []dns.RR {
 // maxPayload bytes (§17). A query sent straight to our unicast address
 // (direct) is answered by unicast to its source, whatever its QU bit
 // (§5.5); unicast and legacy replies are bounded per source (replyRate).
-func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex int, now time.Time) []Packet {
+// A QU or direct query from a peer of another subnet on the link
+// (offSubnet: its IP TTL 255 says it is on the link, but its source is in
+// none of the interface's networks) is answered by multicast: a unicast
+// reply would follow the host's routes, through a router (which lowers
+// the TTL, and the querier drops it) or nowhere; the group reaches every
+// host of the link. Such a reply is not dropped by the once-a-second
+// multicast limit (the querier asked, and may not have heard the last
+// multicast): the records multicast less than a second ago go as soon as
+// the limit allows.
+func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct, offSubnet bool, l link, now time.Time) []Packet {
 	legacy := src.Port() != mdnsPort
-	var mcast, ucast []dns.RR
+	var mcast, ucast, deferred []dns.RR
 	var legacyQ []dns.Question
 	seenQ := map[dns.Question]bool{}
 	seenRR := map[mcastKey]bool{}
@@ -60,7 +69,7 @@ func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex 
 		seenQ[k] = true
 		var rrs []dns.RR
 		for _, rr := range suppressKnown(r.questionRRs(q), m.Answer) {
-			if key := rrKey(rr, 0); !seenRR[key] {
+			if key := rrKey(rr, link{}); !seenRR[key] {
 				seenRR[key] = true
 				rrs = append(rrs, rr)
 			}
@@ -73,31 +82,36 @@ func (r *Responder) answer(m *dns.Msg, src netip.AddrPort, direct bool, ifIndex 
 			capTTL(rrs)
 			legacyQ = append(legacyQ, q)
 			ucast = append(ucast, rrs...)
-		case q.Qclass&quBit != 0 || direct:
+		case (q.Qclass&quBit != 0 || direct) && !offSubnet:
 			ucast = append(ucast, rrs...)
+		case q.Qclass&quBit != 0 || direct: // from another subnet
+			fresh, recent := r.splitRecent(rrs, l, now)
+			mcast, deferred = append(mcast, fresh...), append(deferred, recent...)
 		default:
-			mcast = append(mcast, r.notRecent(rrs, ifIndex, now)...)
+			fresh, _ := r.splitRecent(rrs, l, now)
+			mcast = append(mcast, fresh...)
 		}
 	}
 	var out []Packet
 	if len(ucast) > 0 && r.replies.allow(src.Addr(), now) {
 		if legacy {
-			out = append(out, Packet{ifIndex: ifIndex, to: src, msg: legacyReply(m, legacyQ, ucast), fresh: true, legacy: true})
+			out = append(out, Packet{ifIndex: l.ifIndex, to: src, msg: legacyReply(m, legacyQ, ucast), fresh: true, legacy: true})
 		} else {
 			for _, msg := range split(ucast) {
-				out = append(out, Packet{ifIndex: ifIndex, to: src, msg: msg, fresh: true})
+				out = append(out, Packet{ifIndex: l.ifIndex, to: src, msg: msg, fresh: true})
 			}
 		}
 	} else if len(ucast) > 0 {
 		mdnsDropped.WithLabelValues("reply_rate").Inc()
 	}
 	if len(mcast) > 0 {
-		r.noteMulticast(mcast, ifIndex, now)
+		r.noteMulticast(mcast, l, now)
 		delay := sharedDelayMin + rand.N(sharedDelayMax-sharedDelayMin)
 		for _, msg := range split(mcast) {
-			out = append(out, Packet{ifIndex: ifIndex, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: msg, delay: delay, fresh: true})
+			out = append(out, Packet{ifIndex: l.ifIndex, to: l.group(), msg: msg, delay: delay, fresh: true})
 		}
 	}
+	out = append(out, r.deferredReply(deferred, l, now)...)
 	for _, o := range out {
 		mdnsResponses.WithLabelValues(kindOf(o, legacy)).Inc()
 	}
@@ -158,7 +172,7 @@ func legacyReply(q *dns.Msg, questions []dns.Question, answers []dns.RR) *dns.Ms
 
 func kindOf(o Packet, legacy bool) string {
 	switch {
-	case o.to.Addr() == mdnsGroup:
+	case o.to.Addr().IsMulticast():
 		return "multicast"
 	case legacy:
 		return "legacy"
@@ -189,8 +203,8 @@ func suppressKnown(rrs, known []dns.RR) []dns.RR {
 	return kept
 }
 
-// rrKey is the multicast-limit key of a local A/AAAA record.
-func rrKey(rr dns.RR, ifIndex int) mcastKey {
+// rrKey is the multicast-limit key of a local A/AAAA/PTR record on l.
+func rrKey(rr dns.RR, l link) mcastKey {
 	var a netip.Addr
 	switch v := rr.(type) {
 	case *dns.A:
@@ -198,34 +212,62 @@ func rrKey(rr dns.RR, ifIndex int) mcastKey {
 	case *dns.AAAA:
 		a, _ = netip.AddrFromSlice(v.AAAA.To16())
 	case *dns.PTR:
-		return mcastKey{dnsname.Lower(rr.Header().Name) + " " + dnsname.Lower(v.Ptr), a, ifIndex}
+		return mcastKey{dnsname.Lower(rr.Header().Name) + " " + dnsname.Lower(v.Ptr), a, l}
 	}
-	return mcastKey{dnsname.Lower(rr.Header().Name), a, ifIndex}
+	return mcastKey{dnsname.Lower(rr.Header().Name), a, l}
 }
 
-// notRecent keeps the records not multicast on ifIndex in the last second
-// (RFC 6762 §6: per record and interface), which also bounds what a query
-// flood can make us send.
-func (r *Responder) notRecent(rrs []dns.RR, ifIndex int, now time.Time) []dns.RR {
+// splitRecent splits rrs into the records not multicast on l in the last
+// second (fresh: they may go now) and those multicast in it (recent); a
+// record whose multicast is already scheduled (a deferred reply) is in
+// neither. The once-a-second limit (RFC 6762 §6: per record and link)
+// also bounds what a query flood can make us send.
+func (r *Responder) splitRecent(rrs []dns.RR, l link, now time.Time) (fresh, recent []dns.RR) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	kept := rrs[:0]
 	for _, rr := range rrs {
-		if last, ok := r.lastMcast[rrKey(rr, ifIndex)]; !ok || now.Sub(last) >= mcastInterval {
-			kept = append(kept, rr)
+		last, ok := r.lastMcast[rrKey(rr, l)]
+		switch {
+		case !ok || now.Sub(last) >= mcastInterval:
+			fresh = append(fresh, rr)
+		case !last.After(now):
+			recent = append(recent, rr)
 		}
 	}
-	return kept
+	return fresh, recent
 }
 
-// noteMulticast remembers that rrs were multicast on ifIndex at now.
-func (r *Responder) noteMulticast(rrs []dns.RR, ifIndex int, now time.Time) {
+// deferredReply multicasts rrs, records multicast on l less than a second
+// ago, as soon as the once-a-second limit allows every one of them; they
+// count as multicast then, so nothing else sends them before.
+func (r *Responder) deferredReply(rrs []dns.RR, l link, now time.Time) []Packet {
+	if len(rrs) == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	at := now
+	for _, rr := range rrs {
+		if last, ok := r.lastMcast[rrKey(rr, l)]; ok && last.Add(mcastInterval).After(at) {
+			at = last.Add(mcastInterval)
+		}
+	}
+	r.noteMulticastLocked(rrs, l, at)
+	r.mu.Unlock()
+	var out []Packet
+	for _, msg := range split(rrs) {
+		out = append(out, Packet{ifIndex: l.ifIndex, to: l.group(), msg: msg, delay: at.Sub(now) + sharedDelayMin, fresh: true})
+	}
+	return out
+}
+
+// noteMulticast remembers that rrs were multicast on l at now.
+func (r *Responder) noteMulticast(rrs []dns.RR, l link, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.noteMulticastLocked(rrs, ifIndex, now)
+	r.noteMulticastLocked(rrs, l, now)
 }
 
-func (r *Responder) noteMulticastLocked(rrs []dns.RR, ifIndex int, now time.Time) {
+func (r *Responder) noteMulticastLocked(rrs []dns.RR, l link, now time.Time) {
 	if len(r.lastMcast) > 4096 {
 		for k, t := range r.lastMcast {
 			if now.Sub(t) >= mcastInterval {
@@ -234,6 +276,6 @@ func (r *Responder) noteMulticastLocked(rrs []dns.RR, ifIndex int, now time.Time
 		}
 	}
 	for _, rr := range rrs {
-		r.lastMcast[rrKey(rr, ifIndex)] = now
+		r.lastMcast[rrKey(rr, l)] = now
 	}
 }

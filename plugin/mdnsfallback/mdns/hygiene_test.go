@@ -22,7 +22,7 @@ func TestAnnounceAll(t *testing.T) {
 	defer r.stopAnnouncements()
 	var s sink
 	r.sent = s.add
-	r.announceAll(0)
+	r.announceAll(nil)
 	out := s.take()
 	if len(out) != 2 || len(out[0].msg.Answer)+len(out[1].msg.Answer) != 25 {
 		t.Fatalf("first announcement: %d packets", len(out))

@@ -39,9 +39,24 @@ type inflight struct {
 	mu  sync.Mutex
 	m   map[string]*call
 	max int
+	// recent holds the names whose query ended lately, until when a
+	// unicast answer still counts for them (RFC 6762 §6: it answers a
+	// query sent recently): a holder that answers after the collection
+	// window, on a busy host, enters the cache for the next lookups
+	// instead of being dropped as unsolicited. At most recentMax names.
+	recent map[string]time.Time
 }
 
-func newInflight(max int) *inflight { return &inflight{m: map[string]*call{}, max: max} }
+// recentGrace is how long after its query ends a unicast answer still
+// counts for a name (longer when the query's timeout ends later).
+const (
+	recentGrace = time.Second
+	recentMax   = 4096
+)
+
+func newInflight(max int) *inflight {
+	return &inflight{m: map[string]*call{}, max: max, recent: map[string]time.Time{}}
+}
 
 // join returns the call for name and whether the caller must send the
 // query; nil when too many queries are in flight. A new call ends after
@@ -89,13 +104,17 @@ func (f *inflight) get(name string) *call {
 	return f.m[name]
 }
 
-// pending reports whether a query for name is in flight: a unicast
-// response counts for it only then (RFC 6762 §6).
+// pending reports whether a query for name is in flight or ended less
+// than recentGrace ago: a unicast response counts for it only then (RFC
+// 6762 §6).
 func (f *inflight) pending(name string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_, ok := f.m[name]
-	return ok
+	if _, ok := f.m[name]; ok {
+		return true
+	}
+	until, ok := f.recent[name]
+	return ok && time.Now().Before(until)
 }
 
 // abandon ends c, the call for name, at once, without its onDone: the
@@ -113,6 +132,9 @@ func (f *inflight) finishCall(name string, c *call, onDone func()) {
 		return
 	}
 	delete(f.m, name)
+	if onDone != nil { // the query was sent: its late answers still count a while
+		f.noteRecentLocked(name, c, time.Now())
+	}
 	f.mu.Unlock()
 	if onDone != nil {
 		onDone()
@@ -120,11 +142,32 @@ func (f *inflight) finishCall(name string, c *call, onDone func()) {
 	close(c.done)
 }
 
+// noteRecentLocked remembers name's query, which ended at now, in
+// f.recent; f.mu is held.
+func (f *inflight) noteRecentLocked(name string, c *call, now time.Time) {
+	if len(f.recent) >= recentMax {
+		for n, until := range f.recent {
+			if !now.Before(until) {
+				delete(f.recent, n)
+			}
+		}
+		if len(f.recent) >= recentMax {
+			return // a flood of names: late answers for this one are dropped
+		}
+	}
+	until := now.Add(recentGrace)
+	if end := c.started.Add(c.timeout); end.After(until) {
+		until = end
+	}
+	f.recent[name] = until
+}
+
 // stop ends every call in flight (shutdown).
 func (f *inflight) stop() {
 	f.mu.Lock()
 	calls := f.m
 	f.m = map[string]*call{}
+	clear(f.recent)
 	f.mu.Unlock()
 	for _, c := range calls {
 		c.timer.Stop()

@@ -1,6 +1,7 @@
 package mdns
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -75,8 +76,13 @@ func TestDropReasons(t *testing.T) {
 	if !p.cache.Has("evil.weave.local.", now) {
 		t.Fatal("a unicast answer to our pending query was not cached")
 	}
-	if out := r.Handle(query, Inbound{Src: other, Dst: mdnsGroup, IfIndex: testIfIndex, TTL: 255}, now); len(out) != 1 {
+	// Its QU query is answered by multicast: a unicast reply would follow
+	// the routes (through a router, or nowhere).
+	if out := r.Handle(query, Inbound{Src: other, Dst: mdnsGroup, IfIndex: testIfIndex, TTL: 255}, now); len(out) != 1 || out[0].to != netip.AddrPortFrom(mdnsGroup, mdnsPort) {
 		t.Fatalf("a query from another subnet on the link: %v", out)
+	}
+	if out := r.Handle(query, Inbound{Src: other, Dst: ourAddr, IfIndex: testIfIndex, TTL: 255}, now.Add(2*time.Second)); len(out) != 1 || out[0].to != netip.AddrPortFrom(mdnsGroup, mdnsPort) {
+		t.Fatalf("a direct query from another subnet on the link: %v", out)
 	}
 	r.Handle(pack(t, answerMsg(aRR("far.weave.local.", "192.0.2.7", 120, false))), Inbound{Src: other, Dst: mdnsGroup, IfIndex: testIfIndex, TTL: 255}, now)
 	if !p.cache.Has("far.weave.local.", now) {
@@ -167,5 +173,67 @@ func TestReplyRateLimit(t *testing.T) {
 	}
 	if out := r.handle(q, netip.MustParseAddrPort("10.250.0.3:5353"), testIfIndex, now); len(out) != 1 {
 		t.Fatal("another source refused")
+	}
+}
+
+// TestLateUnicastAnswer: a holder's unicast answer that comes after the
+// query's collection window closed (a busy host) still counts for a
+// recently sent query (RFC 6762 §6) and is cached for the next lookups;
+// one for a name whose query ended longer ago than recentGrace, or was
+// never sent, is unsolicited.
+func TestLateUnicastAnswer(t *testing.T) {
+	p, _ := newTestNode(func(c *Config) { c.Timeout = 50 * time.Millisecond })
+	r := testResponder(p)
+	p.resp.Store(r)
+	var s sink
+	r.sent = s.add
+	if got := p.Resolve(context.Background(), "late.weave.local."); got != Asked {
+		t.Fatalf("Resolve: %d", got)
+	}
+	// The query ended (nobody answered in time); the holder answers now.
+	r.Handle(pack(t, answerMsg(aRR("late.weave.local.", "10.250.0.7", 120, false))), Inbound{Src: peer, Dst: ourAddr, IfIndex: testIfIndex, TTL: 255}, time.Now())
+	if !p.cache.Has("late.weave.local.", time.Now()) {
+		t.Fatal("a late unicast answer to a query sent 50 ms ago was dropped")
+	}
+	if _, res, _ := p.Lookup("late.weave.local.", "late.weave.local.", dns.TypeA, time.Now()); res != Positive {
+		t.Fatalf("the late answer did not replace the negative entry: %v", res)
+	}
+	p.inflight.mu.Lock()
+	p.inflight.recent["late.weave.local."] = time.Now().Add(-time.Millisecond) // its grace is over
+	p.inflight.mu.Unlock()
+	before := testutil.ToFloat64(mdnsDropped.WithLabelValues("unsolicited"))
+	r.Handle(pack(t, answerMsg(aRR("late.weave.local.", "10.250.0.8", 120, false))), Inbound{Src: peer, Dst: ourAddr, IfIndex: testIfIndex, TTL: 255}, time.Now())
+	if testutil.ToFloat64(mdnsDropped.WithLabelValues("unsolicited"))-before != 1 {
+		t.Fatal("a unicast answer after the grace was not dropped as unsolicited")
+	}
+}
+
+// TestOffSubnetDeferred: a QU query from a peer of another subnet on the
+// link is answered by multicast; one that comes less than a second after
+// the record was multicast is not dropped by the once-a-second limit but
+// deferred until the limit allows it (the querier asked: it may not have
+// heard the last one), and a third meanwhile adds nothing.
+func TestOffSubnetDeferred(t *testing.T) {
+	p, db := newTestNode(nil)
+	put(t, db, "c1", "10.32.0.1", "web.weave.local", 0)
+	r := testResponder(p)
+	now := time.Now()
+	other := netip.MustParseAddrPort("192.0.2.7:5353")
+	q := pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET|quBit))
+	in := Inbound{Src: other, Dst: mdnsGroup, IfIndex: testIfIndex, TTL: 255}
+	out := r.Handle(q, in, now)
+	if len(out) != 1 || out[0].to.Addr() != mdnsGroup || out[0].delay > sharedDelayMax {
+		t.Fatalf("first: %+v", out)
+	}
+	out = r.Handle(q, in, now.Add(400*time.Millisecond))
+	if len(out) != 1 || out[0].to.Addr() != mdnsGroup || out[0].delay != 600*time.Millisecond+sharedDelayMin {
+		t.Fatalf("400 ms later: %+v", out)
+	}
+	if out := r.Handle(q, in, now.Add(500*time.Millisecond)); len(out) != 0 {
+		t.Fatalf("while the deferred reply is due: %+v", out)
+	}
+	// An on-subnet QM query meanwhile is not answered (the limit), as before.
+	if out := r.handle(pack(t, question("web.weave.local.", dns.TypeA, dns.ClassINET)), peer, testIfIndex, now.Add(700*time.Millisecond)); len(out) != 0 {
+		t.Fatalf("QM within the limit: %+v", out)
 	}
 }

@@ -69,7 +69,7 @@ var (
 	limitReasons  = []string{limitedRate, limitedName}
 	responseKinds = []string{"multicast", "unicast", "legacy", "announcement", "goodbye"}
 	dropReasons   = []string{"interface", "oversized", "bad_source", "malformed", "opcode", "source_port", "ttl",
-		"unexpected", "off_link", "own", "stale", "unsolicited", "bad_address", "out_of_zone", "reply_rate"}
+		"unexpected", "off_link", "own", "stale", "unsolicited", "bad_address", "out_of_zone", "reply_rate", "link_local"}
 )
 
 // listCounters lists every label value of the counters at 0.

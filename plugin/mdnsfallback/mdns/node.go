@@ -12,7 +12,6 @@ package mdns
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"sync/atomic"
 	"time"
@@ -213,15 +212,17 @@ func (n *Node) ask(resp *Responder, name string, kind int) (*call, string) {
 	return c, ""
 }
 
-// Open binds the mDNS sockets on the interfaces, starts the responder and
+// Open binds the mDNS sockets, joins the groups on the interfaces named
+// that exist (the others when they appear), starts the responder and
 // announces every local record.
-func (n *Node) Open(ifis []*net.Interface) error {
-	r := newResponder(n, ifis)
+func (n *Node) Open(names []string) error {
+	r := newResponder(n, names)
 	if err := r.open(); err != nil {
 		return err
 	}
 	n.resp.Store(r)
-	r.announceAll(0) // the records of a snapshot or a reload, and any put before
+	r.announceAll(nil) // the records of a snapshot or a reload, and any put before
+	r.opened.Store(true)
 	return nil
 }
 
@@ -243,7 +244,7 @@ func (n *Node) Announce(rec records.Record) {
 }
 
 // Goodbye is the database's deletion hook, and what a stop sends for
-// every local record: TTL-0 records on every interface.
+// every local record: TTL-0 records on every link.
 func (n *Node) Goodbye(gone []records.Record) {
 	if r := n.resp.Load(); r != nil {
 		r.goodbye(gone)

@@ -1,7 +1,6 @@
 package mdns
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -9,14 +8,12 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/meshdns/meshdns/plugin/mdnsfallback/internal/dnsname"
 	"github.com/meshdns/meshdns/plugin/mdnsfallback/records"
 
 	"github.com/miekg/dns"
-	"golang.org/x/net/ipv4"
 )
 
 // mDNS constants (RFC 6762).
@@ -33,90 +30,6 @@ const (
 	sharedDelayMin = 20 * time.Millisecond
 	sharedDelayMax = 120 * time.Millisecond
 )
-
-var mdnsGroup = netip.MustParseAddr("224.0.0.251")
-
-// mdnsIface is one configured interface and its on-link networks.
-type mdnsIface struct {
-	ifi       *net.Interface
-	load      func() []netip.Prefix // re-reads the networks
-	mu        sync.Mutex
-	prefixes  []netip.Prefix
-	refreshed time.Time
-}
-
-// onLink reports whether src is inside one of the interface's IPv4
-// networks; it re-reads the interface's addresses at most once a second.
-func (i *mdnsIface) onLink(src netip.Addr, now time.Time) bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	for pass := 0; pass < 2; pass++ {
-		for _, p := range i.prefixes {
-			if p.Contains(src) {
-				return true
-			}
-		}
-		if pass == 1 || now.Sub(i.refreshed) < time.Second {
-			return false
-		}
-		i.refreshed = now
-		i.prefixes = i.load()
-	}
-	return false
-}
-
-// broadcast reports whether src is the directed broadcast address of one
-// of the interface's IPv4 networks.
-func (i *mdnsIface) broadcast(src netip.Addr) bool {
-	if !src.Is4() {
-		return false
-	}
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	for _, p := range i.prefixes {
-		if !p.Addr().Is4() || p.Bits() >= 31 || !p.Contains(src) {
-			continue
-		}
-		a, host := p.Addr().As4(), uint32(1)<<(32-p.Bits())-1
-		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
-		if netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}) == src {
-			return true
-		}
-	}
-	return false
-}
-
-// ifacePrefixes returns the interface's IPv4 addresses with their prefix
-// lengths (not masked: each one's Addr is one of the host's addresses).
-// ownAddr reports whether src is one of the interface's own addresses.
-func (i *mdnsIface) ownAddr(src netip.Addr) bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	for _, p := range i.prefixes {
-		if p.Addr() == src {
-			return true
-		}
-	}
-	return false
-}
-
-func ifacePrefixes(ifi *net.Interface) []netip.Prefix {
-	addrs, err := ifi.Addrs()
-	if err != nil {
-		return nil
-	}
-	var out []netip.Prefix
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			ip, ok := netip.AddrFromSlice(n.IP)
-			ones, _ := n.Mask.Size()
-			if ok && ip.Unmap().Is4() {
-				out = append(out, netip.PrefixFrom(ip.Unmap(), ones)) // unmasked: Addr is ours
-			}
-		}
-	}
-	return out
-}
 
 // Packet is a packet the responder wants sent.
 type Packet struct {
@@ -155,17 +68,21 @@ type Responder struct {
 	// interface watcher from /proc/net/udp.
 	shared atomic.Bool
 
-	pc   *ipv4.PacketConn
-	conn net.PacketConn
-	done chan struct{}
-	// The ephemeral-port socket: one-shot queries sent from it get unicast
-	// replies that reach meshdns alone (RFC 6762 §6.7), even where
-	// another stack shares port 5353 (and never loops its own multicast
-	// replies back to the host).
-	uc      *ipv4.PacketConn
-	ucConn  net.PacketConn
-	ucDone  chan struct{}
-	watched chan struct{} // closed when the interface watcher ended
+	// mc are the port-5353 sockets by family (mc[fam6] nil where the host
+	// has no IPv6); os the ephemeral-port ones: one-shot queries sent from
+	// them get unicast replies that reach meshdns alone (RFC 6762 §6.7),
+	// even where another stack shares port 5353 (and never loops its own
+	// multicast replies back to the host).
+	mc, os   [2]sock
+	stop     chan struct{} // closed by close: the interface watcher ends
+	wg       sync.WaitGroup
+	opened   atomic.Bool // open: records are announced on links that come up
+	detached bool        // no sockets (tests): every group counts as joined
+
+	// The interface watcher's own state (and open's, before it starts).
+	addrsOf func(*net.Interface) []netip.Prefix // ifacePrefixes (tests replace it)
+	waiting map[string]bool                     // configured interfaces it waits for (logged once)
+	seen    map[string]bool                     // configured interfaces joined once: a new join is a rejoin
 
 	own     ownPackets   // what we sent lately: our own multicast, looped back, is not news
 	sendMu  sync.Mutex   // held across reading a fresh packet's records and writing it (emit)
@@ -228,28 +145,22 @@ func (o *ownPackets) sent(b []byte, now time.Time) bool {
 	return false
 }
 
-// mcastKey is one record on one interface: the once-a-second multicast
-// limit is per record (RFC 6762 §6), so an AAAA question right after a
+// mcastKey is one record on one link: the once-a-second multicast
+// limit is per record and link (RFC 6762 §6), so an AAAA question right after a
 // multicast A answer for the same name is answered.
 type mcastKey struct {
-	name    string
-	addr    netip.Addr
-	ifIndex int
+	name string
+	addr netip.Addr
+	link link
 }
 
-func newResponder(n *Node, ifis []*net.Interface) *Responder {
-	r := &Responder{n: n, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
+// newResponder returns a responder for the interfaces named, with no
+// socket and none of them joined yet.
+func newResponder(n *Node, names []string) *Responder {
+	r := &Responder{n: n, names: names, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{},
+		waiting: map[string]bool{}, seen: map[string]bool{}, addrsOf: ifacePrefixes}
 	r.own.seed = maphash.MakeSeed()
-	for _, ifi := range ifis {
-		r.names = append(r.names, ifi.Name)
-		r.ifaces[ifi.Index] = newIface(ifi)
-	}
 	return r
-}
-
-func newIface(ifi *net.Interface) *mdnsIface {
-	load := func() []netip.Prefix { return ifacePrefixes(ifi) }
-	return &mdnsIface{ifi: ifi, load: load, prefixes: load(), refreshed: time.Now()}
 }
 
 // ifs returns the interfaces joined, by index. The map is never changed
@@ -260,99 +171,99 @@ func (r *Responder) ifs() map[int]*mdnsIface {
 	return r.ifaces
 }
 
-// open binds 0.0.0.0:5353 (shared with other mDNS stacks through
-// SO_REUSEADDR), joins 224.0.0.251 on every interface and starts reading.
+// open binds the sockets: 0.0.0.0:5353 and [::]:5353 (shared with other
+// mDNS stacks through SO_REUSEADDR) and an ephemeral port of each family;
+// joins the groups on every configured interface that exists (the others
+// when they appear) and starts reading. IPv6 is left out, with a warning,
+// where the host has none.
 func (r *Responder) open() error {
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
-	conn, err := lc.ListenPacket(context.Background(), "udp4", fmt.Sprintf("0.0.0.0:%d", mdnsPort))
-	if err != nil {
+	var err error
+	if r.mc[fam4], err = listen(fam4, mdnsPort); err != nil {
 		return fmt.Errorf("mdns listen: %w", err)
 	}
-	pc := ipv4.NewPacketConn(conn)
-	for _, i := range r.ifs() {
-		if err := pc.JoinGroup(i.ifi, &net.UDPAddr{IP: mdnsGroup.AsSlice()}); err != nil {
-			conn.Close()
-			return fmt.Errorf("mdns join %s on %s: %w", mdnsGroup, i.ifi.Name, err)
-		}
-	}
-	if err := pc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst|ipv4.FlagTTL, true); err != nil {
-		conn.Close()
-		return fmt.Errorf("mdns control messages: %w", err)
-	}
-	_ = pc.SetMulticastTTL(255)
-	_ = pc.SetTTL(255)
-	_ = pc.SetMulticastLoopback(true)
-	ucConn, err := net.ListenPacket("udp4", "0.0.0.0:0")
-	if err != nil {
-		conn.Close()
+	if r.os[fam4], err = listen(fam4, 0); err != nil {
+		r.closeSockets()
 		return fmt.Errorf("mdns one-shot socket: %w", err)
 	}
-	uc := ipv4.NewPacketConn(ucConn)
-	if err := uc.SetControlMessage(ipv4.FlagInterface|ipv4.FlagDst|ipv4.FlagTTL, true); err != nil {
-		conn.Close()
-		ucConn.Close()
-		return fmt.Errorf("mdns control messages: %w", err)
+	if err := r.open6(); err != nil {
+		log.Warningf("mDNS over IPv6 is off: %v", err)
 	}
-	_ = uc.SetMulticastTTL(255)
-	_ = uc.SetMulticastLoopback(true)
-	r.pc, r.conn, r.done, r.watched = pc, conn, make(chan struct{}), make(chan struct{})
-	r.uc, r.ucConn, r.ucDone = uc, ucConn, make(chan struct{})
-	r.checkShared()
-	go r.readLoop(r.pc, r.done, false)
-	go r.readLoop(r.uc, r.ucDone, true)
-	go r.watchInterfaces(r.done)
+	return r.start()
+}
+
+// open6 binds the IPv6 sockets.
+func (r *Responder) open6() error {
+	s, err := listen(fam6, mdnsPort)
+	if err != nil {
+		return err
+	}
+	u, err := listen(fam6, 0)
+	if err != nil {
+		s.close()
+		return fmt.Errorf("one-shot socket: %w", err)
+	}
+	r.mc[fam6], r.os[fam6] = s, u
 	return nil
 }
 
-// close stops the announcements and the read loop and waits for it.
-func (r *Responder) close() {
-	r.stopAnnouncements()
-	if r.conn == nil {
-		return
+// start joins the interfaces there are and starts the read loops and the
+// interface watcher.
+func (r *Responder) start() error {
+	r.checkInterfaces(net.InterfaceByName)
+	r.checkShared()
+	r.stop = make(chan struct{})
+	for fam := range 2 {
+		if r.mc[fam] != nil {
+			r.wg.Add(2)
+			go r.readLoop(r.mc[fam], false)
+			go r.readLoop(r.os[fam], true)
+		}
 	}
-	r.conn.Close()
-	r.ucConn.Close()
-	<-r.done
-	<-r.ucDone
-	<-r.watched
-	r.conn = nil
+	r.wg.Add(1)
+	go r.watchInterfaces(r.stop)
+	return nil
 }
 
-// readLoop handles the packets of pc (the ephemeral-port socket with
-// oneShot) until it is closed, then closes done.
-func (r *Responder) readLoop(pc *ipv4.PacketConn, done chan struct{}, oneShot bool) {
-	defer close(done)
+func (r *Responder) closeSockets() {
+	for fam := range 2 {
+		for _, s := range []sock{r.mc[fam], r.os[fam]} {
+			if s != nil {
+				s.close()
+			}
+		}
+	}
+}
+
+// close stops the announcements, the read loops and the watcher, and
+// waits for them.
+func (r *Responder) close() {
+	r.stopAnnouncements()
+	if r.stop == nil {
+		return
+	}
+	close(r.stop)
+	r.closeSockets()
+	r.wg.Wait()
+	r.stop = nil
+}
+
+// readLoop handles the packets of s (an ephemeral-port socket with
+// oneShot) until it is closed.
+func (r *Responder) readLoop(s sock, oneShot bool) {
+	defer r.wg.Done()
 	buf := make([]byte, 1<<16) // larger than any packet it accepts: an oversized one is seen whole
 	for {
-		n, cm, src, err := pc.ReadFrom(buf)
+		n, in, err := s.readFrom(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			continue
 		}
-		ua, ok := src.(*net.UDPAddr)
-		if !ok {
+		if !in.Src.IsValid() {
 			continue
 		}
-		in := Inbound{Dst: mdnsGroup, OneShot: oneShot}
-		if cm != nil {
-			in.IfIndex, in.TTL = cm.IfIndex, cm.TTL
-			if d, ok := netip.AddrFromSlice(cm.Dst); ok {
-				in.Dst = d.Unmap()
-			}
-		}
-		from := ua.AddrPort()
-		in.Src = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+		in.OneShot = oneShot
 		if r.ownPacket(buf[:n], in.Src.Addr(), time.Now()) {
 			mdnsDropped.WithLabelValues("own").Inc()
 			continue // our own packet, looped back
@@ -398,18 +309,20 @@ func (r *Responder) emit(o Packet) {
 	r.write(o)
 }
 
+// write sends o from the socket of its destination's family (the
+// ephemeral-port one for a one-shot query).
 func (r *Responder) write(o Packet) {
-	pc := r.pc
+	fam := famOf(o.to.Addr())
+	s := r.mc[fam]
 	if o.oneShot {
-		pc = r.uc
+		s = r.os[fam]
 	}
 	b, err := o.msg.Pack()
-	if err != nil || pc == nil {
+	if err != nil || s == nil {
 		return
 	}
 	r.own.note(b, time.Now())
-	dst := &net.UDPAddr{IP: o.to.Addr().AsSlice(), Port: int(o.to.Port())}
-	_, _ = pc.WriteTo(b, &ipv4.ControlMessage{IfIndex: o.ifIndex}, dst)
+	_ = s.writeTo(b, o.ifIndex, o.to)
 }
 
 // Inbound is how a packet arrived.
@@ -434,9 +347,13 @@ type Inbound struct {
 //     a unicast response (to one of our unicast addresses, §6) for a name
 //     we have no query pending for — only multicast responses are news
 //     anybody may send; out_of_zone, bad_address: see learn;
-//   - queries: off_link: an IP TTL below 255 from outside the interface's
-//     networks (§11); a query to the ephemeral-port socket is dropped as
-//     unexpected.
+//   - queries: off_link: an IP TTL (hop limit) below 255 from a source
+//     off the link — neither IPv6 link-local nor inside one of the
+//     interface's networks (§11); a query to the ephemeral-port socket is
+//     dropped as unexpected.
+//
+// IPv4 and IPv6 packets go through the same rules; a reply goes back over
+// the family its query came in on.
 func (r *Responder) Handle(b []byte, in Inbound, now time.Time) []Packet {
 	iface := r.ifaceOf(in.IfIndex)
 	switch {
@@ -467,10 +384,12 @@ func (r *Responder) Handle(b []byte, in Inbound, now time.Time) []Packet {
 	switch {
 	case in.OneShot:
 		return drop("unexpected")
-	case in.TTL != 255 && !iface.onLink(in.Src.Addr(), now):
+	}
+	onLink := iface.onLink(in.Src.Addr(), now)
+	if in.TTL != 255 && !onLink {
 		return drop("off_link")
 	}
-	return r.answer(m, in.Src, !in.Dst.IsMulticast(), iface.ifi.Index, now)
+	return r.answer(m, in.Src, !in.Dst.IsMulticast(), !onLink, link{iface.ifi.Index, famOf(in.Src.Addr())}, now)
 }
 
 // drop counts a dropped packet by reason and returns no replies.
@@ -548,6 +467,12 @@ func (r *Responder) learn(m *dns.Msg, unicast bool, now time.Time) {
 				mdnsDropped.WithLabelValues("out_of_zone").Inc()
 				continue
 			}
+			if addr.Is6() && addr.IsLinkLocalUnicast() {
+				// fe80::/10 means nothing without its zone, which a DNS
+				// answer cannot carry: a client could not reach it.
+				mdnsDropped.WithLabelValues("link_local").Inc()
+				continue
+			}
 			if e := n.local.Lookup(name); e != nil && e.Holds(addr) {
 				continue // a local record (our own, looped back, or the same held elsewhere): the database answers it
 			}
@@ -585,8 +510,7 @@ func (r *Responder) learnPTR(v *dns.PTR, now time.Time) bool {
 }
 
 // query multicasts one question pair (A and AAAA; PTR alone for a reverse
-// name) for name on every
-// interface, from the unconnected port-5353 socket: replies, multicast or
+// name) for name on every link (interface and family), from the unconnected port-5353 socket: replies, multicast or
 // unicast from the responder's own address, come back through readLoop.
 // The questions ask for unicast replies (QU, RFC 6762 §5.4) while meshdns
 // is the only socket on port 5353 here: a responder may hold back a
@@ -610,17 +534,17 @@ func (r *Responder) query(name string, qm bool) {
 	if dnsname.IsReverse(name) {
 		m.Question = []dns.Question{{Name: name, Qtype: dns.TypePTR, Qclass: class}}
 	}
-	for idx := range r.ifs() {
-		r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m})
+	for _, l := range r.links() {
+		r.send(Packet{ifIndex: l.ifIndex, to: l.group(), msg: m})
 		if qm {
-			r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, oneShot: true})
+			r.send(Packet{ifIndex: l.ifIndex, to: l.group(), msg: m, oneShot: true})
 		}
 		mdnsQueries.Inc()
 		r.n.queries.Add(1)
 	}
 }
 
-// goodbye multicasts TTL-0 records for recs on every interface. The
+// goodbye multicasts TTL-0 records for recs on every link. The
 // cache-flush bit stays clear, so peers drop only these addresses.
 func (r *Responder) goodbye(recs []records.Record) {
 	var rrs []dns.RR
@@ -630,8 +554,8 @@ func (r *Responder) goodbye(recs []records.Record) {
 	for len(rrs) > 0 {
 		n := min(len(rrs), announceBatch)
 		m := &dns.Msg{MsgHdr: dns.MsgHdr{Response: true, Authoritative: true}, Answer: rrs[:n]}
-		for idx := range r.ifs() {
-			r.send(Packet{ifIndex: idx, to: netip.AddrPortFrom(mdnsGroup, mdnsPort), msg: m, fresh: !r.quiet.Load()})
+		for _, l := range r.links() {
+			r.send(Packet{ifIndex: l.ifIndex, to: l.group(), msg: m, fresh: !r.quiet.Load()})
 			mdnsResponses.WithLabelValues("goodbye").Inc()
 		}
 		rrs = rrs[n:]

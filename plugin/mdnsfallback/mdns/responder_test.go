@@ -15,10 +15,9 @@ const testIfIndex = 7
 // testResponder is a responder on a fake interface 10.250.0.0/24 with no
 // socket; it records what it would send.
 func testResponder(p *Node) *Responder {
-	r := &Responder{n: p, ifaces: map[int]*mdnsIface{}, lastMcast: map[mcastKey]time.Time{}}
-	pr := []netip.Prefix{netip.MustParsePrefix("10.250.0.0/24")}
-	r.ifaces[testIfIndex] = &mdnsIface{ifi: &net.Interface{Index: testIfIndex, Name: "test0"},
-		load: func() []netip.Prefix { return pr }, prefixes: pr, refreshed: time.Now()}
+	r := newResponder(p, []string{"test0"})
+	r.detached = true
+	r.ifaces[testIfIndex] = detachedIface(testIfIndex, "test0", []netip.Prefix{netip.MustParsePrefix("10.250.0.0/24")})
 	return r
 }
 
