@@ -19,6 +19,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsapi "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 )
 
 // The differential test on generated clusters (clusterdns_gen_test.go)
@@ -76,6 +77,8 @@ func genApply(t *testing.T, k *kubeAPI, ch clustergen.Change) error {
 		return api.Delete(ctx, o.Name, metav1.DeleteOptions{})
 	case *corev1.Pod:
 		return genApplyPod(ctx, k, ch.Op, o)
+	case *mcsapi.ServiceImport:
+		return genApplyImport(ctx, k, ch.Op, o)
 	}
 	return fmt.Errorf("change of a %T", ch.Obj)
 }
@@ -121,6 +124,12 @@ func genCreate(t *testing.T, k *kubeAPI, c *clustergen.Cluster) {
 		genMust(t, k, clustergen.Change{Op: clustergen.Add, Obj: s.DeepCopy()})
 	}
 	for _, sl := range c.Slices {
+		genMust(t, k, clustergen.Change{Op: clustergen.Add, Obj: sl.DeepCopy()})
+	}
+	for _, imp := range c.Imports {
+		genMust(t, k, clustergen.Change{Op: clustergen.Add, Obj: imp.DeepCopy()})
+	}
+	for _, sl := range c.ImportSlices {
 		genMust(t, k, clustergen.Change{Op: clustergen.Add, Obj: sl.DeepCopy()})
 	}
 }
@@ -237,7 +246,7 @@ func genAnswer(m *dns.Msg) string {
 }
 
 // genZones are the zones of the shipped cluster-DNS Corefile's block.
-var genZones = []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa."}
+var genZones = []string{"cluster.local.", "in-addr.arpa.", "ip6.arpa.", "clusterset.local."} // the last with multicluster
 
 // genInZones reports whether name lies in one of genZones.
 func genInZones(name string) bool {

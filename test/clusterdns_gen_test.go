@@ -137,17 +137,28 @@ func genRun(t *testing.T, seed int64, p genSize, control bool) {
 		last = time.Now()
 	}
 	k := startKubeAPI(t)
+	mc := p.cfg.Imports > 0 // multicluster (clusterdns_mc_test.go)
+	if mc {
+		genInstallMCS(t, k)
+	}
 	c := clustergen.Generate(seed, p.cfg)
 	genCreate(t, k, c)
 	shipped := genQuickStop(t, shippedClusterCorefile(t, k.Kubeconfig))
 	upstream := Options{Ports: map[int]int{5301: genUpstream(t)}} // shippedClusterCorefile's forward
-	stockFile, oursFile := stockCorefile(t, shipped, k.Kubeconfig), shipped
+	stockFile := stockCorefile(t, shipped, k.Kubeconfig)
+	if mc {
+		shipped, stockFile = genMulticluster(t, shipped, "endpointsvc"), genMulticluster(t, stockFile, "kubernetes")
+	}
+	oursFile := shipped
 	if control {
 		oursFile = stockFile
 	}
 	ours, stock := genStart(t, oursFile, upstream), genStart(t, stockFile, upstream)
 	zone := c.Config().Zone
 	genMark(t, k, 0, zone, ours, stock)
+	if mc {
+		genMarkImport(t, k, 0, ours, stock)
+	}
 	lap("setup")
 
 	r := rand.New(rand.NewSource(seed))
@@ -159,8 +170,13 @@ func genRun(t *testing.T, seed int64, p genSize, control bool) {
 		genMust(t, k, c.Step(r))
 	}
 	laps = append(laps, fmt.Sprintf("both synced %v after the last step", genMark(t, k, 1, zone, ours, stock).Round(time.Millisecond)))
+	if mc {
+		genMarkImport(t, k, 1, ours, stock)
+	}
 	qs = genMergeQuestions(clustergen.Questions(c, p.cfg, r), qs)
-	genCheckRegressions(t, seed, p, qs)
+	if !mc { // the regression seeds are of the sizes without imports
+		genCheckRegressions(t, seed, p, qs)
+	}
 	ms, stockAnswers := genPhase{seed, "patched", c, qs, true, control}.compare(t, ours.DNS(), stock.DNS(), nil)
 	all = append(all, ms...)
 	lap("steps+patched")
@@ -183,6 +199,9 @@ func genRun(t *testing.T, seed int64, p genSize, control bool) {
 	ms, _ = genPhase{seed, "restart", c, qs, true, false}.compare(t, ours.DNS(), "", stockAnswers)
 	all = append(all, ms...)
 	lap("restart")
+	if mc {
+		genImportsAnswered(t, qs, stockAnswers, ms)
+	}
 
 	genReport(t, fmt.Sprintf("seed-%d", seed), all)
 	t.Logf("seed %d: %d namespaces, %d Services, %d slices, %d steps, %d questions, %d differences; %s",

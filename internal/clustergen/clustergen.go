@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	mcsapi "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 )
 
 // Config sizes a generated cluster. Zero fields take Small's values.
@@ -39,6 +40,11 @@ type Config struct {
 	Zone         string // the cluster domain, default cluster.local
 	Pods         int    // Pods (pods.go); 0: none, and no Pod steps
 	Terminating  bool   // some new Pods are terminating already (in-process use only)
+	// Imports are ServiceImports (imports.go) with their slices, answered
+	// under ClusterSetZone (default clusterset.local); 0: none, and no
+	// multicluster steps or questions.
+	Imports        int
+	ClusterSetZone string
 }
 
 // Small is a cluster of ten namespaces and forty Services: fast enough for
@@ -65,6 +71,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Zone == "" {
 		cfg.Zone = s.Zone
 	}
+	if cfg.ClusterSetZone == "" {
+		cfg.ClusterSetZone = "clusterset.local"
+	}
 	return cfg
 }
 
@@ -76,11 +85,17 @@ type Cluster struct {
 	Services   []*corev1.Service
 	Slices     []*discoveryv1.EndpointSlice
 	Pods       []*corev1.Pod // with Config.Pods
+	// Imports and ImportSlices are the ServiceImports and their slices
+	// (with Config.Imports).
+	Imports      []*mcsapi.ServiceImport
+	ImportSlices []*discoveryv1.EndpointSlice
 
 	cfg  Config
 	used map[string]bool // every cluster IP, pod address and object key ever handed out
 	seq  int             // suffix for unique names
 	gone []gone          // Services and slices deleted by Step, for questions
+
+	goneImports []gone // ServiceImports deleted by Step
 }
 
 // gone is a deleted object, remembered so that questions ask for it.
@@ -109,7 +124,8 @@ func (o Op) String() string {
 }
 
 // Change is one change Step made: Obj is a *corev1.Namespace, a
-// *corev1.Service, a *discoveryv1.EndpointSlice or a *corev1.Pod — a copy the caller may
+// *corev1.Service, a *discoveryv1.EndpointSlice, a *corev1.Pod or a
+// *mcsapi.ServiceImport — a copy the caller may
 // modify (an Update carries the whole new object, a Delete the deleted one).
 type Change struct {
 	Op  Op
@@ -143,6 +159,9 @@ func Generate(seed int64, cfg Config) *Cluster {
 	for i := 0; i < cfg.Pods; i++ {
 		c.Pods = append(c.Pods, c.newPod(r, c.pickNamespace(r)))
 	}
+	if cfg.Imports > 0 {
+		c.generateImports(r) // last: the draws above stay those of a seed without
+	}
 	return c
 }
 
@@ -158,6 +177,7 @@ func (c *Cluster) Clone() *Cluster {
 	d.Slices = slices.Clone(c.Slices)
 	d.Pods = slices.Clone(c.Pods)
 	d.gone = slices.Clone(c.gone)
+	d.Imports, d.ImportSlices, d.goneImports = slices.Clone(c.Imports), slices.Clone(c.ImportSlices), slices.Clone(c.goneImports)
 	d.used = make(map[string]bool, len(c.used))
 	for k := range c.used {
 		d.used[k] = true

@@ -100,6 +100,9 @@ func Questions(c *Cluster, cfg Config, r *rand.Rand) []Question {
 	c.podQuestions(qs, z)
 	c.podAddrQuestions(qs, z)
 	c.reverseQuestions(qs)
+	if cfg.Imports > 0 {
+		c.importQuestions(qs, "."+cfg.ClusterSetZone+".")
+	}
 	return qs.list
 }
 

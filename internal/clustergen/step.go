@@ -12,12 +12,17 @@ import (
 // Services and slices are added, updated and deleted (a deleted Service's
 // slices stay until steps of their own delete them, as with a Service
 // deleted while its EndpointSlices are being collected); with Pods, a
-// quarter of the steps change Pods (podStep); namespaces are
+// quarter of the steps change Pods (podStep), with Imports a quarter of
+// the others change ServiceImports and their slices (importStep);
+// namespaces are
 // only added — a real API server keeps a deleted namespace Terminating
 // until a namespace controller empties it.
 func (c *Cluster) Step(r *rand.Rand) Change {
 	if c.cfg.Pods > 0 && r.Intn(4) == 0 {
 		return c.podStep(r)
+	}
+	if c.cfg.Imports > 0 && r.Intn(4) == 0 {
+		return c.importStep(r) // only with imports: a seed without keeps its draws
 	}
 	for {
 		switch n := r.Intn(100); {

@@ -173,7 +173,11 @@ func (o *options) schema(c *caddy.Controller, e *Endpointsvc) error {
 	if primary < 0 {
 		return c.Errf("schema kubernetes needs a zone that is not a reverse zone (such as cluster.local), got %v", e.Zones)
 	}
-	e.schema = &dnsSchema{srv: k8sdns.Server{Zones: e.Zones, Primary: primary, TTL: o.ttl, PodsInsecure: o.podsInsecure,
+	mc, err := o.multiclusterZones(c, e.Zones)
+	if err != nil {
+		return err
+	}
+	e.schema = &dnsSchema{srv: k8sdns.Server{Zones: e.Zones, Multicluster: mc, Primary: primary, TTL: o.ttl, PodsInsecure: o.podsInsecure,
 		PodsVerified: o.podsVerified, EndpointPodNames: o.dnsOpts.podNames, IgnoreEmptyService: o.dnsOpts.ignoreEmpty},
 		noEndpoints: o.dnsOpts.noEndpoints}
 	if o.podsVerified {

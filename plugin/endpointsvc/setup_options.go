@@ -78,7 +78,7 @@ func (o *options) option(c *caddy.Controller, e *Endpointsvc) error {
 		return o.orchOption(c, v)
 	case "namespace", "addresses", "include_unhealthy", "schema", "pods":
 		return o.schemaOption(c, v)
-	case "endpoint_pod_names", "ignore", "noendpoints", "startup_timeout":
+	case "endpoint_pod_names", "ignore", "noendpoints", "startup_timeout", "multicluster":
 		o.dnsOnly = append(o.dnsOnly, v)
 		return o.dnsOption(c, e, v)
 	case "ttl", "snapshot", "empty_grace", "fallthrough":
@@ -316,6 +316,7 @@ func (o *options) source(c *caddy.Controller, e *Endpointsvc) error {
 		}
 		o.kube.NodeAddress, o.kube.Labels, o.kube.Namespaces = o.nodeAddress, o.selector, o.namespaces
 		o.kube.Pods, o.kube.NoEndpoints = o.podsVerified, o.dnsOpts.noEndpoints
+		o.kube.Multicluster = o.kubernetes && len(o.dnsOpts.multicluster) > 0
 		if o.publish != nil {
 			o.publish.kube, e.publishing = *o.kube, o.publish
 		}

@@ -51,6 +51,9 @@ type stockAPI struct {
 	eps  []*object.Endpoints
 	nss  map[string]*object.Namespace
 	pods []*object.Pod // pods verified
+
+	imps  []*object.ServiceImport         // multicluster
+	mceps []*object.MultiClusterEndpoints // its second slice informer's
 }
 
 func newStockAPI(c *clustergen.Cluster) *stockAPI {
@@ -67,23 +70,35 @@ func newStockAPI(c *clustergen.Cluster) *stockAPI {
 		o, _ := object.EndpointSliceToEndpoints(sl.DeepCopy())
 		a.eps = append(a.eps, o.(*object.Endpoints))
 	}
+	for _, s := range c.Imports {
+		o, _ := object.ToServiceImport(s.DeepCopy())
+		a.imps = append(a.imps, o.(*object.ServiceImport))
+	}
+	for _, sl := range c.ImportSlices { // in both of its slice informers
+		o, _ := object.EndpointSliceToEndpoints(sl.DeepCopy())
+		a.eps = append(a.eps, o.(*object.Endpoints))
+		m, _ := object.EndpointSliceToMultiClusterEndpoints(sl.DeepCopy())
+		a.mceps = append(a.mceps, m.(*object.MultiClusterEndpoints))
+	}
 	return a
 }
 
 func (a *stockAPI) ServiceList() []*object.Service             { return a.svcs }
 func (a *stockAPI) EndpointsList() []*object.Endpoints         { return a.eps }
-func (a *stockAPI) ServiceImportList() []*object.ServiceImport { return nil }
-func (a *stockAPI) SvcImportIndex(string) []*object.ServiceImport {
-	return nil
+func (a *stockAPI) ServiceImportList() []*object.ServiceImport { return a.imps }
+func (a *stockAPI) SvcImportIndex(k string) []*object.ServiceImport {
+	return filter(a.imps, func(s *object.ServiceImport) bool { return s.Index == k })
 }
 func (a *stockAPI) PodIndex(ip string) []*object.Pod {
 	return filter(a.pods, func(p *object.Pod) bool { return slices.Contains(p.PodIPs, ip) })
 }
-func (a *stockAPI) McEpIndex(string) []*object.MultiClusterEndpoints { return nil }
-func (a *stockAPI) Run()                                             {}
-func (a *stockAPI) HasSynced() bool                                  { return true }
-func (a *stockAPI) Stop() error                                      { return nil }
-func (a *stockAPI) Modified(kubernetes.ModifiedMode) int64           { return 0 }
+func (a *stockAPI) McEpIndex(k string) []*object.MultiClusterEndpoints {
+	return filter(a.mceps, func(e *object.MultiClusterEndpoints) bool { return e.Index == k })
+}
+func (a *stockAPI) Run()                                   {}
+func (a *stockAPI) HasSynced() bool                        { return true }
+func (a *stockAPI) Stop() error                            { return nil }
+func (a *stockAPI) Modified(kubernetes.ModifiedMode) int64 { return 0 }
 
 func (a *stockAPI) GetNodeByName(context.Context, string) (*api.Node, error) {
 	return nil, errors.New("no nodes")

@@ -1,7 +1,6 @@
 package k8sdns
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -28,14 +27,16 @@ func (t *Table) Describe() string {
 	for k, e := range t.names.All() {
 		names = append(names, kv{k, e})
 	}
-	slices.SortFunc(names, func(a, b kv) int {
-		return cmp.Or(cmp.Compare(a.k.Namespace, b.k.Namespace), cmp.Compare(a.k.Name, b.k.Name))
-	})
+	for k, e := range t.imports.All() {
+		names = append(names, kv{k, e})
+	}
+	slices.SortFunc(names, func(a, b kv) int { return a.k.Compare(b.k) })
+	fmt.Fprintf(&b, "imports %d\n", t.nimports)
 	for _, x := range names {
 		e := x.e
 		fmt.Fprintf(&b, "name %v: svc %+v v4 %x v6 %x fqdn %q ready %d conflict %v\n", x.k, e.svc, e.v4, e.v6, e.fqdn, e.ready, e.conflict)
 		for _, sl := range e.slices {
-			fmt.Fprintf(&b, "  slice %s/%s %s %v %+v\n", sl.Namespace, sl.Name, sl.Type, sl.Ports, sliceEndpoints(sl))
+			fmt.Fprintf(&b, "  slice %s/%s %s %v import=%q cluster=%q %+v\n", sl.Namespace, sl.Name, sl.Type, sl.Ports, sl.Import, sl.Cluster, sliceEndpoints(sl))
 		}
 	}
 	type rv struct {

@@ -52,10 +52,10 @@ func legacyCluster(doc *orch.State) (*Cluster, error) {
 			return nil, fmt.Errorf("state: services[%d] (id %q): empty or duplicate id", i, ls.ID)
 		}
 		byID[ls.ID], active[i] = i, ls.Status == "active"
-		if names[Key{s.Namespace, s.Name}] {
+		if names[Key{Namespace: s.Namespace, Name: s.Name}] {
 			return nil, fmt.Errorf("state: services[%d] (id %q): duplicate service %q in namespace %q", i, ls.ID, s.Name, s.Namespace)
 		}
-		names[Key{s.Namespace, s.Name}] = true
+		names[Key{Namespace: s.Namespace, Name: s.Name}] = true
 		c.Services = append(c.Services, s)
 	}
 	groups := make([][]orch.Task, len(doc.Services))

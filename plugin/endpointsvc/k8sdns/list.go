@@ -38,7 +38,7 @@ func (s *Server) List(w *jsonw.Writer, t *Table, f Filter) (n int, err error) {
 		return w.Flush(false)
 	}
 	if f.Namespace != "" && f.Name != "" {
-		e, _ := t.names.Get(Key{f.Namespace, f.Name})
+		e, _ := t.names.Get(Key{Namespace: f.Namespace, Name: f.Name})
 		return n, one(e)
 	}
 	for k, e := range t.names.All() {
@@ -82,7 +82,7 @@ func (s *Server) appendListed(b []byte, t *Table, e *entry) []byte {
 		b = append(b, `,"cname":`...)
 		b = jsonw.AppendString(b, cname)
 	}
-	if _, err := s.records(t, &nameReq{namespace: svc.Namespace, service: svc.Name}); err != nil {
+	if _, err := s.records(t, &nameReq{namespace: svc.Namespace, service: svc.Name}, false); err != nil {
 		b = append(b, `,"nxdomain":true`...) // what every query type of the name reads
 	}
 	if e.conflict {

@@ -27,6 +27,7 @@ type item struct {
 	ep    int32
 	pod   string
 	podNS string
+	mc    bool // an endpoint of a ServiceImport: its name has its slice's cluster
 }
 
 // label is the DNS label of the item's endpoint (podNames:
@@ -70,6 +71,8 @@ func (it *item) target(zone string, podNames bool) string {
 	switch {
 	case it.podNS != "":
 		return it.pod + "." + it.podNS + ".pod." + zone
+	case it.slice != nil && it.mc && it.slice.Cluster != "":
+		return it.label(podNames) + "." + it.slice.Cluster + "." + it.svc.Name + "." + it.svc.Namespace + ".svc." + zone
 	case it.slice != nil:
 		return it.label(podNames) + "." + it.svc.Name + "." + it.svc.Namespace + ".svc." + zone
 	}
@@ -77,8 +80,9 @@ func (it *item) target(zone string, podNames bool) string {
 }
 
 // records returns the items of request r (errName: the name does not
-// exist; no items and no error: it exists without records).
-func (s *Server) records(t *Table, r *nameReq) ([]item, error) {
+// exist; no items and no error: it exists without records); mc: r is a
+// name of a multicluster zone.
+func (s *Server) records(t *Table, r *nameReq, mc bool) ([]item, error) {
 	if _, ok := t.namespaces[r.namespace]; !ok {
 		return nil, errName
 	}
@@ -88,7 +92,10 @@ func (s *Server) records(t *Table, r *nameReq) ([]item, error) {
 	if r.service == "" {
 		return nil, nil // a namespace: NODATA
 	}
-	e, _ := t.names.Get(Key{r.namespace, r.service})
+	if mc {
+		return s.importRecords(t, r)
+	}
+	e, _ := t.names.Get(Key{Namespace: r.namespace, Name: r.service})
 	if e == nil || e.svc == nil {
 		return nil, errName
 	}
@@ -102,7 +109,7 @@ func (s *Server) records(t *Table, r *nameReq) ([]item, error) {
 		}
 		items = []item{{host: svc.ExternalName, port: -1, svc: svc, ep: -1}}
 	case svc.Kind == Headless || r.endpoint != "":
-		items = e.endpointItems(r, s.EndpointPodNames)
+		items = e.endpointItems(r, s.EndpointPodNames, false)
 	default:
 		found := false
 		for _, p := range portsOrNone(svc.Ports) {
@@ -124,9 +131,49 @@ func (s *Server) records(t *Table, r *nameReq) ([]item, error) {
 	return items, nil
 }
 
+// importRecords returns the items of request r in a multicluster zone, as
+// the kubernetes plugin's findMultiClusterServices finds them: a
+// ServiceImport's ClusterSetIPs for each port that matches (an import
+// declares its ports: none, no name - there is no port sentinel as for a
+// Service), or, headless or for an endpoint name, the ready endpoints of
+// the slices labelled with it, an endpoint named with its cluster.
+func (s *Server) importRecords(t *Table, r *nameReq) ([]item, error) {
+	e, _ := t.imports.Get(Key{Namespace: r.namespace, Name: r.service, Import: true})
+	if e == nil || e.svc == nil {
+		return nil, errName
+	}
+	var items []item
+	switch imp := e.svc; {
+	case s.IgnoreEmptyService && imp.Kind != Headless && e.ready == 0:
+		return nil, errName
+	case imp.Kind == Headless || r.endpoint != "":
+		items = e.endpointItems(r, s.EndpointPodNames, true)
+	default:
+		found := false
+		for _, p := range imp.Ports {
+			if !r.matchPort(&p) {
+				continue
+			}
+			found = true
+			for _, ip := range imp.ClusterIPs {
+				items = append(items, item{ip: ip, port: p.Port, svc: imp, ep: -1})
+			}
+		}
+		if found && items == nil {
+			return nil, nil
+		}
+	}
+	if items == nil {
+		return nil, errName
+	}
+	return items, nil
+}
+
 // endpointItems are the items of the ready endpoints of e's slices that
-// r's endpoint label (if any) names, one per address and matching port.
-func (e *entry) endpointItems(r *nameReq, podNames bool) []item {
+// r's endpoint label (if any) names, one per address and matching port;
+// mc: e is a ServiceImport's, and an endpoint label names an endpoint of
+// the slices of r's cluster (its source-cluster label; "" none).
+func (e *entry) endpointItems(r *nameReq, podNames, mc bool) []item {
 	var want netip.Addr // the label read as an address, when it is the dashed form of one
 	if r.endpoint != "" {
 		if a := labelAddr(r.endpoint); a.IsValid() && strings.EqualFold(endpointLabel(a.String()), r.endpoint) {
@@ -135,6 +182,9 @@ func (e *entry) endpointItems(r *nameReq, podNames bool) []item {
 	}
 	var items []item
 	for _, sl := range e.slices {
+		if mc && r.endpoint != "" && !strings.EqualFold(r.cluster, sl.Cluster) {
+			continue
+		}
 		ports := portsOrNone(sl.Ports)
 		for i := range sl.Endpoints {
 			ep := &sl.Endpoints[i]
@@ -142,7 +192,7 @@ func (e *entry) endpointItems(r *nameReq, podNames bool) []item {
 				continue
 			}
 			for j := range ep.Len() {
-				it := item{svc: e.svc, slice: sl, ep: int32(i)}
+				it := item{svc: e.svc, slice: sl, ep: int32(i), mc: mc}
 				if sl.Type == FQDN {
 					it.host = sl.FQDNAddr(i, j)
 				} else {

@@ -74,7 +74,7 @@ func contains(sls []*Slice, sl *Slice) bool {
 // nsOfSlice are the records a slice holding a local address gives: its
 // Service's cluster IPs, or, headless, every ready address of the slice.
 func (q *query) nsOfSlice(sl *Slice) []nsRecord {
-	e, _ := q.t.names.Get(Key{sl.Namespace, sl.Service})
+	e, _ := q.t.names.Get(Key{Namespace: sl.Namespace, Name: sl.Service})
 	if e == nil || e.svc == nil || e.svc.Name != sl.Service {
 		return nil
 	}

@@ -97,10 +97,15 @@ type Slice struct {
 	Namespace, Name string
 	// Service is the kubernetes.io/service-name label as written: the
 	// slice's endpoints are that Service's (names and PTR); "" none.
-	Service   string
-	Type      AddressType
-	Ports     []Port
-	Endpoints []Endpoint
+	Service string
+	// Import and Cluster are the multicluster.kubernetes.io/service-name
+	// and source-cluster labels as written (kept with multicluster only):
+	// the slice's endpoints are that ServiceImport's, in the multicluster
+	// zones, under <cluster>; "" none.
+	Import, Cluster string
+	Type            AddressType
+	Ports           []Port
+	Endpoints       []Endpoint
 
 	ips   [][16]byte       // IPv4 and IPv6 slices: the addresses (IPv4 v4-mapped), endpoint by endpoint
 	fqdns []string         // FQDN slices: the addresses
@@ -337,6 +342,11 @@ type Cluster struct {
 	// Pods is the pod index (pods verified): the namespaces of the
 	// running Pods of each address; nil without it.
 	Pods []PodAddr
+	// Imports are the ServiceImports (multicluster.x-k8s.io/v1alpha1, with
+	// multicluster), each read as a Service: kind ClusterIP for type
+	// ClusterSetIP (ClusterIPs: spec.ips), Headless for Headless, and
+	// spec.ports; nil without multicluster.
+	Imports []*Service
 
 	// Origin is where a replicated cluster stands in its replication
 	// stream (package replica: "<epoch>/<generation>"); "" for a cluster
@@ -356,7 +366,7 @@ func (s *Service) Equal(o *Service) bool {
 // Equal reports whether two slices are the same in every field, every
 // endpoint's addresses included.
 func (s *Slice) Equal(o *Slice) bool {
-	if s.Namespace != o.Namespace || s.Name != o.Name || s.Service != o.Service || s.Type != o.Type ||
+	if s.Namespace != o.Namespace || s.Name != o.Name || s.Service != o.Service || s.Import != o.Import || s.Cluster != o.Cluster || s.Type != o.Type ||
 		!slices.Equal(s.Ports, o.Ports) || len(s.Endpoints) != len(o.Endpoints) {
 		return false
 	}

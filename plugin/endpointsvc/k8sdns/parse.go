@@ -10,13 +10,15 @@ import (
 var errName = errors.New("no such name")
 
 // nameReq is a parsed query name, read as the kubernetes plugin reads it
-// (its parseRequest): [<endpoint>.|<port>.<protocol>.]<service>.<namespace>.<svc|pod>.
+// (its parseRequest): [<endpoint>.|<port>.<protocol>.]<service>.<namespace>.<svc|pod>,
+// and in a multicluster zone also <endpoint>.<cluster>.<service>.<namespace>.<svc|pod>.
 // Its strings are substrings of the name, so parsing does not allocate.
 type nameReq struct {
 	pod       bool // the pod subtree
 	namespace string
 	service   string // for pods: the pod's address label
 	endpoint  string
+	cluster   string // multicluster: the endpoint's cluster (its slice's source-cluster label)
 	port      string // without one leading underscore; "" matches any
 	protocol  string
 }
@@ -33,10 +35,12 @@ func relative(name, zone string) string {
 	return name[:len(name)-len(zone)-1]
 }
 
-// parseRequest parses rel, a name relative to its zone. empty reports the
+// parseRequest parses rel, a name relative to its zone (mc: a multicluster
+// zone, where two labels left of the service are an endpoint and its
+// cluster unless either begins with an underscore). empty reports the
 // names that exist without records (the apex, svc, pod); a name of no
 // shape of the specification is errName.
-func parseRequest(rel string) (r nameReq, empty bool, err error) {
+func parseRequest(rel string, mc bool) (r nameReq, empty bool, err error) {
 	if rel == "" || rel == "svc" || rel == "pod" {
 		return r, true, nil
 	}
@@ -73,6 +77,10 @@ func parseRequest(rel string) (r nameReq, empty bool, err error) {
 	case 4:
 		r.endpoint = segs[3]
 	case 5:
+		if mc && !strings.HasPrefix(segs[4], "_") && !strings.HasPrefix(segs[3], "_") {
+			r.endpoint, r.cluster = segs[4], segs[3]
+			break
+		}
 		r.port, r.protocol = strings.TrimPrefix(segs[4], "_"), strings.TrimPrefix(segs[3], "_")
 	default:
 		return r, false, errName

@@ -3,6 +3,8 @@ package k8sdns
 import (
 	"io"
 	"slices"
+
+	"github.com/meshdns/meshdns/plugin/pkg/pmap"
 )
 
 // Patch is a change to part of a source's cluster: the names whose
@@ -30,10 +32,31 @@ type Patch struct {
 
 // Change is the new content of one name: its Service (nil: none) and the
 // slices labelled with it. No Service and no slices: the name is gone.
+// With Key.Import it is a ServiceImport's name: Service is the
+// ServiceImport (as Cluster.Imports has it) and Slices are those labelled
+// with its multicluster.kubernetes.io/service-name.
 type Change struct {
 	Key     Key
 	Service *Service
 	Slices  []*Slice
+}
+
+// Add adds a name's content (a record of a whole state) to the cluster:
+// its Service or ServiceImport, and its slices - those of a
+// ServiceImport's name that a Service's name holds too (labelled with
+// both) once only, with that name.
+func (c *Cluster) Add(ch Change) {
+	switch {
+	case ch.Key.Import:
+		if ch.Service != nil {
+			c.Imports = append(c.Imports, ch.Service)
+		}
+		c.Slices = append(c.Slices, importOnly(ch.Slices)...)
+		return
+	case ch.Service != nil:
+		c.Services = append(c.Services, ch.Service)
+	}
+	c.Slices = append(c.Slices, ch.Slices...)
 }
 
 // Len is the number of names the patch changes (pod addresses apart).
@@ -47,13 +70,18 @@ func (p *Patch) Snapshot(w io.Writer) error { return p.WriteSnapshot(w) }
 // entries of the addresses they had or have; everything else is shared
 // with t, which stays valid and unchanged for the readers that hold it.
 func (t *Table) Patched(p *Patch) *Table {
-	n := &Table{namespaces: t.namespaces, services: t.services, endpoints: t.endpoints, conflicts: t.conflicts, origin: p.Origin}
+	n := &Table{namespaces: t.namespaces, services: t.services, endpoints: t.endpoints, conflicts: t.conflicts, nimports: t.nimports, origin: p.Origin}
 	if p.SetNamespaces {
 		n.namespaces = namespaceSet(p.Namespaces)
 	}
 	names := t.names.Edit()
 	rev := t.rev.Edit()
+	imports := t.imports.Edit()
 	for _, c := range p.Changes {
+		if c.Key.Import {
+			n.patchImport(imports, c)
+			continue
+		}
 		old, had := names.Get(c.Key)
 		touched := map[[16]byte]bool{}
 		if had {
@@ -89,7 +117,23 @@ func (t *Table) Patched(p *Patch) *Table {
 			rev.Set(a, packRefs(rs))
 		}
 	}
-	n.names, n.rev = names.Map(), rev.Map()
+	n.names, n.rev, n.imports = names.Map(), rev.Map(), imports.Map()
 	n.pods = patchPods(t.pods, p.Pods)
 	return n
+}
+
+// patchImport sets (or deletes) a ServiceImport's entry, as buildImports
+// makes it.
+func (t *Table) patchImport(imports *pmap.Editor[Key, *entry], c Change) {
+	if old, had := imports.Get(c.Key); had && old.svc != nil {
+		t.nimports--
+	}
+	if c.Service == nil && len(c.Slices) == 0 {
+		imports.Delete(c.Key)
+		return
+	}
+	imports.Set(c.Key, newEntry(c.Service, c.Slices))
+	if c.Service != nil {
+		t.nimports++
+	}
 }

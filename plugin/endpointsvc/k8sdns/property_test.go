@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	mcsapi "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 )
 
 // seeds is the number of generated clusters a property tries: a few in a
@@ -32,9 +34,12 @@ func seeds(normal int) []int64 {
 }
 
 func model(c *clustergen.Cluster) *k8sdns.Cluster {
-	m := kubesource.DNSCluster(c.Namespaces, c.Services, c.Slices)
+	m := kubesource.DNSCluster(c.Namespaces, c.Services, append(slices.Clone(c.Slices), c.ImportSlices...))
 	if len(c.Pods) > 0 {
 		m.Pods = kubesource.DNSPods(c.Pods)
+	}
+	if len(c.Imports) > 0 {
+		m.Imports = kubesource.DNSImports(c.Imports)
 	}
 	return m
 }
@@ -44,7 +49,9 @@ func model(c *clustergen.Cluster) *k8sdns.Cluster {
 func configs() map[string]clustergen.Config {
 	withPods := clustergen.Small()
 	withPods.Pods, withPods.Terminating = 40, true
-	return map[string]clustergen.Config{"": clustergen.Small(), "pods": withPods}
+	withImports := clustergen.Small()
+	withImports.Imports = 12
+	return map[string]clustergen.Config{"": clustergen.Small(), "pods": withPods, "multicluster": withImports}
 }
 
 // patchOf is the patch a source sends for change ch of c (after it):
@@ -59,7 +66,13 @@ func patchOf(c *clustergen.Cluster, ch clustergen.Change, labels map[string]stri
 		p.Namespaces, p.SetNamespaces = model(c).Namespaces, true
 	case *corev1.Service:
 		touched[k8sdns.Key{Namespace: o.Namespace, Name: o.Name}] = true
+	case *mcsapi.ServiceImport:
+		touched[k8sdns.Key{Namespace: o.Namespace, Name: o.Name, Import: true}] = true
 	case *discoveryv1.EndpointSlice:
+		if imp := o.Labels[mcsapi.LabelServiceName]; imp != "" { // an import's (steps keep the label)
+			touched[k8sdns.Key{Namespace: o.Namespace, Name: imp, Import: true}] = true
+			break
+		}
 		touched[k8sdns.Key{Namespace: o.Namespace, Name: o.Labels[discoveryv1.LabelServiceName]}] = true
 		if old, ok := labels[o.Namespace+"/"+o.Name]; ok {
 			touched[k8sdns.Key{Namespace: o.Namespace, Name: old}] = true
@@ -70,6 +83,20 @@ func patchOf(c *clustergen.Cluster, ch clustergen.Change, labels map[string]stri
 	m := model(c)
 	for k := range touched {
 		ch := k8sdns.Change{Key: k}
+		if k.Import {
+			for _, s := range m.Imports {
+				if s.Namespace == k.Namespace && s.Name == k.Name {
+					ch.Service = s
+				}
+			}
+			for _, sl := range m.Slices {
+				if sl.Namespace == k.Namespace && sl.Import == k.Name {
+					ch.Slices = append(ch.Slices, sl)
+				}
+			}
+			p.Changes = append(p.Changes, ch)
+			continue
+		}
 		for _, s := range m.Services {
 			if s.Namespace == k.Namespace && s.Name == k.Name {
 				ch.Service = s
@@ -140,10 +167,7 @@ func patchedEqualsBuilt(t *testing.T, seed int64, cfg clustergen.Config) {
 // a cluster whose table equals the live one.
 func TestSnapshotRoundTrip(t *testing.T) {
 	for _, seed := range seeds(4) {
-		cfg := configs()[""]
-		if seed%2 == 0 {
-			cfg = configs()["pods"]
-		}
+		cfg := configs()[[]string{"", "pods", "multicluster"}[seed%3]]
 		c := model(clustergen.Generate(seed, cfg))
 		var buf bytes.Buffer
 		if err := c.Snapshot(&buf); err != nil {

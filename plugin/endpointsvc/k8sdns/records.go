@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
+	"github.com/meshdns/meshdns/plugin/pkg/pmap"
 )
 
 // The replication's view of a table (package replica): a table walked
@@ -31,16 +32,19 @@ func (t *Table) Namespaces() []string {
 }
 
 // Names is the number of names: Services, and labels of slices whose
-// Service does not exist.
-func (t *Table) Names() int { return t.names.Len() }
+// Service does not exist (and so for ServiceImports).
+func (t *Table) Names() int { return t.names.Len() + t.imports.Len() }
 
-// All yields every name's content in key order. Its Service and slices
-// are the table's own: they must not be changed.
+// All yields every name's content in key order, the Services' names
+// first, then the ServiceImports'. Its Service and slices are the
+// table's own: they must not be changed.
 func (t *Table) All() iter.Seq[Change] {
 	return func(yield func(Change) bool) {
-		for k, e := range t.names.All() {
-			if !yield(Change{Key: k, Service: e.svc, Slices: e.slices}) {
-				return
+		for _, m := range []*pmap.Map[Key, *entry]{t.names, t.imports} {
+			for k, e := range m.All() {
+				if !yield(Change{Key: k, Service: e.svc, Slices: e.slices}) {
+					return
+				}
 			}
 		}
 	}
@@ -48,7 +52,11 @@ func (t *Table) All() iter.Seq[Change] {
 
 // Name is name k's content: no Service and no slices when it has none.
 func (t *Table) Name(k Key) Change {
-	e, ok := t.names.Get(k)
+	m := t.names
+	if k.Import {
+		m = t.imports
+	}
+	e, ok := m.Get(k)
 	if !ok {
 		return Change{Key: k}
 	}
@@ -67,10 +75,17 @@ func (t *Table) Changed(old *Table) (keys []Key, namespaces bool) {
 			break
 		}
 	}
-	next, stop := iter.Pull2(old.names.All())
+	keys = changedKeys(t.names, old.names, nil)
+	return changedKeys(t.imports, old.imports, keys), namespaces
+}
+
+// changedKeys appends to keys those of the names whose content differs
+// between old and cur, in key order.
+func changedKeys(cur, old *pmap.Map[Key, *entry], keys []Key) []Key {
+	next, stop := iter.Pull2(old.All())
 	defer stop()
 	ek, ee, ok := next()
-	for k, e := range t.names.All() {
+	for k, e := range cur.All() {
 		for ; ok && ek.compare(k) < 0; ek, ee, ok = next() {
 			keys = append(keys, ek) // gone
 		}
@@ -86,7 +101,7 @@ func (t *Table) Changed(old *Table) (keys []Key, namespaces bool) {
 	for ; ok; ek, ee, ok = next() {
 		keys = append(keys, ek)
 	}
-	return keys, namespaces
+	return keys
 }
 
 // sameEntry reports whether two entries hold the same content.
@@ -113,7 +128,26 @@ func (t *Table) Whole() *Cluster {
 	if t.pods.Len() > 0 {
 		c.Pods = t.Pods()
 	}
+	for _, e := range t.imports.All() {
+		if e.svc != nil {
+			c.Imports = append(c.Imports, e.svc)
+		}
+		c.Slices = append(c.Slices, importOnly(e.slices)...)
+	}
 	return c
+}
+
+// importOnly are the slices of an import's entry that no Service's entry
+// holds (those without a kubernetes.io/service-name label): with the
+// Services' entries' slices, every slice once.
+func importOnly(sls []*Slice) []*Slice {
+	var out []*Slice
+	for _, sl := range sls {
+		if sl.Service == "" {
+			out = append(out, sl)
+		}
+	}
+	return out
 }
 
 // Snapshot writes the table's cluster in the snapshot form, one object at
@@ -135,6 +169,22 @@ func (t *Table) Snapshot(w io.Writer) error {
 			if err := sw.Slice(sl); err != nil {
 				return err
 			}
+		}
+	}
+	if t.imports.Len() > 0 {
+		var imps []*Service
+		for _, e := range t.imports.All() {
+			for _, sl := range importOnly(e.slices) {
+				if err := sw.Slice(sl); err != nil {
+					return err
+				}
+			}
+			if e.svc != nil {
+				imps = append(imps, e.svc)
+			}
+		}
+		if err := sw.Imports(imps); err != nil {
+			return err
 		}
 	}
 	if t.pods.Len() > 0 {
@@ -159,15 +209,22 @@ type snapChange struct {
 	Slices    []snapSlice `json:"slices,omitempty"`
 }
 
-// AppendChange appends c's record.
+// AppendChange appends c's record; a ServiceImport's name's is wrapped,
+// {"import":{…}}, its ServiceImport in "service" (its kind ClusterSetIP
+// or Headless), and its slices those labelled with its name (a reader
+// that does not know the line ignores it, as the replication stream's
+// followers do).
 func AppendChange(b []byte, c Change) []byte {
+	if c.Key.Import {
+		b = append(b, `{"import":`...)
+	}
 	b = append(b, `{"namespace":`...)
 	b = jsonw.AppendString(b, c.Key.Namespace)
 	b = append(b, `,"name":`...)
 	b = jsonw.AppendString(b, c.Key.Name)
 	if c.Service != nil {
 		b = append(b, `,"service":`...)
-		b = appendService(b, c.Service)
+		b = appendService(b, c.Service, c.Key.Import)
 	}
 	if len(c.Slices) > 0 {
 		b = append(b, `,"slices":[`...)
@@ -179,8 +236,14 @@ func AppendChange(b []byte, c Change) []byte {
 		}
 		b = append(b, ']')
 	}
+	if c.Key.Import {
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
+
+// importPrefix begins the record of a ServiceImport's name.
+const importPrefix = `{"import":`
 
 // DecodeChange reads a record. Any invalid part rejects it whole, as in
 // DecodeSnapshot, and so do a Service or a slice of another name, and two
@@ -198,18 +261,34 @@ func decodeChange(b []byte, strict bool) (Change, error) {
 	if strict {
 		d.DisallowUnknownFields()
 	}
-	var sc snapChange
-	if err := d.Decode(&sc); err != nil {
+	var w struct {
+		Import *snapChange `json:"import"`
+		snapChange
+	}
+	imp := bytes.HasPrefix(b, []byte(importPrefix))
+	into := any(&w.snapChange)
+	if imp {
+		into = &w
+	}
+	if err := d.Decode(into); err != nil {
 		return Change{}, fmt.Errorf("record: %w", err)
 	}
 	if _, err := d.Token(); !errors.Is(err, io.EOF) {
 		return Change{}, errors.New("record: trailing data after the JSON object")
 	}
-	return sc.change()
+	if imp {
+		if w.Import == nil || w.Namespace != "" || w.Name != "" || w.Service != nil || w.Slices != nil {
+			return Change{}, errors.New("record: an import record wants import only")
+		}
+		return w.Import.change(true)
+	}
+	return w.snapChange.change(false)
 }
 
-func (sc *snapChange) change() (Change, error) {
-	k := Key{sc.Namespace, sc.Name}
+// change makes the Change of a record: a Service's name, or (imp) a
+// ServiceImport's.
+func (sc *snapChange) change(imp bool) (Change, error) {
+	k := Key{Namespace: sc.Namespace, Name: sc.Name, Import: imp}
 	if k.Namespace == "" || k.Name == "" {
 		return Change{}, fmt.Errorf("record %s/%s: no namespace or name", k.Namespace, k.Name)
 	}
@@ -219,6 +298,9 @@ func (sc *snapChange) change() (Change, error) {
 			return Change{}, fmt.Errorf("record %s/%s: Service %s/%s", k.Namespace, k.Name, sc.Service.Namespace, sc.Service.Name)
 		}
 		s, err := sc.Service.service()
+		if imp {
+			s, err = sc.Service.importService()
+		}
 		if err != nil {
 			return Change{}, fmt.Errorf("record %s/%s: service: %w", k.Namespace, k.Name, err)
 		}
@@ -226,7 +308,10 @@ func (sc *snapChange) change() (Change, error) {
 	}
 	for i := range sc.Slices {
 		ss := &sc.Slices[i]
-		if ss.Namespace != k.Namespace || ss.Service != k.Name {
+		if imp && (ss.Namespace != k.Namespace || ss.Import != k.Name) {
+			return Change{}, fmt.Errorf("record %s/%s: slices[%d] is %s/%s of ServiceImport %q", k.Namespace, k.Name, i, ss.Namespace, ss.Name, ss.Import)
+		}
+		if !imp && (ss.Namespace != k.Namespace || ss.Service != k.Name) {
 			return Change{}, fmt.Errorf("record %s/%s: slices[%d] is %s/%s of Service %q", k.Namespace, k.Name, i, ss.Namespace, ss.Name, ss.Service)
 		}
 		if slices.ContainsFunc(sc.Slices[:i], func(o snapSlice) bool { return o.Name == ss.Name }) {

@@ -32,7 +32,7 @@ func sameChange(a, b k8sdns.Change) bool {
 // to it.
 func TestRecordRoundTrip(t *testing.T) {
 	for _, seed := range seeds(4) {
-		tbl := k8sdns.Build(model(clustergen.Generate(seed, clustergen.Small())))
+		tbl := k8sdns.Build(model(clustergen.Generate(seed, configs()[[]string{"", "multicluster"}[seed%2]])))
 		c := &k8sdns.Cluster{Namespaces: tbl.Namespaces()}
 		for ch := range tbl.All() {
 			rec := k8sdns.AppendChange(nil, ch)
@@ -43,10 +43,7 @@ func TestRecordRoundTrip(t *testing.T) {
 			if !sameChange(ch, back) {
 				t.Fatalf("seed %d %v: the record decodes to another content:\n%s", seed, ch.Key, rec)
 			}
-			if back.Service != nil {
-				c.Services = append(c.Services, back.Service)
-			}
-			c.Slices = append(c.Slices, back.Slices...)
+			c.Add(back)
 		}
 		if got, want := k8sdns.Build(c).Describe(), tbl.Describe(); got != want {
 			t.Fatalf("seed %d: the records' table differs:\n%s\nwant:\n%s", seed, got, want)

@@ -18,6 +18,7 @@ import (
 // set once (from the Corefile) and only read afterwards.
 type Server struct {
 	Zones        []string // lowercased FQDNs
+	Multicluster []bool   // per zone (nil: none): a multicluster zone, whose names are the ServiceImports'
 	Primary      int      // the zone PTR targets are in (the first forward zone)
 	TTL          uint32
 	PodsInsecure bool     // answer <a-b-c-d>.<ns>.pod.<zone> with the address in the name
@@ -62,7 +63,7 @@ const maxChain = 10
 func (s *Server) Serve(ctx context.Context, state request.Request, zi int, t *Table, serial uint32) Reply {
 	name, owner := state.Name(), state.QName()
 	zone := s.Zones[zi]
-	q := &query{s: s, t: t, ctx: ctx, state: state, zone: zone, zoneq: owner[len(owner)-len(zone):]}
+	q := &query{s: s, t: t, ctx: ctx, state: state, zone: zone, zoneq: owner[len(owner)-len(zone):], mc: zi < len(s.Multicluster) && s.Multicluster[zi]}
 	var err error
 	var rp Reply
 	qtype := state.QType()
@@ -120,6 +121,7 @@ type query struct {
 	state request.Request
 	zone  string // lowercased
 	zoneq string // the question's spelling
+	mc    bool   // a multicluster zone
 }
 
 func (q *query) hdr(owner string, rrtype uint16) dns.RR_Header {
@@ -128,14 +130,14 @@ func (q *query) hdr(owner string, rrtype uint16) dns.RR_Header {
 
 // items parses name (lowercased, in q.zone) and returns its items.
 func (q *query) items(name string) ([]item, error) {
-	r, empty, err := parseRequest(relative(name, q.zone))
+	r, empty, err := parseRequest(relative(name, q.zone), q.mc)
 	if err != nil || empty {
 		return nil, err
 	}
 	if dnsutil.IsReverse(name) > 0 {
 		return nil, errName
 	}
-	return q.s.records(q.t, &r)
+	return q.s.records(q.t, &r, q.mc)
 }
 
 // addrs answers A or AAAA for name (lowercased; owner its spelling): the
@@ -181,14 +183,18 @@ func (q *query) addrs(name, owner string, qtype uint16, chain []*dns.CNAME) ([]d
 // other name. host is the CNAME target to follow when the Service has
 // ready FQDN endpoints and no IP.
 func (q *query) headlessAddrs(name, owner string, qtype uint16) (rrs []dns.RR, host string, ok bool) {
-	r, empty, err := parseRequest(relative(name, q.zone))
+	r, empty, err := parseRequest(relative(name, q.zone), q.mc)
 	if err != nil || empty || r.pod || r.service == "" || r.endpoint != "" || r.port != "" || r.protocol != "" {
 		return nil, "", false
 	}
 	if _, exists := q.t.namespaces[r.namespace]; !exists {
 		return nil, "", false
 	}
-	e, _ := q.t.names.Get(Key{r.namespace, r.service})
+	names := q.t.names
+	if q.mc {
+		names = q.t.imports
+	}
+	e, _ := names.Get(Key{Namespace: r.namespace, Name: r.service, Import: q.mc})
 	if e == nil || e.svc == nil || e.svc.Kind != Headless || !e.hasReady() {
 		return nil, "", false // the general path says what it is
 	}

@@ -26,6 +26,14 @@ import (
 //	   "ports":[…],"addresses":[["10.244.1.5"]],"nodes":["n1"],"pods":["web-1"],"conditions":["yyn"]}],
 //	 "pods":{"shop":["10.244.1.5","10.244.1.6"]}}
 //
+// With multicluster, slices also carry their multicluster labels
+// ("import", "cluster": multicluster.kubernetes.io/service-name and
+// source-cluster), and "imports" (after the slices) lists the
+// ServiceImports in the form of a Service, kind ClusterSetIP or Headless:
+//
+//	"imports":[{"namespace":"shop","name":"web","kind":"ClusterSetIP","cluster_ips":["10.100.0.9"],"ports":[…]}]
+//
+// Both are left out without multicluster.
 // "pods", the pod index of pods verified (the addresses of each
 // namespace's running Pods, one per Pod), is left out without one; a
 // snapshot written before it existed loads with no pod index.
@@ -45,6 +53,8 @@ type snapDoc struct {
 	// of its running Pods, one per Pod. Left out without one; a snapshot
 	// without it (of an older meshdns) loads with no pod index.
 	Pods map[string][]string `json:"pods,omitempty"`
+	// Imports are the ServiceImports (multicluster), left out without.
+	Imports []snapSvc `json:"imports,omitempty"`
 }
 
 type snapSvc struct {
@@ -67,6 +77,8 @@ type snapSlice struct {
 	Namespace  string     `json:"namespace"`
 	Name       string     `json:"name"`
 	Service    string     `json:"service,omitempty"`
+	Import     string     `json:"import,omitempty"`
+	Cluster    string     `json:"cluster,omitempty"`
 	Type       string     `json:"type"`
 	Ports      []snapPort `json:"ports,omitempty"`
 	Addresses  [][]string `json:"addresses"`
@@ -121,6 +133,13 @@ func (doc *snapDoc) cluster() (*Cluster, error) {
 		}
 		c.Slices = append(c.Slices, sl)
 	}
+	for i := range doc.Imports {
+		s, err := doc.Imports[i].importService()
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: imports[%d] (%s/%s): %w", i, doc.Imports[i].Namespace, doc.Imports[i].Name, err)
+		}
+		c.Imports = append(c.Imports, s)
+	}
 	pods, err := decodePods(doc.Pods)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
@@ -151,6 +170,23 @@ func (ss *snapSvc) service() (*Service, error) {
 	return s, nil
 }
 
+// importService reads a ServiceImport in the form of a Service: kind
+// ClusterSetIP (a Service of kind ClusterIP) or Headless, no external
+// name.
+func (ss *snapSvc) importService() (*Service, error) {
+	switch {
+	case ss.Kind != "ClusterSetIP" && ss.Kind != "Headless":
+		return nil, fmt.Errorf("unknown ServiceImport kind %q", ss.Kind)
+	case ss.ExternalName != "" || ss.PublishNotReady:
+		return nil, errors.New("a ServiceImport has no external_name or publish_not_ready")
+	}
+	c := *ss
+	if c.Kind == "ClusterSetIP" {
+		c.Kind = "ClusterIP"
+	}
+	return c.service()
+}
+
 func ports(ps []snapPort) []Port {
 	if len(ps) == 0 {
 		return nil
@@ -176,7 +212,7 @@ func (ss *snapSlice) slice() (*Slice, error) {
 	if len(ss.Conditions) != n {
 		return nil, errors.New("conditions missing")
 	}
-	sl := &Slice{Namespace: ss.Namespace, Name: ss.Name, Service: ss.Service, Type: t, Ports: ports(ss.Ports), Endpoints: make([]Endpoint, 0, n)}
+	sl := &Slice{Namespace: ss.Namespace, Name: ss.Name, Service: ss.Service, Import: ss.Import, Cluster: ss.Cluster, Type: t, Ports: ports(ss.Ports), Endpoints: make([]Endpoint, 0, n)}
 	for i, addrs := range ss.Addresses {
 		e := EndpointSpec{Addresses: addrs, Hostname: at(ss.Hostnames, i), TargetRef: at(ss.Pods, i), NodeName: at(ss.Nodes, i)}
 		var err error
@@ -237,6 +273,11 @@ func (c *Cluster) Snapshot(w io.Writer) error {
 			return err
 		}
 	}
+	if len(c.Imports) > 0 {
+		if err := sw.Imports(c.Imports); err != nil {
+			return err
+		}
+	}
 	if len(c.Pods) > 0 {
 		if err := sw.Pods(c.Pods); err != nil {
 			return err
@@ -246,13 +287,37 @@ func (c *Cluster) Snapshot(w io.Writer) error {
 }
 
 // SnapshotWriter streams the snapshot form: the namespaces, then every
-// Service, then every slice, so that a large cluster's snapshot is never
-// held in memory whole.
+// Service, then every slice, then the ServiceImports and the pod index,
+// so that a large cluster's snapshot is never held in memory whole.
 type SnapshotWriter struct {
 	*jsonw.Writer
-	services int // written so far; -1 once the slices began
-	slices   int
+	services int  // written so far; -1 once the slices began
+	slices   int  // written so far; -1 once they ended (imports)
 	pods     bool // the pod index was written: only Close may follow
+}
+
+// Imports writes the ServiceImports (multicluster), after the slices;
+// only Pods and Close may follow.
+func (sw *SnapshotWriter) Imports(imps []*Service) error {
+	if sw.pods || sw.slices < 0 {
+		return errors.New("snapshot: the imports after the pods, or twice")
+	}
+	if sw.services >= 0 {
+		sw.Buf = append(sw.Buf, "],\n\"slices\":["...)
+		sw.services = -1
+	}
+	sw.Buf = append(sw.Buf, "],\n\"imports\":["...)
+	for i, s := range imps {
+		if i > 0 {
+			sw.Buf = append(sw.Buf, ",\n"...)
+		}
+		sw.Buf = appendService(sw.Buf, s, true)
+		if err := sw.Flush(false); err != nil {
+			return err
+		}
+	}
+	sw.slices = -1
+	return sw.Flush(false)
 }
 
 // NewSnapshotWriter starts a snapshot of a cluster with namespaces.
@@ -284,18 +349,23 @@ func (sw *SnapshotWriter) Service(s *Service) error {
 		sw.Buf = append(sw.Buf, ",\n"...)
 	}
 	sw.services++
-	sw.Buf = appendService(sw.Buf, s)
+	sw.Buf = appendService(sw.Buf, s, false)
 	return sw.Flush(false)
 }
 
-// appendService appends a Service's snapshot form.
-func appendService(b []byte, s *Service) []byte {
+// appendService appends a Service's snapshot form, or (imp) a
+// ServiceImport's: kind ClusterSetIP for ClusterIP.
+func appendService(b []byte, s *Service, imp bool) []byte {
 	b = append(b, `{"namespace":`...)
 	b = jsonw.AppendString(b, s.Namespace)
 	b = append(b, `,"name":`...)
 	b = jsonw.AppendString(b, s.Name)
 	b = append(b, `,"kind":"`...)
-	b = append(b, s.Kind.String()...)
+	if imp && s.Kind == ClusterIP {
+		b = append(b, "ClusterSetIP"...)
+	} else {
+		b = append(b, s.Kind.String()...)
+	}
 	b = append(b, '"')
 	if len(s.ClusterIPs) > 0 {
 		b = append(b, `,"cluster_ips":`...)
@@ -314,8 +384,8 @@ func appendService(b []byte, s *Service) []byte {
 
 // Slice writes a slice.
 func (sw *SnapshotWriter) Slice(sl *Slice) error {
-	if sw.pods {
-		return errors.New("snapshot: a slice after the pods")
+	if sw.pods || sw.slices < 0 {
+		return errors.New("snapshot: a slice after the imports or the pods")
 	}
 	if sw.services >= 0 {
 		sw.Buf = append(sw.Buf, "],\n\"slices\":["...)
@@ -338,6 +408,14 @@ func appendSlice(b []byte, sl *Slice) []byte {
 	if sl.Service != "" {
 		b = append(b, `,"service":`...)
 		b = jsonw.AppendString(b, sl.Service)
+	}
+	if sl.Import != "" {
+		b = append(b, `,"import":`...)
+		b = jsonw.AppendString(b, sl.Import)
+	}
+	if sl.Cluster != "" {
+		b = append(b, `,"cluster":`...)
+		b = jsonw.AppendString(b, sl.Cluster)
 	}
 	b = append(b, `,"type":"`...)
 	b = append(b, sl.Type.String()...)
@@ -433,7 +511,7 @@ func (sw *SnapshotWriter) Close() error {
 	if sw.services >= 0 {
 		sw.Buf = append(sw.Buf, "],\n\"slices\":["...)
 	}
-	if !sw.pods {
+	if !sw.pods { // the slices' or the imports' array is open
 		sw.Buf = append(sw.Buf, ']')
 	}
 	sw.Buf = append(sw.Buf, "}\n"...)

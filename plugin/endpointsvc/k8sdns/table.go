@@ -18,21 +18,39 @@ type Table struct {
 	names      *pmap.Map[Key, *entry]      // a Service, or the slices labelled with a name no Service has
 	rev        *pmap.Map[[16]byte, refs]   // address (IPv4 v4-mapped) → what it is: PTR
 	pods       *pmap.Map[[16]byte, podNSs] // pods verified: address (IPv4 v4-mapped) → its Pods' namespaces
+	imports    *pmap.Map[Key, *entry]      // multicluster: a ServiceImport, or the slices labelled with a name none has; keys with Import
 
 	services  int // entries with a Service
 	endpoints int // ready endpoints of those entries' slices
 	conflicts int // headless Services with more than one CNAME candidate
+	nimports  int // entries with a ServiceImport
 
 	origin string // Cluster.Origin of the cluster or patch it was made of
 }
 
-// Key names a Service, and the slices labelled with its name.
-type Key struct{ Namespace, Name string }
-
-// compare orders keys by namespace, then name.
-func (k Key) compare(o Key) int {
-	return cmp.Or(cmp.Compare(k.Namespace, o.Namespace), cmp.Compare(k.Name, o.Name))
+// Key names a Service, and the slices labelled with its name; with
+// Import, a ServiceImport and the slices labelled with its name
+// (multicluster.kubernetes.io/service-name), which answer in the
+// multicluster zones only.
+type Key struct {
+	Namespace, Name string
+	Import          bool
 }
+
+// Compare orders keys by namespace, then name, a Service's before a
+// ServiceImport's.
+func (k Key) Compare(o Key) int {
+	c := cmp.Or(cmp.Compare(k.Namespace, o.Namespace), cmp.Compare(k.Name, o.Name))
+	if c != 0 || k.Import == o.Import {
+		return c
+	}
+	if k.Import {
+		return 1
+	}
+	return -1
+}
+
+func (k Key) compare(o Key) int { return k.Compare(o) }
 
 // compareAddr orders addresses (16 bytes) bytewise.
 func compareAddr(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) }
@@ -103,7 +121,7 @@ func Build(c *Cluster) *Table {
 	bySvc := make(map[Key][]*Slice)
 	for _, sl := range c.Slices {
 		if sl.Service != "" {
-			k := Key{sl.Namespace, sl.Service}
+			k := Key{Namespace: sl.Namespace, Name: sl.Service}
 			bySvc[k] = append(bySvc[k], sl)
 		}
 	}
@@ -115,7 +133,7 @@ func Build(c *Cluster) *Table {
 	}
 	seen := make(map[Key]bool, len(c.Services))
 	for _, s := range c.Services {
-		k := Key{s.Namespace, s.Name}
+		k := Key{Namespace: s.Namespace, Name: s.Name}
 		if seen[k] {
 			continue // the first of a name wins (a valid cluster has one)
 		}
@@ -137,7 +155,39 @@ func Build(c *Cluster) *Table {
 	t.names = pmap.Of(Key.compare, keys, entries)
 	t.rev = reverseIndex(addrs)
 	t.pods = podIndex(c.Pods)
+	t.imports = t.buildImports(c)
 	return t
+}
+
+// buildImports makes the multicluster entries: each ServiceImport with
+// the slices labelled with its name, and the labels no ServiceImport has.
+// They put nothing in the reverse index (the kubernetes plugin answers
+// PTR from Services and the slices' kubernetes.io/service-name only).
+func (t *Table) buildImports(c *Cluster) *pmap.Map[Key, *entry] {
+	byImport := make(map[Key][]*Slice)
+	for _, sl := range c.Slices {
+		if sl.Import != "" {
+			k := Key{Namespace: sl.Namespace, Name: sl.Import, Import: true}
+			byImport[k] = append(byImport[k], sl)
+		}
+	}
+	keys := make([]Key, 0, len(c.Imports)+len(byImport))
+	entries := make([]*entry, 0, len(c.Imports)+len(byImport))
+	seen := make(map[Key]bool, len(c.Imports))
+	for _, s := range c.Imports {
+		k := Key{Namespace: s.Namespace, Name: s.Name, Import: true}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		keys, entries = append(keys, k), append(entries, newEntry(s, byImport[k]))
+		t.nimports++
+		delete(byImport, k)
+	}
+	for k, sls := range byImport {
+		keys, entries = append(keys, k), append(entries, newEntry(nil, sls))
+	}
+	return pmap.Of(Key.compare, keys, entries)
 }
 
 // addrRef is an address and one of its refs.
@@ -201,6 +251,9 @@ func (t *Table) count(e *entry, sign int) {
 func (t *Table) Services() int  { return t.services }
 func (t *Table) Endpoints() int { return t.endpoints }
 func (t *Table) Conflicts() int { return t.conflicts }
+
+// Imports is the number of ServiceImports (multicluster).
+func (t *Table) Imports() int { return t.nimports }
 
 // newEntry makes the entry of Service svc (nil: none) and its slices.
 func newEntry(svc *Service, sls []*Slice) *entry {
@@ -305,7 +358,7 @@ func compareRef(a, b ref) int {
 // key is the name of the entry: its Service's, or its slices' label.
 func (e *entry) key() Key {
 	if e.svc != nil {
-		return Key{e.svc.Namespace, e.svc.Name}
+		return Key{Namespace: e.svc.Namespace, Name: e.svc.Name}
 	}
-	return Key{e.slices[0].Namespace, e.slices[0].Service}
+	return Key{Namespace: e.slices[0].Namespace, Name: e.slices[0].Service}
 }

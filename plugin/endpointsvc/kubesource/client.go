@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/typed/apis/v1alpha1"
 )
 
 // ClientFor returns a client with the source's settings (kubeconfig and
@@ -18,26 +19,28 @@ import (
 // (endpointsvc's publish): its informers too resume the moment the API
 // server is back.
 func ClientFor(cfg Config) (kubernetes.Interface, error) {
-	c, _, err := newClient(cfg, "publish")
+	c, _, _, err := newClient(cfg, "publish", false)
 	return c, err
 }
 
 // newClient returns the configured client, whose requests pass a gate,
-// and the gate; user names the client in the gate's log.
-func newClient(cfg Config, user string) (kubernetes.Interface, *gate, error) {
+// and the gate; user names the client in the gate's log. With mc it also
+// returns a client of the MCS API's ServiceImports (JSON: a custom
+// resource has no protobuf) over the same connections and gate.
+func newClient(cfg Config, user string, mc bool) (kubernetes.Interface, mcsv1alpha1.MulticlusterV1alpha1Interface, *gate, error) {
 	rc, err := restConfig(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// the probe goes to the same API server over the same connections (the
 	// client builds one transport per TLS setting), without the gate
 	hc, err := rest.HTTPClientFor(rc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	base, _, err := rest.DefaultServerUrlFor(rc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	readyz := base.JoinPath("readyz").String()
 	if n := cfg.API.MaxInflight; n > 0 { // the requests, not the probe
@@ -48,11 +51,24 @@ func newClient(cfg Config, user string) (kubernetes.Interface, *gate, error) {
 		g = newGate(user, rt, func(ctx context.Context) (bool, bool) { return probeReadyz(ctx, hc, readyz) })
 		return g
 	})
-	c, err := kubernetes.NewForConfig(rc)
+	gated, err := rest.HTTPClientFor(rc) // builds the gate, once
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return c, g, nil
+	c, err := kubernetes.NewForConfigAndClient(rc, gated)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if !mc {
+		return c, nil, g, nil
+	}
+	jc := rest.CopyConfig(rc)
+	jc.ContentType, jc.AcceptContentTypes = "application/json", "application/json"
+	m, err := mcsv1alpha1.NewForConfigAndClient(jc, gated)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c, m, g, nil
 }
 
 // APIConfig is how the client reaches the API server besides a

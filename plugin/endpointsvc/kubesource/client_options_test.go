@@ -46,7 +46,7 @@ func TestClientRateLimits(t *testing.T) {
 
 	limiter := func(cfg Config) (float32, int) {
 		t.Helper()
-		c, _, err := newClient(cfg, "test")
+		c, _, _, err := newClient(cfg, "test", false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestClientRateLimits(t *testing.T) {
 		t.Errorf("apiserver_qps 50, apiserver_burst 100: qps %v burst %d", qps, burst)
 	}
 
-	c, _, err := newClient(Config{Kubeconfig: kubeconfig, API: APIConfig{QPS: 1000, Burst: 1000, MaxInflight: 2}}, "test")
+	c, _, _, err := newClient(Config{Kubeconfig: kubeconfig, API: APIConfig{QPS: 1000, Burst: 1000, MaxInflight: 2}}, "test", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestClientEndpoint(t *testing.T) {
 	}
 	writePEM(t, key, "PRIVATE KEY", keyDER)
 
-	c, _, err := newClient(Config{API: APIConfig{Endpoint: srv.URL, TLSCert: cert, TLSKey: key, TLSCA: ca}}, "test")
+	c, _, _, err := newClient(Config{API: APIConfig{Endpoint: srv.URL, TLSCert: cert, TLSKey: key, TLSCA: ca}}, "test", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestClientEndpoint(t *testing.T) {
 		t.Errorf("the API server saw client certificate %q, want the configured one", sn)
 	}
 	// without the CA the server's certificate is not trusted
-	c, _, err = newClient(Config{API: APIConfig{Endpoint: srv.URL}}, "test")
+	c, _, _, err = newClient(Config{API: APIConfig{Endpoint: srv.URL}}, "test", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,11 +11,12 @@ import (
 // by the Service a slice is labelled with ("namespace/name", the label as
 // written), so that a patch finds a name's slices without a scan.
 type stores struct {
-	svcs   cache.Store
-	slices cache.Indexer
-	nodes  cache.Store // schema orch only
-	nss    cache.Store // schema kubernetes only
-	pods   *podIndex   // pods verified only
+	svcs    cache.Store
+	slices  cache.Indexer
+	nodes   cache.Store // schema orch only
+	nss     cache.Store // schema kubernetes only
+	imports cache.Store // multicluster only
+	pods    *podIndex   // pods verified only
 }
 
 // byService is the slice indexer's index of the Service a slice is
@@ -60,13 +61,14 @@ func (st stores) service(name string) *kService {
 // went.
 type changes struct {
 	names      map[string]bool
+	imports    map[string]bool // ServiceImport names ("namespace/name"): an import's, or a slice's multicluster label, before and after
 	nodes      map[string]bool
 	pods       map[netip.Addr]bool // addresses of Pods that came, went or changed
 	namespaces bool
 }
 
 func (c *changes) empty() bool {
-	return len(c.names) == 0 && len(c.nodes) == 0 && len(c.pods) == 0 && !c.namespaces
+	return len(c.names) == 0 && len(c.imports) == 0 && len(c.nodes) == 0 && len(c.pods) == 0 && !c.namespaces
 }
 
 // dirty collects the changes; the handlers of all informers write it, the
@@ -95,6 +97,11 @@ func (d *dirty) mark(obj any) {
 		if o.sl.Service != "" {
 			d.name(o.Namespace + "/" + o.sl.Service)
 		}
+		if o.sl.Import != "" {
+			d.importName(o.Namespace + "/" + o.sl.Import)
+		}
+	case *kImport:
+		d.importName(o.Namespace + "/" + o.Name)
 	case *kNode:
 		if d.c.nodes == nil {
 			d.c.nodes = map[string]bool{}
@@ -110,6 +117,13 @@ func (d *dirty) name(n string) {
 		d.c.names = map[string]bool{}
 	}
 	d.c.names[n] = true
+}
+
+func (d *dirty) importName(n string) {
+	if d.c.imports == nil {
+		d.c.imports = map[string]bool{}
+	}
+	d.c.imports[n] = true
 }
 
 // markAddrs records Pod addresses.

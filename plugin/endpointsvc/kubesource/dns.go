@@ -35,12 +35,15 @@ func (m *dnsModel) whole(st stores) feed.State {
 		}
 	}
 	for _, o := range sliceObjects(st) {
-		if sl, ok := o.(*kSlice); ok && !sl.skip && sl.sl.Service != "" {
+		if sl, ok := o.(*kSlice); ok && !sl.skip && (sl.sl.Service != "" || sl.sl.Import != "") {
 			c.Slices = append(c.Slices, &sl.sl)
 		}
 	}
 	if st.pods != nil {
 		c.Pods = st.pods.all()
+	}
+	for _, s := range importObjects(st) {
+		c.Imports = append(c.Imports, &s.svc)
 	}
 	return c
 }
@@ -70,6 +73,9 @@ func (m *dnsModel) patch(st stores, c changes, whole func() feed.State) feed.Pat
 			ch.Slices = append(ch.Slices, &sl.sl)
 		}
 		p.Changes = append(p.Changes, ch)
+	}
+	if len(c.imports) > 0 {
+		p.Changes = append(p.Changes, m.importChanges(st, c.imports)...)
 	}
 	if c.namespaces {
 		p.Namespaces, p.SetNamespaces = m.namespaceList(st.nss), true
@@ -119,13 +125,22 @@ func (m *dnsModel) snapshot(w io.Writer, st stores) error {
 	}
 	var sls []*kSlice
 	for _, o := range sliceObjects(st) {
-		if sl, ok := o.(*kSlice); ok && !sl.skip && sl.sl.Service != "" {
+		if sl, ok := o.(*kSlice); ok && !sl.skip && (sl.sl.Service != "" || sl.sl.Import != "") {
 			sls = append(sls, sl)
 		}
 	}
 	slices.SortFunc(sls, func(a, b *kSlice) int { return a.compare(&b.kMeta) })
 	for _, sl := range sls {
 		if err := sw.Slice(&sl.sl); err != nil {
+			return err
+		}
+	}
+	if imps := importObjects(st); len(imps) > 0 {
+		svcs := make([]*k8sdns.Service, len(imps))
+		for i, s := range imps {
+			svcs[i] = &s.svc
+		}
+		if err := sw.Imports(svcs); err != nil {
 			return err
 		}
 	}
@@ -150,8 +165,9 @@ func sortedKeys(m map[string]bool) []string {
 }
 
 // DNSCluster maps API objects onto the Kubernetes DNS model exactly as the
-// source's transforms do (for tests and tools that start from API
-// objects). The objects are not changed.
+// source's transforms do, multicluster labels kept (for tests and tools
+// that start from API objects; DNSImports maps ServiceImports). The
+// objects are not changed.
 func DNSCluster(namespaces []*corev1.Namespace, services []*corev1.Service, eps []*discoveryv1.EndpointSlice) *k8sdns.Cluster {
 	c := &k8sdns.Cluster{}
 	for _, n := range namespaces {
@@ -163,8 +179,8 @@ func DNSCluster(namespaces []*corev1.Namespace, services []*corev1.Service, eps 
 		c.Services = append(c.Services, &o.(*kService).svc)
 	}
 	for _, sl := range eps {
-		o, _ := transformSlice(nil)(sl.DeepCopy())
-		if k := o.(*kSlice); k.sl.Service != "" {
+		o, _ := transformSlice(nil, true)(sl.DeepCopy())
+		if k := o.(*kSlice); k.sl.Service != "" || k.sl.Import != "" {
 			c.Slices = append(c.Slices, &k.sl)
 		}
 	}

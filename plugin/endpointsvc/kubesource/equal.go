@@ -22,6 +22,9 @@ func sameSlim(old, cur any) bool {
 	case *kNode:
 		c, ok := cur.(*kNode)
 		return ok && o.Name == c.Name && o.readyFalse == c.readyFalse && maps.Equal(o.addresses, c.addresses)
+	case *kImport:
+		c, ok := cur.(*kImport)
+		return ok && o.Name == c.Name && o.Namespace == c.Namespace && o.skip == c.skip && o.svc.Equal(&c.svc)
 	case *kNamespace:
 		c, ok := cur.(*kNamespace)
 		return ok && o.Name == c.Name

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	mcsapi "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 )
 
 // The slim objects below are what the informers store instead of the API
@@ -118,8 +119,9 @@ func modelService(s *corev1.Service) k8sdns.Service {
 	return m
 }
 
-// transformSlice converts a *discoveryv1.EndpointSlice into a *kSlice.
-func transformSlice(namespaces map[string]bool) func(any) (any, error) {
+// transformSlice converts a *discoveryv1.EndpointSlice into a *kSlice;
+// with mc (multicluster) it keeps the slice's multicluster labels.
+func transformSlice(namespaces map[string]bool, mc bool) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		s, ok := obj.(*discoveryv1.EndpointSlice)
 		if !ok {
@@ -131,6 +133,9 @@ func transformSlice(namespaces map[string]bool) func(any) (any, error) {
 			return k, nil
 		}
 		k.sl = modelSlice(s)
+		if mc {
+			k.sl.Import, k.sl.Cluster = s.Labels[mcsapi.LabelServiceName], s.Labels[mcsapi.LabelSourceCluster]
+		}
 		return k, nil
 	}
 }

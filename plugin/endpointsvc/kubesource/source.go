@@ -22,6 +22,7 @@ import (
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/typed/apis/v1alpha1"
 )
 
 var log = clog.NewWithPlugin("endpointsvc")
@@ -36,6 +37,9 @@ type Config struct {
 	NodeAddress []string // node address types, in preference order, lowercased (schema orch)
 	Pods        bool     // watch Pods for the pod index (pods verified; schema kubernetes)
 	NoEndpoints bool     // do not watch EndpointSlices (noendpoints; schema kubernetes)
+	// Multicluster: watch ServiceImports (multicluster.x-k8s.io/v1alpha1)
+	// and keep the slices' multicluster labels (schema kubernetes).
+	Multicluster bool
 }
 
 // Source is the kubernetes source of one schema.
@@ -43,8 +47,10 @@ type Source struct {
 	cfg   Config
 	model model
 
-	// NewClient builds the client; tests replace it with a fake clientset.
-	NewClient func() (kubernetes.Interface, error)
+	// NewClient builds the client; tests replace it with a fake clientset
+	// (and NewMCSClient the ServiceImports' client, with multicluster).
+	NewClient    func() (kubernetes.Interface, error)
+	NewMCSClient func() (mcsv1alpha1.MulticlusterV1alpha1Interface, error)
 	// Debounce is the shortest time between two patches (0: 50 ms).
 	Debounce time.Duration
 
@@ -99,8 +105,8 @@ func (k *Source) Name() string { return "kubernetes" }
 
 // Key implements feed.Source.
 func (k *Source) Key() string {
-	return fmt.Sprintf("kubernetes %q %q %s model=%s labels=%q namespaces=%q node_address=%q pods=%v noendpoints=%v",
-		k.cfg.Kubeconfig, k.cfg.Context, k.cfg.API.key(), k.model.name(), k.cfg.Labels, k.cfg.Namespaces, k.cfg.NodeAddress, k.cfg.Pods, k.cfg.NoEndpoints)
+	return fmt.Sprintf("kubernetes %q %q %s model=%s labels=%q namespaces=%q node_address=%q pods=%v noendpoints=%v multicluster=%v",
+		k.cfg.Kubeconfig, k.cfg.Context, k.cfg.API.key(), k.model.name(), k.cfg.Labels, k.cfg.Namespaces, k.cfg.NodeAddress, k.cfg.Pods, k.cfg.NoEndpoints, k.cfg.Multicluster)
 }
 
 // Settings of the kubernetes source.
@@ -112,14 +118,26 @@ const (
 	shutdownWait         = 2 * time.Second // see shutdownInformers
 )
 
-// client returns the configured client (newClient) and its gate, or the
-// test's client (NewClient) and no gate.
-func (k *Source) client() (kubernetes.Interface, *gate, error) {
+// clients are the source's API clients: the ServiceImports' with
+// multicluster only.
+type clients struct {
+	kube kubernetes.Interface
+	mcs  mcsv1alpha1.MulticlusterV1alpha1Interface
+}
+
+// client returns the configured clients (newClient) and their gate, or
+// the test's (NewClient, NewMCSClient) and no gate.
+func (k *Source) client() (clients, *gate, error) {
 	if k.NewClient != nil {
 		c, err := k.NewClient()
-		return c, nil, err
+		var m mcsv1alpha1.MulticlusterV1alpha1Interface
+		if err == nil && k.cfg.Multicluster && k.NewMCSClient != nil {
+			m, err = k.NewMCSClient()
+		}
+		return clients{c, m}, nil, err
 	}
-	return newClient(k.cfg, "source")
+	c, m, g, err := newClient(k.cfg, "source", k.cfg.Multicluster)
+	return clients{c, m}, g, err
 }
 
 // Run implements feed.Source: it watches until ctx is done.
@@ -132,7 +150,7 @@ func (k *Source) Run(ctx context.Context, s feed.Sink) {
 		}
 		client, g, err = k.client()
 	}
-	w := k.watch(client)
+	w := k.watch(client.kube, client.mcs)
 	if g != nil {
 		g.notify(func(err error) { w.report(fmt.Errorf("kubernetes API: %w", err)) })
 	}
@@ -142,7 +160,7 @@ func (k *Source) Run(ctx context.Context, s feed.Sink) {
 		cancel()
 		shutdownInformers(w.factory, shutdownWait)
 	}()
-	k.loop(ctx, s, client, g, w)
+	k.loop(ctx, s, client.kube, g, w)
 }
 
 // shutdownInformers stops the factory's informers and waits for their

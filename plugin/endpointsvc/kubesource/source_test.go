@@ -72,7 +72,7 @@ func load(t testing.TB, st stores, objs ...any) {
 			x, _ = transformService(nil)(o)
 			store = st.svcs
 		case *discoveryv1.EndpointSlice:
-			x, _ = transformSlice(nil)(o)
+			x, _ = transformSlice(nil, false)(o)
 			store = st.slices
 		}
 		if err := store.Add(x); err != nil {
@@ -139,7 +139,7 @@ func TestConditionsEveryCombination(t *testing.T) {
 							t.Errorf("include_unhealthy=%v: endpoint = %v, want %v", inclUnhealthy, got, want)
 						}
 					}
-					x, _ := transformSlice(nil)(sl)
+					x, _ := transformSlice(nil, false)(sl)
 					e := x.(*kSlice).sl.Endpoints[0]
 					if e.Ready != k8sdns.Cond(ready) || e.Serving != k8sdns.Cond(serving) || e.Terminating != k8sdns.Cond(term) || e.IsReady() != r {
 						t.Errorf("kubernetes DNS model: %+v", e)
@@ -194,7 +194,7 @@ func TestTransformsAreSlim(t *testing.T) {
 	multi := discoveryv1.Endpoint{Addresses: []string{"10.0.0.1", "10.0.0.2"}, NodeName: ptr("N1"), Hostname: ptr("web-0"),
 		TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-0"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(false), Terminating: ptr(true)}}
 	sl := kubefix.Slice("default", "web-1", "Web", discoveryv1.AddressTypeIPv4, discoveryv1.Endpoint{}, multi)
-	y, _ := transformSlice(nil)(sl)
+	y, _ := transformSlice(nil, false)(sl)
 	ks := y.(*kSlice)
 	e := &ks.sl.Endpoints[0]
 	if ks.sl.Service != "Web" || len(ks.sl.Endpoints) != 1 || fmt.Sprint(ks.sl.Addresses(0)) != "[10.0.0.1 10.0.0.2]" ||
@@ -204,12 +204,12 @@ func TestTransformsAreSlim(t *testing.T) {
 	}
 	// the node name is interned: thousands of endpoints share a few nodes
 	sl2 := kubefix.Slice("default", "web-3", "web", discoveryv1.AddressTypeIPv6, discoveryv1.Endpoint{Addresses: []string{"FD00::2"}, NodeName: ptr("N1")})
-	y, _ = transformSlice(nil)(sl2)
+	y, _ = transformSlice(nil, false)(sl2)
 	if ks2 := y.(*kSlice); ks2.sl.Endpoints[0].NodeName != unique.Make("N1") || ks2.sl.Address(0, 0) != "fd00::2" || ks2.sl.Type != k8sdns.IPv6 {
 		t.Errorf("slim IPv6 slice: %+v", ks2)
 	}
 	fq := kubefix.Slice("default", "web-4", "web", discoveryv1.AddressTypeFQDN, kubefix.EP("ingress.example.com", ""))
-	y, _ = transformSlice(nil)(fq)
+	y, _ = transformSlice(nil, false)(fq)
 	if kf := y.(*kSlice); len(kf.sl.Endpoints) != 1 || kf.sl.Address(0, 0) != "ingress.example.com" || kf.sl.Endpoints[0].Node() != "" {
 		t.Errorf("slim FQDN slice: %+v", kf)
 	}
@@ -217,7 +217,7 @@ func TestTransformsAreSlim(t *testing.T) {
 	// transform (the API admits none), and so never mapped
 	bad := kubefix.Slice("default", "web-2", "web", discoveryv1.AddressTypeIPv4, kubefix.EP("fd00::1", "n1"), kubefix.EP("not-an-ip", "n1"),
 		discoveryv1.Endpoint{Addresses: []string{"10.9.9.9", "fd00::9"}})
-	y, _ = transformSlice(nil)(bad)
+	y, _ = transformSlice(nil, false)(bad)
 	if kb := y.(*kSlice); len(kb.sl.Endpoints) != 1 || fmt.Sprint(kb.sl.Addresses(0)) != "[10.9.9.9]" {
 		t.Errorf("bad addresses kept: %+v", kb.sl)
 	}
@@ -491,7 +491,7 @@ func TestTransformReusesStoredObject(t *testing.T) {
 	sl := kubefix.Slice("default", "web-1", "web", discoveryv1.AddressTypeIPv4, kubefix.EP("10.0.0.1", "n1"))
 	load(t, st, sl)
 	stored, _, _ := st.slices.GetByKey("default/web-1")
-	fn := reuse(st.slices, transformSlice(nil))
+	fn := reuse(st.slices, transformSlice(nil, false))
 	again := sl.DeepCopy()
 	again.ResourceVersion, again.Labels["unrelated"] = "9", "x"
 	if got, _ := fn(again); got != stored {

@@ -17,6 +17,7 @@ import (
 	discoveryv1informers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/typed/apis/v1alpha1"
 )
 
 // watcher is the source's informers and what their handlers collect.
@@ -33,7 +34,7 @@ type watcher struct {
 
 // watch makes the informers of the schema's objects (not started), with
 // the transforms to slim objects and the handlers that collect changes.
-func (k *Source) watch(client kubernetes.Interface) *watcher {
+func (k *Source) watch(client kubernetes.Interface, mcs mcsv1alpha1.MulticlusterV1alpha1Interface) *watcher {
 	ns := k.namespace()
 	opts := []informers.SharedInformerOption{}
 	if ns != "" {
@@ -42,6 +43,9 @@ func (k *Source) watch(client kubernetes.Interface) *watcher {
 	w := &watcher{factory: informers.NewSharedInformerFactoryWithOptions(client, 0, opts...), changed: &dirty{},
 		kick: make(chan struct{}, 1), errs: make(chan error, 1), denied: &deniedLog{}}
 	infs := k.informers(w, ns)
+	if k.cfg.Multicluster && mcs != nil && !k.model.watchNodes() {
+		infs = append(infs, k.importInformer(w, mcs, ns, k.inNamespaces()))
+	}
 	// The handlers' registrations are synced once the stores are and every
 	// initial add has been delivered, so the first build sees them all and
 	// no late add triggers a second one.
@@ -111,13 +115,18 @@ func (k *Source) sliceInformer(w *watcher, ns string, in map[string]bool) slimIn
 	if !k.model.watchNodes() {
 		sliceLabels = k.cfg.Labels
 	}
+	mc := k.cfg.Multicluster && !k.model.watchNodes()
+	indexers := cache.Indexers{byService: sliceService}
+	if mc {
+		indexers[byImport] = sliceImport
+	}
 	sliceInf := w.factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return discoveryv1informers.NewFilteredEndpointSliceInformer(c, ns, resync, cache.Indexers{byService: sliceService}, func(o *metav1.ListOptions) {
+		return discoveryv1informers.NewFilteredEndpointSliceInformer(c, ns, resync, indexers, func(o *metav1.ListOptions) {
 			o.LabelSelector = sliceLabels
 		})
 	})
 	w.stores.slices = sliceInf.GetIndexer()
-	return slimInformer{inf: sliceInf, fn: reuse(sliceInf.GetStore(), transformSlice(in))}
+	return slimInformer{inf: sliceInf, fn: reuse(sliceInf.GetStore(), transformSlice(in, mc))}
 }
 
 // reuse wraps a transform: when the store already holds a slim object
@@ -191,6 +200,9 @@ func (w *watcher) handler(stats *Stats) cache.ResourceEventHandlerFuncs {
 func (w *watcher) onError(_ context.Context, r *cache.Reflector, err error) {
 	if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 		return // a watch restart, not a failure: the reflector relists
+	}
+	if errors.Is(err, errNoImports) {
+		return // no ServiceImport resource: none to watch, and no outage (importLists)
 	}
 	if apierrors.IsForbidden(err) {
 		w.denied.report(r.TypeDescription(), err)

@@ -46,7 +46,7 @@ type applier struct {
 
 // line applies one line (without its newline).
 func (a *applier) line(b []byte) error {
-	if bytes.HasPrefix(b, []byte(recordPrefix)) {
+	if bytes.HasPrefix(b, []byte(recordPrefix)) || bytes.HasPrefix(b, []byte(importPrefix)) {
 		return a.record(b)
 	}
 	var c control
@@ -126,10 +126,7 @@ func (a *applier) record(b []byte) error {
 		return err
 	}
 	if a.full != nil {
-		if c.Service != nil {
-			a.full.Services = append(a.full.Services, c.Service)
-		}
-		a.full.Slices = append(a.full.Slices, c.Slices...)
+		a.full.Add(c)
 		a.stats.FullRecords.Add(1)
 		receivedRecords.WithLabelValues(a.zone, "full").Inc()
 		return nil

@@ -95,6 +95,4 @@ func (l *changeLog) clone() changeLog {
 	return changeLog{floor: l.floor, entries: slices.Clone(l.entries), keys: l.keys}
 }
 
-func compareKeys(a, b k8sdns.Key) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-}
+func compareKeys(a, b k8sdns.Key) int { return a.Compare(b) }

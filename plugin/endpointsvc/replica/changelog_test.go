@@ -22,16 +22,16 @@ func TestChangeLog(t *testing.T) {
 	l := changeLog{floor: 1}
 	l.add(logEntry{gen: 2, keys: keys("web", "api")})
 	l.add(logEntry{gen: 3, keys: keys("db"), namespaces: true})
-	l.add(logEntry{gen: 4, keys: keys("web")})
+	l.add(logEntry{gen: 4, keys: append(keys("web"), k8sdns.Key{Namespace: "shop", Name: "web", Import: true})}) // a ServiceImport of that name too
 	for _, tc := range []struct {
 		gen  uint64
 		want string
 		ns   bool
 		ok   bool
 	}{
-		{1, "[{shop api} {shop db} {shop web}]", true, true},
-		{2, "[{shop db} {shop web}]", true, true},
-		{3, "[{shop web}]", false, true},
+		{1, "[{shop api false} {shop db false} {shop web false} {shop web true}]", true, true},
+		{2, "[{shop db false} {shop web false} {shop web true}]", true, true},
+		{3, "[{shop web false} {shop web true}]", false, true},
 		{4, "[]", false, true},
 		{0, "[]", false, false},
 		{5, "[]", false, false},

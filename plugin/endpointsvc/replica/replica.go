@@ -12,6 +12,7 @@
 //	{"namespaces":["default","shop"]}          the namespaces that exist (a whole state; a change when they changed)
 //	{"pods":{"10.244.1.5":["shop"],…}}         pods verified: addresses with their Pods' namespaces, 4,096 a line at most (a whole state: every one; a change: those changed, [] gone)
 //	{"namespace":"shop","name":"web",…}        one name's whole content: k8sdns's record (Service and slices), or gone
+//	{"import":{"namespace":"shop",…}}          multicluster: a ServiceImport's name's, the same way (a follower before it ignores the line)
 //	{"gen":41,"synced":true}                   the state up to here is generation 41: apply it
 //	{"gen":41,"age":12.5}                      a heartbeat, every 10 s while nothing changed (age: v2, the leader's own table is that many seconds behind its source)
 //
@@ -99,8 +100,11 @@ func (c *control) known() bool {
 	return c.Epoch != nil || c.Gen != nil || c.Full != nil || c.V != nil || c.Age != nil || c.Synced || c.Namespaces != nil || c.Pods != nil
 }
 
-// recordPrefix starts every record line.
-const recordPrefix = `{"namespace":`
+// recordPrefix starts every record line; importPrefix a ServiceImport's.
+const (
+	recordPrefix = `{"namespace":`
+	importPrefix = `{"import":`
+)
 
 // appendHeader appends the header of a state of version v (1: without
 // v and age); age is the leader's staleness.
