@@ -165,6 +165,17 @@ func (p *replicaProxy) Cut() {
 	}
 }
 
+// SwitchTo sends new connections to target, and drops the open ones (a
+// follower's URL that now reaches another replica, as a Service does).
+func (p *replicaProxy) SwitchTo(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
 // Resume lets connections through again.
 func (p *replicaProxy) Resume() {
 	p.mu.Lock()

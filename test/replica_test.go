@@ -25,7 +25,8 @@ const replicaFollowGoal = time.Second
 // dropped) and resumed replays only the names changed meanwhile; through
 // an API-server outage and with the leader stopped the follower keeps its
 // table, and restarted while the leader is down it answers at once from
-// its snapshot; followers add no watch on the API server.
+// its snapshot; a new leader process (another epoch) of the same content
+// resumes it; followers add no watch on the API server.
 func TestReplicaStream(t *testing.T) {
 	k := startKubeAPI(t)
 	createNS(t, k, "shop")
@@ -202,11 +203,65 @@ func TestReplicaStream(t *testing.T) {
 
 	t.Run("LeaderBack", func(t *testing.T) {
 		full := follower.Metric(records, `kind="full"`)
-		leader.start() // a new process: another epoch, so the whole state
+		leader.start() // a new process: another epoch, but the same content, which it recognises by its digest
 		ip := createService(t, k, "shop", "back", corev1.ServiceTypeClusterIP, nil).Spec.ClusterIP
 		within(t, 5*time.Second, follower.DNS(), "back.shop.svc.cluster.local", dns.TypeA, ip)
-		if d := follower.Metric(records, `kind="full"`) - full; d < 25 {
-			t.Errorf("%v whole-state records from a new leader, want every name (25 or more)", d)
+		if d := follower.Metric(records, `kind="full"`) - full; d != 0 {
+			t.Errorf("%v whole-state records from a new leader of the same content, want none", d)
+		}
+		if n := leader.Metric("coredns_endpointsvc_replicate_sent_total", `kind="resume"`); n < 1 {
+			t.Errorf("the new leader resumed %v streams, want the follower's", n)
 		}
 	})
+}
+
+// TestReplicaMovesToAnotherLeader (issue 31 item 2): two leaders on the
+// same kube-apiserver, each with its own epoch; the follower's leader is
+// killed and its URL now reaches the other, which recognises the
+// follower's state by its digest (both built the same content from the
+// same API state) and sends only what changed since - not the whole
+// state - and the changes after that.
+func TestReplicaMovesToAnotherLeader(t *testing.T) {
+	k := startKubeAPI(t)
+	createNS(t, k, "shop")
+	createNS(t, k, "dns")
+	ips := replicaObjects(t, k, "shop", 40)
+	a := Start(t, replicaLeaderCorefile(t, k.Kubeconfig), Options{Env: []string{"POD_NAME=meshdns-a", "POD_NAMESPACE=dns"}, Files: replicaTokenFiles})
+	b := Start(t, replicaLeaderCorefile(t, k.Kubeconfig), Options{Env: []string{"POD_NAME=meshdns-b", "POD_NAMESPACE=dns"}, Files: replicaTokenFiles})
+	proxy := startReplicaProxy(t, a.Addr(9155))
+	follower := startReplicaFollower(t, proxy.Addr())
+	within(t, 5*time.Second, follower.DNS(), "svc39.shop.svc.cluster.local", dns.TypeA, ips["svc39"])
+	const recv, records, sent = "coredns_endpointsvc_replica_received_bytes_total", "coredns_endpointsvc_replica_received_records_total", "coredns_endpointsvc_replicate_sent_total"
+	whole := follower.Metric(recv)
+
+	// a change both leaders see, then quiet: they hold the same content
+	ip := createService(t, k, "shop", "before", corev1.ServiceTypeClusterIP, nil).Spec.ClusterIP
+	within(t, 3*time.Second, follower.DNS(), "before.shop.svc.cluster.local", dns.TypeA, ip)
+	within(t, 3*time.Second, b.DNS(), "before.shop.svc.cluster.local", dns.TypeA, ip)
+	time.Sleep(time.Second)
+
+	bytesBefore, fullBefore := follower.Metric(recv), follower.Metric(records, `kind="full"`)
+	a.Signal(syscall.SIGKILL)
+	a.Stop()
+	proxy.SwitchTo(b.Addr(9155))
+	Eventually(t, 10*time.Second, func() string {
+		if n := b.Metric(sent, `kind="resume"`); n < 1 {
+			return "the follower has not resumed on the other leader"
+		}
+		return ""
+	})
+	moved := follower.Metric(recv) - bytesBefore
+	t.Logf("the first (whole) state: %v bytes; moving to the other leader: %v bytes", whole, moved)
+	if n := b.Metric(sent, `kind="full"`); n != 0 {
+		t.Errorf("the other leader sent %v whole states", n)
+	}
+	if d := follower.Metric(records, `kind="full"`) - fullBefore; d != 0 {
+		t.Errorf("the follower received %v whole-state records on moving", d)
+	}
+	if moved <= 0 || moved > whole/20 {
+		t.Errorf("moving cost %v bytes, want some and at most 5 %% of a whole state (%v)", moved, whole)
+	}
+	ip = createService(t, k, "shop", "after", corev1.ServiceTypeClusterIP, nil).Spec.ClusterIP
+	within(t, replicaFollowGoal+time.Second, follower.DNS(), "after.shop.svc.cluster.local", dns.TypeA, ip)
+	within(t, time.Second, follower.DNS(), "svc39.shop.svc.cluster.local", dns.TypeA, ips["svc39"])
 }

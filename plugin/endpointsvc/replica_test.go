@@ -168,6 +168,63 @@ func TestReplicaSnapshotRestart(t *testing.T) {
 	}
 }
 
+// TestReplicaOptionsChanged: a follower restarted from its snapshot with
+// other options than its table was built with (noendpoints dropped: the
+// snapshot of its last patch has no slices) receives the whole state,
+// not the changes since, and answers as the leader; restarted with the
+// same options it resumes.
+func TestReplicaOptionsChanged(t *testing.T) {
+	cfg := clustergen.Small()
+	c := clustergen.Generate(13, cfg)
+	f := newFakeCluster(t, c)
+	leader, base := startLeader(t, f.client)
+	snap := filepath.Join(t.TempDir(), "snap.json")
+	start := func(corefile string) *Endpointsvc {
+		e := parseTest(t, corefile)
+		e.source.(*replica.Source).Backoff = 20 * time.Millisecond
+		e.snapshotPath = snap
+		e.start(e.source)
+		t.Cleanup(e.stop)
+		return e
+	}
+	noEndpoints := strings.Replace(followerCorefile(base), " ttl 30\n", " ttl 30\n noendpoints\n", 1)
+	first := start(noEndpoints)
+	kubefix.Eventually(t, func() string {
+		if followerStats(first).Full.Load() != 1 {
+			return "no whole state yet"
+		}
+		return ""
+	})
+	f.apply(t, c.Step(rand.New(rand.NewSource(13)))) // a patch: the snapshot is then the served table's, without slices
+	kubefix.Eventually(t, func() string {
+		if followerStats(first).Patches.Load() == 0 {
+			return "no patch yet"
+		}
+		return ""
+	})
+	first.stop()
+
+	again := start(noEndpoints)
+	kubefix.Eventually(t, func() string {
+		if leader.replicating.leader.Stats.Resumed.Load() == 0 {
+			return "not resumed yet"
+		}
+		return ""
+	})
+	if n := followerStats(again).Full.Load(); n != 0 {
+		t.Errorf("restarted with the same options: %d whole states, want 0", n)
+	}
+	again.stop()
+
+	qs := clustergen.Questions(c, cfg, rand.New(rand.NewSource(2)))
+	want := answers(ourPlugin(t, clusterModel(c)), qs)
+	full := start(followerCorefile(base))
+	sameAnswers(t, full, qs, want, "restarted without noendpoints")
+	if n := followerStats(full).Full.Load(); n != 1 {
+		t.Errorf("restarted with other options: %d whole states, want 1", n)
+	}
+}
+
 // TestReplicaLeaderReload: a reload of the leader hands its stream's
 // state to the new instance, whose followers resume with the changes only.
 func TestReplicaLeaderReload(t *testing.T) {

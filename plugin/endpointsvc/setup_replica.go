@@ -195,6 +195,9 @@ func (o *options) replication(c *caddy.Controller, e *Endpointsvc) error {
 				return c.Err(err.Error())
 			}
 		}
+		// what shapes the follower's tables beside the stream: a table of
+		// other options is not resumed (its origin names them)
+		src.Options = fmt.Sprintf("pods=%v,noendpoints=%v", o.podsVerified, o.dnsOpts.noEndpoints)
 		e.source = src
 	}
 	return nil

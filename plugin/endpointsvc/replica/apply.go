@@ -24,10 +24,13 @@ type applier struct {
 	stats  *FollowerStats
 	zone   string
 
-	// asked for the changes since (askEpoch, askGen): the served table's
-	// origin; askEpoch "" asks for the whole state
-	askEpoch string
-	askGen   uint64
+	// asked for the changes since (askEpoch, askGen), or since the state
+	// whose digest is askDigest (version 3: any replica's): the served
+	// table's origin; askEpoch "" asks for the whole state
+	askEpoch  string
+	askGen    uint64
+	askDigest digest
+	options   string // the follower's options, which its tables are built with
 
 	started bool          // the header came
 	applied bool          // a state was handed to the sink
@@ -73,7 +76,7 @@ func (a *applier) line(b []byte) error {
 		if c.Gen == nil || c.Full == nil || c.Synced || c.Namespaces != nil {
 			return errors.New("a header wants epoch, gen and full only")
 		}
-		if err := a.header(*c.Epoch, *c.Gen, *c.Full); err != nil {
+		if err := a.header(*c.Epoch, *c.Gen, *c.Full, c.From); err != nil {
 			return err
 		}
 		a.v, a.age = 1, age
@@ -87,7 +90,14 @@ func (a *applier) line(b []byte) error {
 		}
 		return a.namespaces(*c.Namespaces)
 	case c.Gen != nil && c.Full == nil && c.Synced:
-		return a.synced(*c.Gen)
+		d := zeroDigest
+		if c.Digest != nil {
+			var ok bool
+			if d, ok = parseDigest(*c.Digest); !ok {
+				return errorf("bad digest %q", *c.Digest)
+			}
+		}
+		return a.synced(*c.Gen, d)
 	case c.Gen != nil && c.Full == nil:
 		return a.heartbeat(*c.Gen, age)
 	}
@@ -96,8 +106,10 @@ func (a *applier) line(b []byte) error {
 
 // header begins a state: whole (at the stream's start, or again when the
 // follower fell behind the leader's log) or the changes since what the
-// follower asked for (only at the start).
-func (a *applier) header(epoch string, gen uint64, full bool) error {
+// follower asked for (only at the start): since its generation of the
+// same epoch, or (version 3, from given) since the leader's generation
+// from, whose state has the digest the follower asked with.
+func (a *applier) header(epoch string, gen uint64, full bool, from *uint64) error {
 	if !validEpoch(epoch) {
 		return errorf("bad epoch %q", epoch)
 	}
@@ -105,14 +117,21 @@ func (a *applier) header(epoch string, gen uint64, full bool) error {
 		if !full || epoch != a.epoch || gen <= a.gen || a.pending() {
 			return errorf("header (epoch %s gen %d full %v) in the middle of a state or of another stream", epoch, gen, full)
 		}
-	} else if !full && (epoch != a.askEpoch || gen < a.askGen || a.served() == nil) {
-		return errorf("changes since %s/%d, but the table is at %q", epoch, gen, a.askEpoch)
+	} else if !full {
+		since := a.askGen
+		if from != nil {
+			since = *from
+		}
+		same := epoch == a.askEpoch && since == a.askGen
+		moved := epoch != a.askEpoch && from != nil && a.askDigest != zeroDigest
+		if (!same && !moved) || gen < since || a.served() == nil {
+			return errorf("changes since %s/%d, but the table is at %s/%d", epoch, since, a.askEpoch, a.askGen)
+		}
+		a.gen = since
 	}
 	a.started, a.epoch = true, epoch
 	if full {
 		a.full = &k8sdns.Cluster{}
-	} else {
-		a.gen = a.askGen
 	}
 	return nil
 }
@@ -196,14 +215,14 @@ func (a *applier) pending() bool {
 
 // synced hands the state received to the sink: a whole state as an
 // update, changes as a patch of the served table.
-func (a *applier) synced(gen uint64) error {
+func (a *applier) synced(gen uint64, d digest) error {
 	switch {
 	case !a.started:
 		return errors.New("synced before the header")
 	case gen < a.gen || (gen == a.gen && a.pending()):
 		return errorf("synced generation %d after %d", gen, a.gen)
 	}
-	o := origin(a.epoch, gen)
+	o := position{epoch: a.epoch, gen: gen, digest: d, options: a.options}.String()
 	a.setAge()
 	switch {
 	case a.full != nil:
@@ -213,7 +232,7 @@ func (a *applier) synced(gen uint64) error {
 		}
 		a.sink.Update(a.full)
 		a.stats.Full.Add(1)
-	case a.pending() || gen != a.gen:
+	case a.pending() || gen != a.gen || a.reorigin(o):
 		a.sink.Patch(a.patch(o))
 		a.stats.Patches.Add(1)
 	default:
@@ -222,6 +241,14 @@ func (a *applier) synced(gen uint64) error {
 	a.gen, a.full, a.changes, a.seen, a.nss, a.setNSs, a.pods = gen, nil, nil, nil, nil, false, nil
 	a.applied = true
 	return nil
+}
+
+// reorigin reports whether the served table's origin is not o (a
+// follower resumed from another epoch's state, or whose origin did not
+// name its options or digest yet): an empty patch sets it.
+func (a *applier) reorigin(o string) bool {
+	t := a.served()
+	return t != nil && t.Origin() != o
 }
 
 // patch is the changes received, from generation o on.

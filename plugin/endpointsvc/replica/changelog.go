@@ -20,9 +20,10 @@ const (
 // at generation g with floor <= g <= the latest needs only the union of
 // the entries after g.
 type changeLog struct {
-	floor   uint64
-	entries []logEntry // generations floor+1 …, in order
-	keys    int        // names in entries, in all
+	floor       uint64
+	floorDigest digest     // the digest of generation floor's state
+	entries     []logEntry // generations floor+1 …, in order
+	keys        int        // names in entries, in all
 }
 
 type logEntry struct {
@@ -30,6 +31,7 @@ type logEntry struct {
 	keys       []k8sdns.Key
 	namespaces bool
 	pods       []netip.Addr // pod index addresses changed (pods verified)
+	digest     digest       // the digest of the state generation gen is
 }
 
 // size is what an entry counts against maxLogKeys.
@@ -43,7 +45,7 @@ func (l *changeLog) add(e logEntry) {
 	drop := 0
 	for drop < len(l.entries) && (len(l.entries)-drop > maxLogEntries || l.keys > maxLogKeys) {
 		l.keys -= l.entries[drop].size()
-		l.floor = l.entries[drop].gen
+		l.floor, l.floorDigest = l.entries[drop].gen, l.entries[drop].digest
 		drop++
 	}
 	if drop > 0 {
@@ -90,9 +92,23 @@ func (l *changeLog) podsSince(gen uint64) []netip.Addr {
 	return slices.Compact(out)
 }
 
+// find returns the latest generation in the log whose state has digest
+// d; ok is false when none has.
+func (l *changeLog) find(d digest) (gen uint64, ok bool) {
+	for i := len(l.entries) - 1; i >= 0; i-- {
+		if l.entries[i].digest == d {
+			return l.entries[i].gen, true
+		}
+	}
+	if l.floor > 0 && l.floorDigest == d {
+		return l.floor, true
+	}
+	return 0, false
+}
+
 // clone is a copy that later adds do not change (for a reload).
 func (l *changeLog) clone() changeLog {
-	return changeLog{floor: l.floor, entries: slices.Clone(l.entries), keys: l.keys}
+	return changeLog{floor: l.floor, floorDigest: l.floorDigest, entries: slices.Clone(l.entries), keys: l.keys}
 }
 
 func compareKeys(a, b k8sdns.Key) int { return a.Compare(b) }

@@ -47,6 +47,11 @@ type Source struct {
 	Backoff, MaxBackoff, Healthy, Silence time.Duration
 	// Waits, when set, is told each wait (tests).
 	Waits func(time.Duration)
+	// Options, set before Run, names the follower's options that shape
+	// its tables (noendpoints, pods verified): its tables' origins carry
+	// it, and a table built with others is not resumed but replaced by a
+	// whole state. No "/" in it.
+	Options string
 
 	Stats FollowerStats
 }
@@ -217,16 +222,21 @@ func servedTable(s feed.Sink) func() *k8sdns.Table {
 // follow reads one stream until it ends; the error says why, applied
 // whether a state of it was applied.
 func (f *Source) follow(ctx context.Context, s feed.Sink) (applied bool, _ error) {
-	a := &applier{sink: s, served: servedTable(s), stats: &f.Stats, zone: f.zone}
+	a := &applier{sink: s, served: servedTable(s), stats: &f.Stats, zone: f.zone, options: f.Options}
 	if t := a.served(); t != nil {
-		a.askEpoch, a.askGen, _ = parseOrigin(t.Origin())
+		// a table of other options (a snapshot of before a restart, say)
+		// is replaced whole; one of an origin without options is taken
+		// for this follower's (an older version's snapshot)
+		if p, ok := parsePosition(t.Origin()); ok && (p.options == "" || p.options == f.Options) {
+			a.askEpoch, a.askGen, a.askDigest = p.epoch, p.gen, p.digest
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var silent atomic.Bool
 	timer := time.AfterFunc(f.Silence, func() { silent.Store(true); cancel() })
 	defer timer.Stop()
-	resp, err := f.open(ctx, a.askEpoch, a.askGen)
+	resp, err := f.open(ctx, a.askEpoch, a.askGen, a.askDigest)
 	if err != nil {
 		return false, f.ended(&silent, err)
 	}
@@ -249,13 +259,17 @@ func (f *Source) follow(ctx context.Context, s feed.Sink) (applied bool, _ error
 	}
 }
 
-// open asks for the stream from (epoch, gen) ("" : the whole state).
-func (f *Source) open(ctx context.Context, epoch string, gen uint64) (*http.Response, error) {
+// open asks for the stream from (epoch, gen), or from the state of
+// digest d ("" : the whole state).
+func (f *Source) open(ctx context.Context, epoch string, gen uint64, d digest) (*http.Response, error) {
 	u := *f.url
 	q := url.Values{"v": {strconv.Itoa(Version)}}
 	if epoch != "" {
 		q.Set("epoch", epoch)
 		q.Set("gen", strconv.FormatUint(gen, 10))
+		if d != zeroDigest {
+			q.Set("digest", d.String())
+		}
 	}
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)

@@ -17,7 +17,7 @@ func FuzzLines(f *testing.F) {
 	f.Add(append(join(smallState(epoch, 1, "10.96.0.1")), `{"namespace":"shop","name":"web"}`+"\n"+`{"gen":2,"synced":true}`+"\n"...), "", uint64(0))
 	f.Add([]byte(`{"epoch":"`+epoch+`","gen":3,"full":false}`+"\n"+`{"namespaces":["a"]}`+"\n"+`{"gen":3,"synced":true}`+"\n"+`{"gen":3}`+"\n"), epoch, uint64(2))
 	f.Add([]byte(`{"gen":1}`+"\n"+`{}`+"\n"+`{"namespace":"a","name":"b","slices":[{"namespace":"a","name":"s","service":"b","type":"IPv6","addresses":[["fd00::1"]],"conditions":["-n-"]}]}`+"\n"), epoch, uint64(1))
-	f.Add([]byte(string(appendHeader(nil, epoch, 1, true, 1, 0))+`{"pods":{"10.0.0.1":["a","a"],"fd00::1":["b"]}}`+"\n"+`{"gen":1,"synced":true}`+"\n"+
+	f.Add([]byte(string(appendHeader(nil, epoch, 1, true, 1, 0, 0))+`{"pods":{"10.0.0.1":["a","a"],"fd00::1":["b"]}}`+"\n"+`{"gen":1,"synced":true}`+"\n"+
 		`{"pods":{"10.0.0.1":[],"::ffff:10.0.0.3":["c"]}}`+"\n"+`{"gen":2,"synced":true}`+"\n"), "", uint64(0))
 	f.Fuzz(func(t *testing.T, stream []byte, askEpoch string, askGen uint64) {
 		sink := &fakeSink{}

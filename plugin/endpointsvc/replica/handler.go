@@ -13,7 +13,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
 )
 
-// ServeHTTP serves the stream: GET Path?v=V&epoch=E&gen=G (each
+// ServeHTTP serves the stream: GET Path?v=V&epoch=E&gen=G&digest=D (each
 // optional). Without a table yet it answers 503, so the follower tries
 // again.
 func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -42,7 +42,7 @@ func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no table yet", http.StatusServiceUnavailable)
 		return
 	}
-	s := l.next(q.epoch, q.gen, true)
+	s := l.next(q.epoch, q.gen, q.digest, true)
 	if s.full && !l.acquire(r.Context(), l.WholeWait) {
 		l.Stats.Busy.Add(1)
 		busyRefused.WithLabelValues(l.zone).Inc()
@@ -82,15 +82,18 @@ func (l *Leader) acquire(ctx context.Context, wait time.Duration) bool {
 func (l *Leader) release() { <-l.slots }
 
 // query is what a follower asks for: the stream's version (the older of
-// the follower's and Version) and where its table stands.
+// the follower's and Version) and where its table stands (digest: version
+// 3, the content of its state, which any replica may recognise).
 type query struct {
-	v     int
-	epoch string
-	gen   uint64
+	v      int
+	epoch  string
+	gen    uint64
+	digest digest
 }
 
-// parseQuery reads ?v=&epoch=&gen=; a version newer than Version is
-// answered with Version, and one not given is 1.
+// parseQuery reads ?v=&epoch=&gen=&digest=; a version newer than Version
+// is answered with Version, and one not given is 1; a digest is read from
+// version 3 on.
 func parseQuery(r *http.Request) (query, error) {
 	vals := r.URL.Query()
 	q := query{v: 1, epoch: vals.Get("epoch")}
@@ -107,6 +110,12 @@ func parseQuery(r *http.Request) (query, error) {
 			return q, errorf("bad gen %q", g)
 		}
 		q.gen = n
+	}
+	if d := vals.Get("digest"); d != "" && q.v >= 3 {
+		var ok bool
+		if q.digest, ok = parseDigest(d); !ok {
+			return q, errorf("bad digest %q", d)
+		}
 	}
 	return q, nil
 }
@@ -142,10 +151,10 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query, s s
 	}()
 	hb := time.NewTimer(l.Idle)
 	defer hb.Stop()
-	var head []byte
+	var head, tail []byte
 	for first := true; ; first = false {
 		if !first {
-			s = l.next(epoch, gen, false)
+			s = l.next(epoch, gen, zeroDigest, false)
 			if s.full && !l.acquire(ctx, -1) { // a whole state again: the follower fell out of the log
 				return
 			}
@@ -153,9 +162,10 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query, s s
 		if s.body != nil {
 			head = head[:0]
 			if first || s.full {
-				head = appendHeader(head, s.epoch, s.to, s.full, q.v, l.age())
+				head = appendHeader(head, s.epoch, s.to, s.full, q.v, l.age(), s.from)
 			}
-			err := l.send(rc, w, head, s.body.b)
+			tail = appendSynced(tail[:0], s.body.gen, q.v, s.body.d)
+			err := l.send(rc, w, head, s.body.b, tail)
 			if s.full {
 				l.release()
 			}
@@ -163,7 +173,7 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query, s s
 				return
 			}
 			s.body = nil // a whole state is dropped once every stream has written it
-			l.count(first, s.full)
+			l.count(first, s.full, s.moved)
 			epoch, gen = s.epoch, s.to
 			hb.Reset(l.Idle)
 			if s.to < s.latest {
@@ -185,7 +195,7 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query, s s
 				beat = true
 			}
 			if beat {
-				if l.send(rc, w, appendHeartbeat(head[:0], gen, q.v, l.age()), nil) != nil {
+				if l.send(rc, w, appendHeartbeat(head[:0], gen, q.v, l.age())) != nil {
 					return
 				}
 				hb.Reset(l.Idle)
@@ -194,11 +204,11 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query, s s
 	}
 }
 
-// send writes head and body in chunks of ChunkSize, each within
-// l.WriteTimeout, and flushes them: a follower that stops reading is
-// dropped after one WriteTimeout, whatever the size of the state.
-func (l *Leader) send(rc *http.ResponseController, w http.ResponseWriter, head, body []byte) error {
-	for _, b := range [][]byte{head, body} {
+// send writes parts in chunks of ChunkSize, each within l.WriteTimeout,
+// and flushes them: a follower that stops reading is dropped after one
+// WriteTimeout, whatever the size of the state.
+func (l *Leader) send(rc *http.ResponseController, w http.ResponseWriter, parts ...[]byte) error {
+	for _, b := range parts {
 		for len(b) > 0 {
 			n := min(len(b), ChunkSize)
 			_ = rc.SetWriteDeadline(time.Now().Add(l.WriteTimeout))
@@ -215,9 +225,10 @@ func (l *Leader) send(rc *http.ResponseController, w http.ResponseWriter, head, 
 	return rc.Flush()
 }
 
-// count records a state sent: a stream's first (whole or resumed), a
-// whole one again (the follower fell out of the log), or a change.
-func (l *Leader) count(first, full bool) {
+// count records a state sent: a stream's first (whole or resumed; moved:
+// from another epoch's state, by its digest), a whole one again (the
+// follower fell out of the log), or a change.
+func (l *Leader) count(first, full, moved bool) {
 	kind := "change"
 	switch {
 	case full:
@@ -226,6 +237,9 @@ func (l *Leader) count(first, full bool) {
 	case first:
 		kind = "resume"
 		l.Stats.Resumed.Add(1)
+		if moved {
+			l.Stats.Moved.Add(1)
+		}
 	default:
 		l.Stats.Changes.Add(1)
 	}

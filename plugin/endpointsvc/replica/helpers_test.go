@@ -224,10 +224,10 @@ func (r *rawStream) connections() int {
 // smallState is a whole state of one Service, generation gen of epoch.
 func smallState(epoch string, gen uint64, ip string) []string {
 	return []string{
-		string(appendHeader(nil, epoch, gen, true, 1, 0)),
+		string(appendHeader(nil, epoch, gen, true, 1, 0, 0)),
 		`{"namespaces":["shop"]}` + "\n",
 		`{"namespace":"shop","name":"web","service":{"namespace":"shop","name":"web","kind":"ClusterIP","cluster_ips":["` + ip + `"]}}` + "\n",
-		string(appendSynced(nil, gen)),
+		string(appendSynced(nil, gen, 1, zeroDigest)),
 	}
 }
 

@@ -51,6 +51,7 @@ type LeaderStats struct {
 	Streams atomic.Int64 // streams open now
 	Full    atomic.Int64 // whole states sent
 	Resumed atomic.Int64 // streams opened with the changes since the follower's generation
+	Moved   atomic.Int64 // of those, streams of a follower that came with another epoch's state, recognised by its digest
 	Changes atomic.Int64 // change batches sent on open streams
 	Bytes   atomic.Int64 // bytes sent
 	Encoded atomic.Int64 // whole states and change batches encoded (the rest shared an encoding)
@@ -58,10 +59,11 @@ type LeaderStats struct {
 	Busy    atomic.Int64 // streams refused with 503 for want of a whole-send slot
 }
 
-// state is one table and its generation.
+// state is one table, its generation and its digest.
 type state struct {
-	gen   uint64
-	table *k8sdns.Table
+	gen    uint64
+	table  *k8sdns.Table
+	digest digest
 }
 
 // NewLeader returns a leader with a new epoch and no table yet; zone
@@ -155,8 +157,9 @@ func (l *Leader) first(t *k8sdns.Table) {
 	if l.frozen {
 		return
 	}
-	l.cur = &state{gen: 1, table: t}
-	l.log = changeLog{floor: 1}
+	d := wholeDigest(t)
+	l.cur = &state{gen: 1, table: t, digest: d}
+	l.log = changeLog{floor: 1, floorDigest: d}
 	l.signal()
 }
 
@@ -167,13 +170,13 @@ func (l *Leader) set(t *k8sdns.Table, e logEntry) {
 		return
 	}
 	if len(e.keys) == 0 && !e.namespaces && len(e.pods) == 0 {
-		l.cur = &state{gen: l.cur.gen, table: t} // the same content
+		l.cur = &state{gen: l.cur.gen, table: t, digest: l.cur.digest} // the same content
 		return
 	}
 	gen := l.cur.gen + 1
-	e.gen = gen
+	e.gen, e.digest = gen, l.cur.digest.moved(l.cur.table, t, &e)
 	l.log.add(e)
-	l.cur = &state{gen: gen, table: t}
+	l.cur = &state{gen: gen, table: t, digest: e.digest}
 	l.signal()
 }
 
@@ -227,29 +230,40 @@ func (l *Leader) Thaw(t *k8sdns.Table) {
 	}
 }
 
-// step is what a stream sends next: body (records and the synced line;
-// nil: nothing new) brings it to generation to; full says body is a whole
-// state; wake is closed at the next change.
+// step is what a stream sends next: body (records; nil: nothing new)
+// brings it from generation from to generation body.gen (to); full says
+// body is a whole state; moved that the follower came with another
+// epoch's state, which its digest found in the log; wake is closed at the
+// next change.
 type step struct {
 	epoch  string
 	body   *encoded
+	from   uint64
 	to     uint64
 	latest uint64 // the latest generation (to, unless a reused whole state is older)
 	full   bool
+	moved  bool
 	wake   <-chan struct{}
 }
 
 // next is the step of a stream at generation gen of epoch (first: the
-// stream's opening, which always sends a state). Outside the change log,
-// or of another epoch, it is a whole state: the latest one encoded when
-// it is still in the log and little changed since (the stream's next
-// step sends those changes), else the current one.
-func (l *Leader) next(epoch string, gen uint64, first bool) step {
+// stream's opening, which always sends a state). A stream that opens with
+// another epoch and the digest d of its state (version 3), which the
+// current state or one in the change log has, gets the changes since that
+// state, as if it had come with this epoch. Outside the change log, or of
+// another epoch and an unknown digest, it is a whole state: the latest
+// one encoded when it is still in the log and little changed since (the
+// stream's next step sends those changes), else the current one.
+func (l *Leader) next(epoch string, gen uint64, d digest, first bool) step {
 	l.mu.Lock()
 	st, wake, mine := l.cur, l.wake, l.epoch
 	var keys []k8sdns.Key
 	var pods []netip.Addr
-	var namespaces, ok bool
+	var namespaces, ok, moved bool
+	if epoch != mine && first && d != zeroDigest {
+		gen, moved = l.log.find(d)
+		epoch = mine
+	}
 	if epoch == mine {
 		keys, namespaces, ok = l.log.since(gen, st.gen)
 		if ok {
@@ -257,14 +271,14 @@ func (l *Leader) next(epoch string, gen uint64, first bool) step {
 		}
 	}
 	l.mu.Unlock()
-	s := step{epoch: mine, to: st.gen, latest: st.gen, wake: wake}
+	s := step{epoch: mine, from: gen, to: st.gen, latest: st.gen, wake: wake, moved: moved && ok}
 	switch {
 	case ok && !first && gen == st.gen:
 	case ok:
 		s.body = l.enc.batch(l, gen, st, change{keys: keys, namespaces: namespaces, pods: pods})
 	default:
-		s.body, s.to = l.enc.full(l, st)
-		s.full = true
+		s.body = l.enc.full(l, st)
+		s.to, s.full, s.moved = s.body.gen, true, false
 	}
 	return s
 }
@@ -285,8 +299,15 @@ func (l *Leader) reusable(g uint64, st *state) bool {
 	return l.log.sizeSince(g) <= max(64, st.table.Names()/8)
 }
 
-// encoded is an encoding streams share.
-type encoded struct{ b []byte }
+// encoded is an encoding streams share: the records (and namespaces and
+// pods lines) of a whole state or of a change batch, which bring a
+// follower to generation gen, whose state has digest d. Each stream ends
+// it with a synced line of its own version.
+type encoded struct {
+	b   []byte
+	gen uint64
+	d   digest
+}
 
 // encoder keeps the last change batch and the latest whole state
 // encoded, so that a change fanned out to many streams is encoded once,
@@ -347,29 +368,29 @@ func (e *encoder) batch(l *Leader, from uint64, st *state, c change) *encoded {
 		b = k8sdns.AppendChange(b, st.table.Name(k))
 		b = append(b, '\n')
 	}
-	enc := &encoded{b: appendSynced(b, st.gen)}
+	enc := &encoded{b: b, gen: st.gen, d: st.digest}
 	e.from, e.to, e.lastBatch = from, st.gen, enc
 	l.Stats.Encoded.Add(1)
 	return enc
 }
 
 // full returns a whole state for a stream starting while st is the
-// latest, and its generation: the latest encoded when l.reusable says it
-// will do, else st's, encoded once however many streams ask at once.
-func (e *encoder) full(l *Leader, st *state) (*encoded, uint64) {
+// latest: the latest encoded when l.reusable says it will do, else st's,
+// encoded once however many streams ask at once.
+func (e *encoder) full(l *Leader, st *state) *encoded {
 	for {
 		e.mu.Lock()
 		enc, gen, f := e.lastFull.Value(), e.fullGen, e.flight
 		e.mu.Unlock()
 		if enc != nil && l.reusable(gen, st) {
 			e.hold(l, enc)
-			return enc, gen
+			return enc
 		}
 		if f != nil {
 			<-f.done
 			if l.reusable(f.gen, st) {
 				e.hold(l, f.enc)
-				return f.enc, f.gen
+				return f.enc
 			}
 			continue // an older state than st may use: encode anew
 		}
@@ -391,7 +412,7 @@ func (e *encoder) full(l *Leader, st *state) (*encoded, uint64) {
 		e.mu.Unlock()
 		close(f.done)
 		e.hold(l, f.enc)
-		return f.enc, st.gen
+		return f.enc
 	}
 }
 
@@ -414,7 +435,7 @@ func (e *encoder) hold(l *Leader, enc *encoded) {
 	e.timer.Reset(l.KeepWhole)
 }
 
-// encodeWhole encodes st's whole table and the synced line of st.gen.
+// encodeWhole encodes st's whole table.
 func encodeWhole(st *state) *encoded {
 	b := appendNamespaces(make([]byte, 0, 256*st.table.Names()+32*st.table.PodCount()), st.table.Namespaces())
 	if st.table.PodCount() > 0 {
@@ -424,7 +445,7 @@ func encodeWhole(st *state) *encoded {
 		b = k8sdns.AppendChange(b, c)
 		b = append(b, '\n')
 	}
-	return &encoded{b: appendSynced(b, st.gen)}
+	return &encoded{b: b, gen: st.gen, d: st.digest}
 }
 
 // podsPerLine bounds the addresses of one pods line (~40 bytes each: a

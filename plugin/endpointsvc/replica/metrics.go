@@ -21,7 +21,7 @@ var (
 	}, []string{"zone"})
 	statesSent = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replicate_sent_total",
-		Help: "States sent on replication streams, by kind: full (the whole state), resume (a stream opened with the changes since the follower's generation), change.",
+		Help: "States sent on replication streams, by kind: full (the whole state), resume (a stream opened with the changes since the follower's state: its generation, or its digest from another replica), change.",
 	}, []string{"zone", "kind"})
 	busyRefused = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replicate_busy_total",

@@ -40,11 +40,12 @@ func TestApplyImports(t *testing.T) {
 		}
 	}
 	nss, _ := json.Marshal(map[string][]string{"namespaces": leader.Namespaces()})
-	send(bytes.TrimSuffix(appendHeader(nil, epoch, 1, true, Version, 0), []byte("\n")), nss)
+	send(bytes.TrimSuffix(appendHeader(nil, epoch, 1, true, Version, 0, 0), []byte("\n")), nss)
 	for ch := range leader.All() {
 		send(k8sdns.AppendChange(nil, ch))
 	}
-	send(appendSynced(nil, 1)[:len(appendSynced(nil, 1))-1])
+	synced := appendSynced(nil, 1, Version, wholeDigest(leader))
+	send(synced[:len(synced)-1])
 	if got, want := sink.tbl.Load().Describe(), leader.Describe(); got != want {
 		t.Fatalf("the follower's whole table:\n%s\nwant:\n%s", got, want)
 	}
@@ -59,7 +60,8 @@ func TestApplyImports(t *testing.T) {
 		for _, k := range keys {
 			send(k8sdns.AppendChange(nil, next.Name(k)))
 		}
-		send(appendSynced(nil, gen)[:len(appendSynced(nil, gen))-1])
+		synced := appendSynced(nil, gen, Version, wholeDigest(next))
+		send(synced[:len(synced)-1])
 		if got, want := sink.tbl.Load().Describe(), next.Describe(); got != want {
 			t.Fatalf("generation %d: the follower's patched table:\n%s\nwant:\n%s", gen, got, want)
 		}

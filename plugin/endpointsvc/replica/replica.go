@@ -4,7 +4,7 @@
 // follower, `source replica URL`) keeps its own table from it, so that a
 // thousand nodes cost the API server no watch at all.
 //
-// The stream is one long HTTP response, GET /v1/replicate?v=V&epoch=E&gen=G,
+// The stream is one long HTTP response, GET /v1/replicate?v=V&epoch=E&gen=G&digest=D,
 // of newline-delimited JSON objects; each line's first key says what it
 // is:
 //
@@ -13,13 +13,17 @@
 //	{"pods":{"10.244.1.5":["shop"],…}}         pods verified: addresses with their Pods' namespaces, 4,096 a line at most (a whole state: every one; a change: those changed, [] gone)
 //	{"namespace":"shop","name":"web",…}        one name's whole content: k8sdns's record (Service and slices), or gone
 //	{"import":{"namespace":"shop",…}}          multicluster: a ServiceImport's name's, the same way (a follower before it ignores the line)
-//	{"gen":41,"synced":true}                   the state up to here is generation 41: apply it
+//	{"gen":41,"synced":true,"digest":"…"}      the state up to here is generation 41 (digest: v3): apply it
 //	{"gen":41,"age":12.5}                      a heartbeat, every 10 s while nothing changed (age: v2, the leader's own table is that many seconds behind its source)
 //
 // After the first state every table change of the leader follows as its
 // records and a synced line. A follower that asks with the leader's epoch
 // and a generation still in the leader's change log gets only the names
-// changed since (each once, as it is now); any other gets the whole state.
+// changed since (each once, as it is now); so does (v3) a follower of
+// another epoch whose state's digest the leader's current state or one in
+// its log has (another replica, a restarted leader: the same API state
+// gives the same content and digest), with "from" in the header naming
+// the leader's generation of that state; any other gets the whole state.
 // The follower applies a whole state as a whole table, and the changes as
 // a patch, only once their synced line came: a state half received is
 // never served.
@@ -31,7 +35,8 @@
 // first. A follower ignores the fields, and the lines, it does not know,
 // whatever the version. Version 2 adds the leader's staleness ("age", in
 // seconds, in headers and heartbeats; none is 0): a follower whose
-// leader's table is behind its source is as far behind.
+// leader's table is behind its source is as far behind. Version 3 adds
+// the digest (synced lines, the request) and "from" (headers of changes).
 package replica
 
 import (
@@ -80,7 +85,7 @@ const (
 )
 
 // Version is the newest version of the stream this meshdns speaks.
-const Version = 2
+const Version = 3
 
 // control is any line but a record, as the follower reads it (unknown
 // fields ignored). A record line is k8sdns's (AppendChange).
@@ -90,6 +95,8 @@ type control struct {
 	Full       *bool                `json:"full"`
 	V          *int                 `json:"v"`
 	Age        *float64             `json:"age"`
+	From       *uint64              `json:"from"`
+	Digest     *string              `json:"digest"`
 	Synced     bool                 `json:"synced"`
 	Namespaces *[]string            `json:"namespaces"`
 	Pods       *map[string][]string `json:"pods"`
@@ -97,7 +104,8 @@ type control struct {
 
 // known reports whether the line has any field this version reads.
 func (c *control) known() bool {
-	return c.Epoch != nil || c.Gen != nil || c.Full != nil || c.V != nil || c.Age != nil || c.Synced || c.Namespaces != nil || c.Pods != nil
+	return c.Epoch != nil || c.Gen != nil || c.Full != nil || c.V != nil || c.Age != nil || c.From != nil || c.Digest != nil ||
+		c.Synced || c.Namespaces != nil || c.Pods != nil
 }
 
 // recordPrefix starts every record line; importPrefix a ServiceImport's.
@@ -107,8 +115,9 @@ const (
 )
 
 // appendHeader appends the header of a state of version v (1: without
-// v and age); age is the leader's staleness.
-func appendHeader(b []byte, epoch string, gen uint64, full bool, v int, age time.Duration) []byte {
+// v and age; 3: the changes say from which generation); age is the
+// leader's staleness.
+func appendHeader(b []byte, epoch string, gen uint64, full bool, v int, age time.Duration, from uint64) []byte {
 	b = append(b, `{"epoch":"`...)
 	b = append(b, epoch...) // hex: no escaping
 	b = append(b, `","gen":`...)
@@ -119,6 +128,10 @@ func appendHeader(b []byte, epoch string, gen uint64, full bool, v int, age time
 		b = append(b, `,"v":`...)
 		b = strconv.AppendInt(b, int64(v), 10)
 		b = appendAge(b, age)
+	}
+	if v >= 3 && !full {
+		b = append(b, `,"from":`...)
+		b = strconv.AppendUint(b, from, 10)
 	}
 	return append(b, "}\n"...)
 }
@@ -132,10 +145,18 @@ func appendAge(b []byte, age time.Duration) []byte {
 	return strconv.AppendFloat(b, age.Round(time.Millisecond).Seconds(), 'f', -1, 64)
 }
 
-func appendSynced(b []byte, gen uint64) []byte {
+// appendSynced appends the synced line of generation gen, of version v
+// (3: with the state's digest d).
+func appendSynced(b []byte, gen uint64, v int, d digest) []byte {
 	b = append(b, `{"gen":`...)
 	b = strconv.AppendUint(b, gen, 10)
-	return append(b, ",\"synced\":true}\n"...)
+	b = append(b, `,"synced":true`...)
+	if v >= 3 {
+		b = append(b, `,"digest":"`...)
+		b = append(b, d.String()...)
+		b = append(b, '"')
+	}
+	return append(b, "}\n"...)
 }
 
 // appendHeartbeat appends a heartbeat of version v (1: without age).
@@ -167,21 +188,63 @@ func newEpoch() string {
 	return hex.EncodeToString(b[:])
 }
 
-// origin is a table's Origin: where it stands in a stream.
+// origin is a table's Origin: where it stands in a stream, EPOCH/GEN.
 func origin(epoch string, gen uint64) string { return epoch + "/" + strconv.FormatUint(gen, 10) }
 
-// parseOrigin reads an Origin; ok is false for "" or another form (a
+// position is where a follower's table stands: the epoch and generation
+// of the stream it came from, the state's digest (version 3; zero: not
+// known) and the follower's options it was built with ("": not known).
+// Its Origin form is EPOCH/GEN[/DIGEST[/OPTIONS]].
+type position struct {
+	epoch   string
+	gen     uint64
+	digest  digest
+	options string
+}
+
+func (p position) String() string {
+	s := origin(p.epoch, p.gen)
+	if p.digest == zeroDigest && p.options == "" {
+		return s
+	}
+	if p.digest != zeroDigest {
+		s += "/" + p.digest.String()
+	} else {
+		s += "/-"
+	}
+	if p.options != "" {
+		s += "/" + p.options
+	}
+	return s
+}
+
+// parsePosition reads an Origin; ok is false for "" or another form (a
 // table of another source: the follower asks for the whole state).
-func parseOrigin(s string) (epoch string, gen uint64, ok bool) {
-	e, g, found := strings.Cut(s, "/")
-	if !found || !validEpoch(e) {
-		return "", 0, false
+func parsePosition(s string) (p position, ok bool) {
+	parts := strings.SplitN(s, "/", 4)
+	if len(parts) < 2 || !validEpoch(parts[0]) {
+		return position{}, false
 	}
-	n, err := strconv.ParseUint(g, 10, 64)
+	n, err := strconv.ParseUint(parts[1], 10, 64)
 	if err != nil {
-		return "", 0, false
+		return position{}, false
 	}
-	return e, n, true
+	p = position{epoch: parts[0], gen: n}
+	if len(parts) > 2 && parts[2] != "-" {
+		if p.digest, ok = parseDigest(parts[2]); !ok {
+			return position{}, false
+		}
+	}
+	if len(parts) > 3 {
+		p.options = parts[3]
+	}
+	return p, true
+}
+
+// parseOrigin reads an Origin's epoch and generation.
+func parseOrigin(s string) (epoch string, gen uint64, ok bool) {
+	p, ok := parsePosition(s)
+	return p.epoch, p.gen, ok
 }
 
 // validEpoch reports whether s could be an epoch: 1 to 64 hex digits.

@@ -131,9 +131,11 @@ func TestResume(t *testing.T) {
 		t.Errorf("resumed at the latest generation: %d records, %d whole", f.Stats.ChangeRecords.Load(), f.Stats.Full.Load())
 	}
 
-	// another leader (another epoch) with the same table: the whole state
+	// another leader (another epoch) with another table: the whole state
+	// (with the same table it resumes: TestResumeAnyReplica)
+	c.Step(r)
 	other := NewLeader("cluster.local.", "")
-	other.Rebuilt(l.cur.table)
+	other.Rebuilt(k8sdns.Build(model(c)))
 	obase, _ := serveLeader(t, other)
 	f = startFollower(t, obase, "", sink)
 	waitGen(t, sink, 1)
@@ -223,7 +225,7 @@ func TestHeartbeatAndSilence(t *testing.T) {
 		}
 		got += string(buf[:n])
 	}
-	want := string(appendHeader(nil, l.Epoch(), 1, true, 1, 0)) + // a request without v: version 1
+	want := string(appendHeader(nil, l.Epoch(), 1, true, 1, 0, 0)) + // a request without v: version 1
 		"{\"namespaces\":[\"shop\"]}\n{\"gen\":1,\"synced\":true}\n{\"gen\":1}\n{\"gen\":1}\n"
 	if !strings.HasPrefix(got, want) {
 		t.Fatalf("idle stream:\n%s\nwant:\n%s", got, want)
@@ -520,7 +522,7 @@ func TestPodLinesBounded(t *testing.T) {
 	}
 	l := NewLeader("cluster.local.", "")
 	l.Rebuilt(k8sdns.Build(c))
-	enc, _ := l.enc.full(l, l.cur)
+	enc := l.enc.full(l, l.cur)
 	lines := 0
 	for _, line := range bytes.Split(enc.b, []byte("\n")) {
 		if bytes.HasPrefix(line, []byte(`{"pods":`)) {

@@ -35,12 +35,12 @@ func TestUnknownFieldsIgnored(t *testing.T) {
 	rec := `{"namespace":"shop","name":"web","service":{"namespace":"shop","name":"web","kind":"ClusterIP","cluster_ips":["10.96.0.7"],"zz_svc":true},` +
 		`"slices":[{"namespace":"shop","name":"web-1","service":"web","type":"IPv4","addresses":[["10.244.0.5"]],"conditions":["yyn"],"zz_slice":"new"}]}` + "\n"
 	script := []string{
-		withUnknown(string(appendHeader(nil, epoch, 3, true, 3, 0))),
+		withUnknown(string(appendHeader(nil, epoch, 3, true, 3, 0, 0))),
 		withUnknown(`{"namespaces":["shop"]}` + "\n"),
 		`{"zz_new_kind":{"a":1}}` + "\n",
 		withUnknown(rec),
 		withUnknown(`{"pods":{"10.244.0.5":["shop"]}}` + "\n"),
-		withUnknown(string(appendSynced(nil, 3))),
+		withUnknown(string(appendSynced(nil, 3, 3, digest{1, 2}))),
 		withUnknown(string(appendHeartbeat(nil, 3, 2, 0))),
 		"WAIT",
 	}
@@ -114,7 +114,7 @@ func strictV1(t *testing.T, body io.Reader, synced, beats *atomic.Int64) {
 // TestVersionNegotiation: the leader answers each follower with the older
 // of the two versions. A request without v (a version-1 follower: a
 // leader upgraded first) gets exactly version 1's lines, even from a
-// stale leader; a newer follower's request (v=3) is answered with
+// stale leader; a newer follower's request (v=4) is answered with
 // Version; and a follower of this version reads a version-1 leader's
 // stream (a follower upgraded first).
 func TestVersionNegotiation(t *testing.T) {
@@ -148,7 +148,7 @@ func TestVersionNegotiation(t *testing.T) {
 	<-done
 
 	// a follower newer than this leader
-	for _, tc := range []struct{ ask, want string }{{"3", `"v":2`}, {"2", `"v":2`}, {"1", `"full":true}`}} {
+	for _, tc := range []struct{ ask, want string }{{"4", `"v":3`}, {"3", `"v":3`}, {"2", `"v":2`}, {"1", `"full":true}`}} {
 		resp, err := http.Get(base + Path + "?v=" + tc.ask)
 		if err != nil {
 			t.Fatal(err)
