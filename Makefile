@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin/meshdns
 
-.PHONY: build run test bench soak drill lint deps image clean
+.PHONY: build run test bench fleet soak drill lint deps image clean
 
 build:
 	build/build.sh $(BIN)
@@ -31,6 +31,11 @@ image: build
 
 bench: deps build
 	build/bench.sh
+
+# the simulated node-local fleet alone (build/bench.sh runs it too):
+# BENCH_FOLLOWERS=1000 make fleet for a thousand followers
+fleet: deps build
+	build/bench-fleet.sh
 
 soak: deps build
 	build/soak.sh

@@ -259,6 +259,22 @@ func (e *Endpointsvc) replicaHandOver() *replica.Carried {
 	return e.replicating.leader.HandOver()
 }
 
+// replicaProvisional tells the leader, if any, that its table is about
+// to be the snapshot's (start-up, before the source answered).
+func (e *Endpointsvc) replicaProvisional() {
+	if e.replicating != nil {
+		e.replicating.leader.Provisional()
+	}
+}
+
+// replicaSourced tells the leader, if any, that a result of the source
+// was applied.
+func (e *Endpointsvc) replicaSourced() {
+	if e.replicating != nil {
+		e.replicating.leader.Sourced()
+	}
+}
+
 // replicaTakeOver continues from the leader state a reload handed over.
 func (e *Endpointsvc) replicaTakeOver(c *replica.Carried) {
 	if e.replicating != nil {

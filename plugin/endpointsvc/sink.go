@@ -52,6 +52,7 @@ func (k *sink) Update(st feed.State) {
 	k.count("updated")
 	k.recovered()
 	k.e.apply(k.ctx, k.source, st, true)
+	k.e.replicaSourced()
 	k.current()
 	k.e.firstResult()
 }
@@ -63,6 +64,7 @@ func (k *sink) Update(st feed.State) {
 func (k *sink) Patch(p feed.Patch) {
 	k.count("patched")
 	k.e.applyPatch(k.ctx, p)
+	k.e.replicaSourced()
 	if k.aged { // a source that knows its age: the patch brings the table up to its data
 		k.current()
 	}
@@ -72,6 +74,7 @@ func (k *sink) Patch(p feed.Patch) {
 func (k *sink) Unchanged() {
 	k.count("unchanged")
 	k.recovered()
+	k.e.replicaSourced()
 	k.current()
 	k.e.firstResult()
 }

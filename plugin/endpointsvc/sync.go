@@ -162,6 +162,7 @@ func (e *Endpointsvc) loadSnapshot(ctx context.Context) {
 		return
 	}
 	persist.Loaded(e.snapshotPath, st.Len())
+	e.replicaProvisional() // followers wait for the source's first result (a bounded while)
 	e.apply(ctx, "snapshot", st, false)
 	if fi, err := os.Stat(e.snapshotPath); err == nil {
 		e.fresh.staleSet(fi.ModTime()) // as old as the file, until the source reports

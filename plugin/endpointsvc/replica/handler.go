@@ -42,6 +42,11 @@ func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no table yet", http.StatusServiceUnavailable)
 		return
 	}
+	if !l.serving() {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "the table is the snapshot's, the source has not answered yet: try again", http.StatusServiceUnavailable)
+		return
+	}
 	s := l.next(q.epoch, q.gen, q.digest, true)
 	if s.full && !l.acquire(r.Context(), l.WholeWait) {
 		l.Stats.Busy.Add(1)

@@ -24,9 +24,13 @@ type Leader struct {
 	epoch  string
 	cur    *state // nil before the first table
 	log    changeLog
-	frozen bool          // handed over to the instance a reload starts
-	wake   chan struct{} // closed, and replaced, when cur changes
-	poke   chan struct{} // closed, and replaced, when the staleness changes
+	frozen bool // handed over to the instance a reload starts
+	// provisional: the table is a snapshot's, the source has not
+	// answered yet (Provisional, Sourced); since when
+	provisional      bool
+	provisionalSince time.Time
+	wake             chan struct{} // closed, and replaced, when cur changes
+	poke             chan struct{} // closed, and replaced, when the staleness changes
 
 	// Age, when set before the listener starts, says how far the table
 	// served is behind its source (0: current); streams of version 2
@@ -37,8 +41,10 @@ type Leader struct {
 	// (Heartbeat); WriteTimeout bounds each chunk's write (WriteTimeout);
 	// KeepWhole how long the latest whole encoding is kept (KeepWhole);
 	// WholeWait how long a stream waits for a slot to send a whole state
-	// (WholeWait). Tests shorten them.
-	Idle, WriteTimeout, KeepWhole, WholeWait time.Duration
+	// (WholeWait); FirstSync how long streams wait for the source's
+	// first result after a snapshot's table (FirstSync). Tests shorten
+	// them.
+	Idle, WriteTimeout, KeepWhole, WholeWait, FirstSync time.Duration
 
 	slots chan struct{} // whole sends under way (WholeSends)
 
@@ -75,7 +81,35 @@ func NewLeader(zone, tokenFile string) *Leader {
 		token = NewToken(tokenFile)
 	}
 	return &Leader{zone: zone, token: token, epoch: newEpoch(), wake: make(chan struct{}), poke: make(chan struct{}),
-		Idle: Heartbeat, WriteTimeout: WriteTimeout, KeepWhole: KeepWhole, WholeWait: WholeWait, slots: make(chan struct{}, WholeSends)}
+		Idle: Heartbeat, WriteTimeout: WriteTimeout, KeepWhole: KeepWhole, WholeWait: WholeWait, FirstSync: FirstSync, slots: make(chan struct{}, WholeSends)}
+}
+
+// Provisional says the table is (about to be) a snapshot's, read at
+// start-up before the source answered: followers are turned away (503,
+// Retry-After 1 s) until Sourced, or FirstSync at most (the source may be
+// down: then the snapshot is the best there is). A follower that moves to
+// a replica just restarted would otherwise get that replica's past - a
+// state no other replica has any more, so the whole of it - and then the
+// changes since.
+func (l *Leader) Provisional() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.provisional, l.provisionalSince = true, time.Now()
+}
+
+// Sourced says a result of the source was applied: the table is current.
+func (l *Leader) Sourced() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.provisional = false
+}
+
+// serving reports whether streams are served: not while the table is a
+// snapshot's, the source has not answered, and FirstSync has not passed.
+func (l *Leader) serving() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.provisional || time.Since(l.provisionalSince) >= l.FirstSync
 }
 
 // SetWholeSends sets how many whole states are written at once (before
@@ -191,9 +225,11 @@ func (l *Leader) signal() {
 // the epoch, the latest generation with its table, and the change log.
 // It is immutable.
 type Carried struct {
-	epoch string
-	cur   *state
-	log   changeLog
+	epoch            string
+	cur              *state
+	log              changeLog
+	provisional      bool
+	provisionalSince time.Time
 }
 
 // HandOver returns the leader's state for the next instance's leader and
@@ -204,7 +240,7 @@ func (l *Leader) HandOver() *Carried {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.frozen = true
-	return &Carried{epoch: l.epoch, cur: l.cur, log: l.log.clone()}
+	return &Carried{epoch: l.epoch, cur: l.cur, log: l.log.clone(), provisional: l.provisional, provisionalSince: l.provisionalSince}
 }
 
 // TakeOver continues from a state HandOver returned; it is called before
@@ -216,6 +252,7 @@ func (l *Leader) TakeOver(c *Carried) {
 		return
 	}
 	l.epoch, l.cur, l.log = c.epoch, c.cur, c.log.clone()
+	l.provisional, l.provisionalSince = c.provisional, c.provisionalSince
 }
 
 // Thaw takes tables again after a reload failed; t is the table served

@@ -79,6 +79,9 @@ const (
 	// after it was last asked for, so that the streams that start within
 	// it share it (and get the changes since) rather than encode again.
 	KeepWhole = 10 * time.Second
+	// FirstSync bounds how long a leader that started from its snapshot
+	// turns followers away while its source has not answered.
+	FirstSync = 20 * time.Second
 	// maxLine bounds one line (a Service with thousands of endpoints is
 	// a few hundred kilobytes).
 	maxLine = 16 << 20

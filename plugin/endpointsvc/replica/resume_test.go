@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshdns/meshdns/internal/clustergen"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/kubefix"
@@ -172,5 +173,42 @@ func TestPositionOrigin(t *testing.T) {
 		if _, ok := parsePosition(bad); ok {
 			t.Errorf("%q read as a position", bad)
 		}
+	}
+}
+
+// TestProvisional: a leader whose table is its snapshot's turns followers
+// away (503, Retry-After 1) until its source answers, or FirstSync at
+// most; a reload carries that.
+func TestProvisional(t *testing.T) {
+	l := NewLeader("cluster.local.", "")
+	l.FirstSync = 300 * time.Millisecond
+	l.Provisional()
+	l.Rebuilt(k8sdns.Build(&k8sdns.Cluster{Namespaces: []string{"shop"}}))
+	base, _ := serveLeader(t, l)
+	get := func() *http.Response {
+		t.Helper()
+		resp, err := http.Get(base + Path + "?v=3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if r := get(); r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Retry-After") != "1" {
+		t.Fatalf("a snapshot's table: %s, Retry-After %q; want 503, 1", r.Status, r.Header.Get("Retry-After"))
+	}
+	next := NewLeader("cluster.local.", "")
+	next.FirstSync = l.FirstSync
+	next.TakeOver(l.HandOver())
+	if next.serving() {
+		t.Error("the reloaded leader serves a snapshot's table before FirstSync")
+	}
+	l.Sourced()
+	if r := get(); r.StatusCode != http.StatusOK {
+		t.Fatalf("after the source's result: %s", r.Status)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if !next.serving() {
+		t.Error("FirstSync passed: the snapshot's table is served")
 	}
 }
