@@ -20,8 +20,9 @@ import (
 )
 
 // TestReplicaPrivate (issue 31, item 1): a real meshdns leader
-// (corefile/cluster.Corefile, its table from the snapshot, with `replicate
-// { token_file; tls }`) answers a stream request without the token with
+// (corefile/cluster.Corefile with `replicate { token_file; tls }`, its
+// table from the example's state file through `source file`: a leader
+// serving only a snapshot turns followers away until its source answers) answers a stream request without the token with
 // 401 and no byte of the table, and streams with it; a real follower (the
 // shipped node-local Corefile, https:// and the CA) answers from the
 // stream; a follower that trusts another CA fails, and its log says why.
@@ -35,6 +36,15 @@ func TestReplicaPrivate(t *testing.T) {
 	}
 	const anchor = "schema kubernetes\n"
 	cf := strings.Replace(string(b), anchor, anchor+"        replicate 127.0.0.1:9155 {\n            token_file token\n            tls server.pem server-key.pem\n        }\n", 1)
+	for old, repl := range map[string]string{
+		"source kubernetes data/cluster.kubeconfig\n":   "source file data/cluster.snapshot.json\n",
+		"        snapshot data/cluster.snapshot.json\n": "",
+	} {
+		if !strings.Contains(cf, old) {
+			t.Fatalf("corefile/cluster.Corefile has no %q", old)
+		}
+		cf = strings.Replace(cf, old, repl, 1)
+	}
 	leader := Start(t, cf, Options{Dir: dir, Files: replicaTokenFiles})
 	base := "https://" + leader.Addr(9155) + "/v1/replicate"
 
