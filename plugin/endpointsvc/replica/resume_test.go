@@ -69,10 +69,14 @@ func TestResumeAnyReplica(t *testing.T) {
 	sink := &fakeSink{}
 	follow := func(base string, l *Leader, opts ...func(*Source)) *follower {
 		t.Helper()
+		// delivered counts the sink's calls: a connect alone is not enough,
+		// the table served may still be the previous follower's
+		delivered := func() int64 { return sink.updates.Load() + sink.patches.Load() + sink.unchanged.Load() }
+		before := delivered()
 		f := startFollower(t, base, "", sink, opts...)
 		kubefix.Eventually(t, func() string {
-			if sink.tbl.Load() == nil {
-				return "no table yet"
+			if sink.tbl.Load() == nil || delivered() == before {
+				return "nothing delivered yet"
 			}
 			if e, g, _ := parseOrigin(sink.tbl.Load().Origin()); e != l.Epoch() || g != l.Gen() || f.Stats.Connects.Load() == 0 {
 				return fmt.Sprintf("the follower is at %s/%d, want %s/%d (errors %v)", e, g, l.Epoch(), l.Gen(), sink.errors())
