@@ -4,6 +4,7 @@
 package test
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -49,5 +50,16 @@ func run(m *testing.M) int {
 	// The one-node cluster (nodecluster_helpers_test.go) outlives the test
 	// that started it and goes when the run ends, whatever the outcome.
 	defer stopNodeCluster()
+	// The parallel tests here mostly wait (an outage drill, a rule's
+	// duration), and the node tests wait their turn (sharedNodeCluster)
+	// while holding a slot of -parallel, which defaults to the cores: with
+	// two, a queue of node tests would hold both and the others would wait
+	// behind the drill. An explicit -parallel is kept.
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "32")
+	}
 	return m.Run()
 }

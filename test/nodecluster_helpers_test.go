@@ -53,10 +53,39 @@ var nodeFixture struct {
 	startIn time.Duration
 }
 
-// sharedNodeCluster returns the run's cluster, starting it on first use. A
-// failed start fails every node test with the same error.
+// nodeTurn lets one node test at a time use the cluster: the drills
+// stop its API server, restart its DNS and measure its lookups, so two at
+// once would spoil each other. The node tests still run beside the
+// package's other parallel tests (their peers listen on ports of their
+// own): most of a drill is waiting.
+var nodeTurn struct {
+	turn   sync.Mutex // held by the node test that runs
+	mu     sync.Mutex
+	holder string // that test's name
+}
+
+// sharedNodeCluster returns the run's cluster, starting it on first use,
+// and makes t a parallel test that holds the node turn until it ends (its
+// first call in a test only: t.Parallel may be called once). A failed
+// start fails every node test with the same error.
 func sharedNodeCluster(t *testing.T) *nodeCluster {
 	t.Helper()
+	nodeTurn.mu.Lock()
+	h := nodeTurn.holder
+	nodeTurn.mu.Unlock()
+	if h == "" || (t.Name() != h && !strings.HasPrefix(t.Name(), h+"/")) {
+		t.Parallel()
+		nodeTurn.turn.Lock()
+		nodeTurn.mu.Lock()
+		nodeTurn.holder = t.Name()
+		nodeTurn.mu.Unlock()
+		t.Cleanup(func() {
+			nodeTurn.mu.Lock()
+			nodeTurn.holder = ""
+			nodeTurn.mu.Unlock()
+			nodeTurn.turn.Unlock()
+		})
+	}
 	nodeFixture.once.Do(func() {
 		start := time.Now()
 		nodeFixture.c, nodeFixture.err = startNodeCluster()
