@@ -4,6 +4,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // The serving tables handed across a reload (SIGUSR1). CoreDNS sets up
@@ -22,7 +24,7 @@ import (
 var carried = &carryStore{tables: map[string]handed{}, wanted: map[string]int{}}
 
 type handed struct {
-	table  *Table
+	table  *table.Table
 	source string // the source's identity, "" for none
 }
 
@@ -33,7 +35,7 @@ type carryStore struct {
 }
 
 // Put hands t over under key, from a block whose source is source.
-func (s *carryStore) Put(key, source string, t *Table) {
+func (s *carryStore) Put(key, source string, t *table.Table) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tables[key] = handed{t, source}
@@ -48,7 +50,7 @@ func (s *carryStore) Want(key string) {
 
 // Take returns the table of block key, else one of source whose block is
 // wanted by no new instance.
-func (s *carryStore) Take(key, source string) (*Table, bool) {
+func (s *carryStore) Take(key, source string) (*table.Table, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.wanted[key] > 0 {

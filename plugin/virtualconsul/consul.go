@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/pause"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // Timing of the consul source.
@@ -113,7 +114,7 @@ func newConsulSource(c *caddy.Controller, args []string) (source, error) {
 			}
 			s.upstreams = map[string]bool{}
 			for _, u := range args {
-				if !validIdentity(strings.ToLower(u)) {
+				if !table.ValidIdentity(strings.ToLower(u)) {
 					return c.Errf("source consul: upstreams: invalid service name %q", u)
 				}
 				s.upstreams[strings.ToLower(u)] = true
@@ -211,7 +212,7 @@ type consulSource struct {
 // whether one of its instances had no VIP (yet) or the service had no
 // instance (pending: read it again next round).
 type proxyEntries struct {
-	entries []Entry
+	entries []table.Entry
 	pending bool
 	// gateway: a terminating gateway, whose linked services change with
 	// its config entry: read again whenever the catalog moved.

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // The catalog entries that carry virtual IPs in Consul v1.16.3
@@ -254,7 +255,7 @@ func (p *proxyEntries) add(s *consulSource, e *catalogEntry, svc string, a api.S
 	if s.upstreams != nil && !s.upstreams[svc] {
 		return
 	}
-	if !validIdentity(svc) {
+	if !table.ValidIdentity(svc) {
 		p.skipped++ // a service name DNS cannot ask for as one label (Consul allows a few, "a.b" among them)
 		return
 	}
@@ -273,7 +274,7 @@ func (p *proxyEntries) add(s *consulSource, e *catalogEntry, svc string, a api.S
 		edc = defaultDatacenter // Consul fills it in every catalog entry
 	}
 	name := svc + ".virtual." + ns + ".ns." + ap + ".ap." + edc + ".dc.consul"
-	if _, err := canonicalName(name); err != nil {
+	if _, err := table.CanonicalName(name); err != nil {
 		p.skipped++ // a namespace, partition or datacenter DNS cannot ask for
 		return
 	}
@@ -282,7 +283,7 @@ func (p *proxyEntries) add(s *consulSource, e *catalogEntry, svc string, a api.S
 			return // another instance of the same service: the same entry
 		}
 	}
-	p.entries = append(p.entries, Entry{Name: name, Addresses: []string{a.Address}})
+	p.entries = append(p.entries, table.Entry{Name: name, Addresses: []string{a.Address}})
 }
 
 // token returns the ACL token of this round: token_file, else
@@ -322,7 +323,7 @@ func (s *consulSource) agentDatacenter(ctx context.Context, client *api.Client) 
 		return fmt.Errorf("agent self: %w", err)
 	default:
 		s.dc = strings.ToLower(self.Config.Datacenter)
-		if s.dc != "" && !validIdentity(s.dc) {
+		if s.dc != "" && !table.ValidIdentity(s.dc) {
 			s.dc = ""
 		}
 	}

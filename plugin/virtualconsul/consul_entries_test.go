@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // catalogJSON is a read of one service as Consul v1.16.3 answers
@@ -34,7 +36,7 @@ func decodeCatalog(t testing.TB, data string) []*catalogEntry {
 	return svcs
 }
 
-func names(es []Entry) []string {
+func names(es []table.Entry) []string {
 	var out []string
 	for _, e := range es {
 		out = append(out, e.Name+"="+strings.Join(e.Addresses, ","))
@@ -126,7 +128,7 @@ func FuzzConsulEntries(f *testing.F) {
 		if json.Unmarshal(data, &svcs) != nil {
 			return
 		}
-		_, _ = Build((&consulSource{}).entries(svcs).entries) // an invalid entry is an error, never a panic
+		_, _ = table.Build((&consulSource{}).entries(svcs).entries) // an invalid entry is an error, never a panic
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // Consul v1.16.3 frees a service's VIP only when the service's last
@@ -23,7 +24,7 @@ import (
 
 // prevEntry is an entry of the last round, and where it came from.
 type prevEntry struct {
-	entry    Entry
+	entry    table.Entry
 	gateway  bool // carried by a terminating gateway's entries
 	watch    bool // its VIP may outlive its carrier: ask whether its service has an instance
 	instance bool // its service was seen with an instance since it vanished
@@ -38,7 +39,7 @@ type prevEntry struct {
 // registered alone) is dropped with them, without asking. Whether a
 // service has an instance comes from one list of every service name, asked
 // only when a round needs it.
-func (s *consulSource) retain(ctx context.Context, cat *api.Catalog, r round, moved bool) ([]Entry, error) {
+func (s *consulSource) retain(ctx context.Context, cat *api.Catalog, r round, moved bool) ([]table.Entry, error) {
 	entries := r.entries
 	var all map[string][]string
 	has := func(name string) (bool, error) {
@@ -107,7 +108,7 @@ func (s *consulSource) retain(ctx context.Context, cat *api.Catalog, r round, mo
 // came from a gateway is not known: a linked service that never had an
 // instance and was unlinked (whose VIP Consul 1.16.3 keeps for good) is
 // dropped.
-func (s *consulSource) Seed(t *Table) {
+func (s *consulSource) Seed(t *table.Table) {
 	s.prev = make(map[string]prevEntry, t.Len())
 	for _, e := range t.Entries() {
 		s.prev[e.Name] = prevEntry{entry: e, watch: true}

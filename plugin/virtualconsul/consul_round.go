@@ -10,13 +10,14 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/meshdns/meshdns/plugin/pkg/pause"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // round is what one catalog round read: the entries the catalog carries,
 // which came from terminating gateways, how many were skipped, and the
 // agent's datacenter.
 type round struct {
-	entries []Entry
+	entries []table.Entry
 	gateway map[string]bool // entry names carried by terminating gateways
 	watch   map[string]bool // entry names whose VIP may outlive their carrier
 	skipped int
@@ -104,7 +105,7 @@ func (s *consulSource) build(r round) Sync {
 	if s.built && sum == s.last {
 		return Sync{Result: SyncUnchanged}
 	}
-	b := NewBuilder(len(entries))
+	b := table.NewBuilder(len(entries))
 	b.SetDatacenter(r.dc)
 	for _, e := range entries {
 		if err := b.Add(e); err != nil {
@@ -114,7 +115,7 @@ func (s *consulSource) build(r round) Sync {
 	s.last, s.built = sum, true
 	sy := Sync{Result: SyncOK, Table: b.Table()}
 	if r.skipped > 0 {
-		sy.Skipped = map[string]int{skipName: r.skipped}
+		sy.Skipped = map[string]int{table.SkipName: r.skipped}
 	}
 	return sy
 }

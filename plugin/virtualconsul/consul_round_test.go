@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // roundFake is an agent whose answers a test sets per path: the body of
@@ -202,7 +204,7 @@ func TestConsulSourceRetainsWhileInstances(t *testing.T) {
 func TestConsulSourceSeedRetains(t *testing.T) {
 	f := &roundFake{dc: "dc1", reads: map[string]string{"web": `[{"ServiceID": "web", "ServiceName": "web"}]`}}
 	s := &consulSource{}
-	seed, err := Build([]Entry{
+	seed, err := table.Build([]table.Entry{
 		{Name: "web.virtual.default.ns.default.ap.dc1.dc.consul", Addresses: []string{"240.0.0.1"}},
 		{Name: "gone.virtual.default.ns.default.ap.dc1.dc.consul", Addresses: []string{"240.0.0.2"}},
 	})

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // modelInstance is one catalog instance of a carrier in modelConsul.
@@ -172,7 +174,7 @@ func sidecar(dest, vip string) []modelInstance {
 
 // vipsOf returns the table's answers for the services of want, as
 // "service=VIP", and its size.
-func vipsOf(t *Table, want map[string]string) string {
+func vipsOf(t *table.Table, want map[string]string) string {
 	out := map[string]string{}
 	for n := range want {
 		if a, ok := t.Lookup(n + ".virtual.default.ns.default.ap.dc1.dc.consul"); ok {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // defaultInterval is how often the file source checks its file.
@@ -122,8 +123,8 @@ func (f *fileSource) read() (s Sync, fresh bool) {
 	}
 	// Hash what is decoded, in case the file changed since the first pass.
 	h.Reset()
-	b := NewBuilder(0)
-	if err := Decode(io.TeeReader(fh, h), b); err != nil {
+	b := table.NewBuilder(0)
+	if err := table.Decode(io.TeeReader(fh, h), b); err != nil {
 		_, _ = io.Copy(h, fh) // hash the rest, to know this content again
 		f.bad, f.nay = sumOf(h), true
 		return Sync{Result: SyncRejected, Err: fmt.Errorf("table file %s: %w", f.path, err)}, true

@@ -4,15 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
-	"net/netip"
 	"net/url"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/meshdns/meshdns/plugin/inspect"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // inspected is what the inspect plugin's listing shows of an instance
@@ -65,7 +64,7 @@ func (v *VirtualConsul) List(w io.Writer, q url.Values) error {
 	bw.Write(b[:len(b)-1]) // the object without its closing brace: the entries follow
 	bw.WriteString(`,"entries":[`)
 	if t != nil {
-		t.listEntries(bw)
+		t.ListEntries(bw)
 	}
 	bw.WriteString("\n]}")
 	return bw.Flush()
@@ -92,7 +91,7 @@ type listSnapshot struct {
 	Age  *float64 `json:"age_seconds"` // null: no file yet
 }
 
-func (v *VirtualConsul) listHead(t *Table) listHead {
+func (v *VirtualConsul) listHead(t *table.Table) listHead {
 	h := listHead{Servers: v.servers, Source: "none", ShortNames: map[string]string{"namespace": v.ns, "partition": v.ap, "datacenter": v.dc}}
 	for _, z := range v.zones {
 		h.Zones = append(h.Zones, z.Zone)
@@ -107,9 +106,9 @@ func (v *VirtualConsul) listHead(t *Table) listHead {
 		h.TableFrom = *f
 	}
 	if t != nil {
-		h.Generation, h.Entries, h.Datacenter = t.Generation(), t.Len(), t.dc
-		if !v.dcSet && t.dc != "" {
-			h.ShortNames["datacenter"] = t.dc
+		h.Generation, h.Entries, h.Datacenter = t.Generation(), t.Len(), t.Datacenter()
+		if !v.dcSet && t.Datacenter() != "" {
+			h.ShortNames["datacenter"] = t.Datacenter()
 		}
 	}
 	stamp := func(ns int64) *time.Time {
@@ -128,49 +127,4 @@ func (v *VirtualConsul) listHead(t *Table) listHead {
 		}
 	}
 	return h
-}
-
-// listEntries writes every entry of t as a JSON object, one a line,
-// without allocating per entry beyond the ambiguous ones' addresses.
-func (t *Table) listEntries(bw *bufio.Writer) {
-	var buf []byte
-	first := true
-	for key, i := range t.index {
-		buf = buf[:0]
-		if !first {
-			buf = append(buf, ',')
-		}
-		first = false
-		// keys hold only [a-z0-9._-]: no JSON escaping needed.
-		buf = append(buf, "\n{\"key\":\""...)
-		buf = append(buf, key...)
-		buf = append(buf, "\",\"addresses\":["...)
-		v := &t.vips[i]
-		switch v.fam {
-		case fam4:
-			buf = appendAddr(buf, netip.AddrFrom4([4]byte(v.ip[:4])), false)
-		case fam6:
-			buf = appendAddr(buf, netip.AddrFrom16(v.ip), false)
-		case famDual:
-			buf = appendAddr(buf, netip.AddrFrom4([4]byte(v.ip[:4])), false)
-			buf = appendAddr(buf, netip.AddrFrom16(t.dual[i]), true)
-		default:
-			for j, a := range t.multi[i] {
-				buf = appendAddr(buf, a, j > 0)
-			}
-		}
-		buf = append(buf, "],\"ambiguous\":"...)
-		buf = strconv.AppendBool(buf, v.fam == famAmbiguous)
-		buf = append(buf, '}')
-		bw.Write(buf)
-	}
-}
-
-func appendAddr(buf []byte, a netip.Addr, comma bool) []byte {
-	if comma {
-		buf = append(buf, ',')
-	}
-	buf = append(buf, '"')
-	buf = a.AppendTo(buf)
-	return append(buf, '"')
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshdns/meshdns/plugin/inspect"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // listing is the part of /virtualconsul's instance object tests read.
@@ -32,9 +33,9 @@ type listing struct {
 // addresses as Lookup has them, the table's generation and datacenter,
 // and the datacenter short names expand with.
 func TestList(t *testing.T) {
-	b := NewBuilder(0)
+	b := table.NewBuilder(0)
 	b.SetDatacenter("dc2")
-	for _, e := range []Entry{
+	for _, e := range []table.Entry{
 		{Name: "a.virtual.default.ns.default.ap.dc2.dc.consul", Addresses: []string{"240.0.0.1"}},
 		{Name: "b.virtual.default.ns.default.ap.dc2.dc.consul", Addresses: []string{"fd00::2"}},
 		{Name: "c.virtual.default.ns.default.ap.dc2.dc.consul", Addresses: []string{"240.0.0.3", "fd00::3"}},
@@ -74,7 +75,7 @@ func TestList(t *testing.T) {
 	} else if _, ok := err.(*inspect.BadRequest); !ok {
 		t.Fatalf("filter refused with %T, want *inspect.BadRequest", err)
 	}
-	if b2 := NewBuilder(0).Table(); b2.Generation() <= tbl.Generation() {
+	if b2 := table.NewBuilder(0).Table(); b2.Generation() <= tbl.Generation() {
 		t.Fatalf("a later table's generation %d is not above %d", b2.Generation(), tbl.Generation())
 	}
 }
@@ -82,9 +83,9 @@ func TestList(t *testing.T) {
 // BenchmarkList lists a 100,000-name table (docs/inspect.md has the
 // 1,000,000-name figure of the real binary).
 func BenchmarkList(b *testing.B) {
-	bl := NewBuilder(100_000)
+	bl := table.NewBuilder(100_000)
 	for i := range 100_000 {
-		bl.Add(Entry{Name: fmt.Sprintf("s%d.virtual.default.ns.default.ap.dc1.dc.consul", i), Addresses: []string{fmt.Sprintf("240.%d.%d.%d", i>>16&255, i>>8&255, i&255)}})
+		bl.Add(table.Entry{Name: fmt.Sprintf("s%d.virtual.default.ns.default.ap.dc1.dc.consul", i), Addresses: []string{fmt.Sprintf("240.%d.%d.%d", i>>16&255, i>>8&255, i&255)}})
 	}
 	v := &VirtualConsul{zones: []soa.Names{soa.For("consul.")}, ns: "default", ap: "default", dc: "dc1"}
 	v.table.Store(bl.Table())

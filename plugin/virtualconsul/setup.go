@@ -19,6 +19,7 @@ import (
 	"github.com/meshdns/meshdns/plugin/pkg/pending"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 const pluginName = "virtualconsul"
@@ -203,7 +204,7 @@ var oneArgOptions = map[string]func(c *caddy.Controller, v *VirtualConsul, a str
 // identity checks a namespace, partition or datacenter name before set.
 func identity(opt string, set func(v *VirtualConsul, a string)) func(c *caddy.Controller, v *VirtualConsul, a string) error {
 	return func(c *caddy.Controller, v *VirtualConsul, a string) error {
-		if !validIdentity(a) {
+		if !table.ValidIdentity(a) {
 			return c.Errf("%s: invalid name %q (want 1-63 of a-z 0-9 - _)", opt, a)
 		}
 		set(v, a)
@@ -301,7 +302,7 @@ func (v *VirtualConsul) stop() error {
 }
 
 // swap makes t the serving table.
-func (v *VirtualConsul) swap(t *Table) {
+func (v *VirtualConsul) swap(t *table.Table) {
 	v.table.Store(t)
 	gauges.Of(tableEntries, v.servers, v.metricZone).Set(float64(t.Len()))
 }
@@ -333,7 +334,7 @@ func (v *VirtualConsul) apply(s Sync, src string, changed gauges.Set, snap *pers
 	v.swap(s.Table)
 	v.served(src)
 	v.insp.lastChange.Store(time.Now().UnixNano())
-	for _, r := range skipReasons {
+	for _, r := range table.SkipReasons {
 		gauges.Of(entriesSkipped, v.servers, v.metricZone, src, r).Set(float64(s.Skipped[r]))
 	}
 	changed.SetToCurrentTime()

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 func TestParse(t *testing.T) {
@@ -177,7 +178,7 @@ func TestParse(t *testing.T) {
 func TestLifecycle(t *testing.T) {
 	dir := t.TempDir()
 	snap := filepath.Join(dir, "snap.json")
-	tbl, _ := Build([]Entry{{Name: webKey, Addresses: []string{"240.0.0.1"}}})
+	tbl, _ := table.Build([]table.Entry{{Name: webKey, Addresses: []string{"240.0.0.1"}}})
 	if err := writeSnapshot(snap, tbl); err != nil {
 		t.Fatal(err)
 	}
@@ -229,11 +230,11 @@ func zoneNames(v *VirtualConsul) []string {
 
 func writeTable(t *testing.T, path string, m map[string]string) {
 	t.Helper()
-	var es []Entry
+	var es []table.Entry
 	for k, a := range m {
-		es = append(es, Entry{Name: k, Addresses: []string{a}})
+		es = append(es, table.Entry{Name: k, Addresses: []string{a}})
 	}
-	tbl, err := Build(es)
+	tbl, err := table.Build(es)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +336,7 @@ func TestCarry(t *testing.T) {
 }
 
 // writeSnapshot persists t at path as the snapshot writer does.
-func writeSnapshot(path string, t *Table) error {
+func writeSnapshot(path string, t *table.Table) error {
 	return persist.WriteStream(path, t.WriteJSON)
 }
 
@@ -350,7 +351,7 @@ func TestReporterTimestamps(t *testing.T) {
 	change := func() float64 {
 		return testutil.ToFloat64(lastChange.WithLabelValues("dns://:1153", "ts.consul.", "file"))
 	}
-	b := NewBuilder(0)
+	b := table.NewBuilder(0)
 	report(Sync{Result: SyncOK, Table: b.Table()})
 	s0, c0 := sync(), change()
 	if s0 == 0 || c0 == 0 {

@@ -6,19 +6,20 @@ import (
 
 	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // readSnapshot loads the table persisted at path. A missing snapshot is
 // (nil, nil); a corrupt one is an error, which the caller logs and ignores.
-func readSnapshot(path string) (*Table, error) {
+func readSnapshot(path string) (*table.Table, error) {
 	data, err := persist.ReadFile(path)
 	if err != nil || data == nil {
 		return nil, err
 	}
-	b := NewBuilder(0)
-	if err := Decode(bytes.NewReader(data), b); err != nil {
+	b := table.NewBuilder(0)
+	if err := table.Decode(bytes.NewReader(data), b); err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}
 	return b.Table(), nil

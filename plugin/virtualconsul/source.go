@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/coredns/caddy"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // sourceTypes maps the first argument of the source option to the
@@ -35,7 +36,7 @@ type Sync struct {
 	// Result is one of the Sync… constants.
 	Result string
 	// Table is the new table when Result is SyncOK, else nil.
-	Table *Table
+	Table *table.Table
 	// Err says why, for SyncRejected, SyncNoTable and SyncError.
 	Err error
 	// Reason labels a SyncError in source_failing_reason: "" for
@@ -59,5 +60,5 @@ const (
 // snapshot, or the table carried across a reload): what it knew before a
 // restart that its control plane may not show again.
 type seeded interface {
-	Seed(t *Table)
+	Seed(t *table.Table)
 }

@@ -15,6 +15,7 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	dnstable "github.com/envoyproxy/go-control-plane/envoy/data/dns/v3"
 	dnsfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/udp/dns_filter/v3"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 	"github.com/miekg/dns"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -271,7 +272,7 @@ func TestListenerEntries(t *testing.T) {
 		"ip.virtual.default.ns.default.ap.dc1.dc.consul": {"not-an-ip"}, "none.virtual.default.ns.default.ap.dc1.dc.consul": nil,
 		"half.virtual.default.ns.default.ap.dc1.dc.consul": {"x", "240.0.0.5"}, webKey: {"240.0.0.1"}})
 	s := (&xdsSource{}).table([]*anypb.Any{bad})
-	if s.Result != SyncOK || s.Table.Len() != 3 || s.Skipped[skipName] != 1 || s.Skipped[skipAddress] != 1 || s.Skipped[skipNoAddress] != 1 {
+	if s.Result != SyncOK || s.Table.Len() != 3 || s.Skipped[table.SkipName] != 1 || s.Skipped[table.SkipAddress] != 1 || s.Skipped[table.SkipNoAddress] != 1 {
 		t.Fatalf("entries DNS cannot ask for: %+v (want ok, 3 entries, one skipped per reason)", s)
 	}
 	if a, _ := s.Table.Lookup("half.virtual.default.ns.default.ap.dc1.dc.consul"); len(a) != 1 || a[0].String() != "240.0.0.5" {
@@ -307,7 +308,7 @@ func FuzzListenerEntries(f *testing.F) {
 		a := &anypb.Any{TypeUrl: listenerTypeURL, Value: data}
 		entries, _, err := ListenerEntries([]*anypb.Any{a})
 		if err == nil {
-			_, _ = Build(entries) // must not panic
+			_, _ = table.Build(entries) // must not panic
 		}
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 
 	"github.com/miekg/dns"
 )
@@ -38,10 +39,10 @@ type VirtualConsul struct {
 	servers       []string      // the server labels of its gauges (conf.Servers)
 	carryKey      string        // the key of the table carried across a reload
 
-	table atomic.Pointer[Table] // nil until a table is loaded
-	ctrs  sync.Map              // server → *counters, resolved on the server's first query
-	life  lifecycle             // the running source, between OnStartup and OnShutdown
-	insp  inspected             // what the inspect plugin lists beside the table
+	table atomic.Pointer[table.Table] // nil until a table is loaded
+	ctrs  sync.Map                    // server → *counters, resolved on the server's first query
+	life  lifecycle                   // the running source, between OnStartup and OnShutdown
+	insp  inspected                   // what the inspect plugin lists beside the table
 }
 
 // Name implements plugin.Handler.
@@ -78,26 +79,26 @@ func (v *VirtualConsul) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *d
 	}
 	vp := l.vip
 	switch {
-	case vp.fam == famDual && q.Qtype == dns.TypeAAAA:
+	case vp.Family() == table.FamDual && q.Qtype == dns.TypeAAAA:
 		rp := newReply[dns.AAAA](r, dns.RcodeSuccess)
-		rp.rec = dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: v.ttl}, AAAA: l.table.ipv6Of(l.idx)}
+		rp.rec = dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: v.ttl}, AAAA: l.table.IPv6Of(l.idx)}
 		rp.m.Answer = rp.rr[:]
 		c.hit.Inc()
 		w.WriteMsg(&rp.m)
 		return dns.RcodeSuccess, nil
-	case vp.fam == famAmbiguous:
+	case vp.Family() == table.FamAmbiguous:
 		c.ambiguous.Inc()
 		return plugin.NextOrFailure(pluginName, v.Next, ctx, w, r)
-	case (vp.fam == fam4 || vp.fam == famDual) && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY):
+	case (vp.Family() == table.Fam4 || vp.Family() == table.FamDual) && (q.Qtype == dns.TypeA || q.Qtype == dns.TypeANY):
 		rp := newReply[dns.A](r, dns.RcodeSuccess)
-		rp.rec = dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: v.ttl}, A: vp.ip[:4:4]}
+		rp.rec = dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: v.ttl}, A: vp.IPv4()}
 		rp.m.Answer = rp.rr[:]
 		c.hit.Inc()
 		w.WriteMsg(&rp.m)
 		return dns.RcodeSuccess, nil
-	case vp.fam == fam6 && (q.Qtype == dns.TypeAAAA || q.Qtype == dns.TypeANY):
+	case vp.Family() == table.Fam6 && (q.Qtype == dns.TypeAAAA || q.Qtype == dns.TypeANY):
 		rp := newReply[dns.AAAA](r, dns.RcodeSuccess)
-		rp.rec = dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: v.ttl}, AAAA: vp.ip[:]}
+		rp.rec = dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: v.ttl}, AAAA: vp.IPv6()}
 		rp.m.Answer = rp.rr[:]
 		c.hit.Inc()
 		w.WriteMsg(&rp.m)
@@ -121,8 +122,8 @@ const (
 type looked struct {
 	outcome int
 	zone    *soa.Names
-	table   *Table
-	vip     *vip
+	table   *table.Table
+	vip     *table.VIP
 	idx     int32  // vip's index in table
 	key     string // the canonical key with its final dot, in remote-listener mode
 }
@@ -135,7 +136,7 @@ type looked struct {
 //go:noinline
 func (v *VirtualConsul) lookup(q dns.Question) (l looked) {
 	var nameBuf [256]byte
-	lname, ok := lowerName(nameBuf[:0], q.Name)
+	lname, ok := table.LowerName(nameBuf[:0], q.Name)
 	if !ok {
 		return l
 	}
@@ -144,15 +145,15 @@ func (v *VirtualConsul) lookup(q dns.Question) (l looked) {
 		return l
 	}
 	l.zone = z
-	p, ok := parseVirtual(rel)
+	p, ok := table.ParseVirtual(rel)
 	if !ok || q.Qclass != dns.ClassINET {
 		l.outcome = passThrough
 		return l
 	}
 	var keyBuf [512]byte
 	if v.remote != nil {
-		p.port = nil // a named port is its service's VIP; Envoy's table has no ports
-		l.outcome, l.key = remote, string(append(appendKey(keyBuf[:0], p, v.ns, v.ap, v.dc), '.'))
+		p.Port = nil // a named port is its service's VIP; Envoy's table has no ports
+		l.outcome, l.key = remote, string(append(table.AppendKey(keyBuf[:0], p, v.ns, v.ap, v.dc), '.'))
 		return l
 	}
 	if l.table = v.table.Load(); l.table == nil {
@@ -160,26 +161,26 @@ func (v *VirtualConsul) lookup(q dns.Question) (l looked) {
 		return l
 	}
 	dc := v.dc
-	if !v.dcSet && l.table.dc != "" {
-		dc = l.table.dc // the table's own datacenter (its agent's, or its entries')
+	if !v.dcSet && l.table.Datacenter() != "" {
+		dc = l.table.Datacenter() // the table's own datacenter (its agent's, or its entries')
 	}
-	i, ok := l.table.index[string(appendKey(keyBuf[:0], p, v.ns, v.ap, dc))]
-	if !ok && p.port != nil {
+	i, ok := l.table.Index(table.AppendKey(keyBuf[:0], p, v.ns, v.ap, dc))
+	if !ok && p.Port != nil {
 		// A named port answers its service's VIP, as Consul's DNS does
 		// (v1.16.3), unless the table holds an entry of its own for it.
-		p.port = nil
-		i, ok = l.table.index[string(appendKey(keyBuf[:0], p, v.ns, v.ap, dc))]
+		p.Port = nil
+		i, ok = l.table.Index(table.AppendKey(keyBuf[:0], p, v.ns, v.ap, dc))
 	}
 	if !ok {
 		l.outcome = missing
-		if p.dc != nil && string(p.dc) != dc && !l.table.hasDC(p.dc) {
+		if p.DC != nil && string(p.DC) != dc && !l.table.HasDC(p.DC) {
 			// Another datacenter the table knows nothing of: the servers
 			// answer it (Consul's DNS ignores the qualifier).
 			l.outcome = passThrough
 		}
 		return l
 	}
-	l.outcome, l.vip, l.idx = found, &l.table.vips[i], i
+	l.outcome, l.vip, l.idx = found, l.table.VIP(i), i
 	return l
 }
 
@@ -217,9 +218,9 @@ func newReply[T any, PT interface {
 
 // negative writes NODATA (rcode NOERROR) or NXDOMAIN with the zone's SOA,
 // whose minimum (the negative caching TTL) is the answer TTL.
-func (v *VirtualConsul) negative(w dns.ResponseWriter, r *dns.Msg, z *soa.Names, t *Table, rcode int) (int, error) {
+func (v *VirtualConsul) negative(w dns.ResponseWriter, r *dns.Msg, z *soa.Names, t *table.Table, rcode int) (int, error) {
 	rp := newReply[dns.SOA](r, rcode)
-	z.Fill(&rp.rec, v.ttl, t.serial)
+	z.Fill(&rp.rec, v.ttl, t.Serial())
 	rp.m.Ns = rp.rr[:]
 	w.WriteMsg(&rp.m)
 	return rcode, nil

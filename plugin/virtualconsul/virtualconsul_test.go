@@ -10,6 +10,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +20,7 @@ import (
 // (answering REFUSED) standing for the next plugin.
 func handler(t testing.TB, authoritative bool) *VirtualConsul {
 	t.Helper()
-	tbl, err := Build([]Entry{
+	tbl, err := table.Build([]table.Entry{
 		{Name: webKey, Addresses: []string{"240.0.0.1"}},
 		{Name: "api.virtual.team.ns.default.ap.dc1.dc.consul", Addresses: []string{"240.0.0.2"}},
 		{Name: "db.virtual.default.ns.part.ap.dc2.dc.consul", Addresses: []string{"240.0.0.3"}},
@@ -112,9 +113,9 @@ func TestServeDNSAuthoritative(t *testing.T) {
 // TestServeDNSTableDatacenter: short names expand with the datacenter of
 // the source's agent that the table carries, unless the Corefile names one.
 func TestServeDNSTableDatacenter(t *testing.T) {
-	b := NewBuilder(1)
+	b := table.NewBuilder(1)
 	b.SetDatacenter("dc2")
-	if err := b.Add(Entry{Name: "web.virtual.default.ns.default.ap.dc2.dc.consul", Addresses: []string{"240.0.0.1"}}); err != nil {
+	if err := b.Add(table.Entry{Name: "web.virtual.default.ns.default.ap.dc2.dc.consul", Addresses: []string{"240.0.0.1"}}); err != nil {
 		t.Fatal(err)
 	}
 	v := handler(t, true)
@@ -133,7 +134,7 @@ func TestServeDNSTableDatacenter(t *testing.T) {
 // file, an xDS listener) expands short names with the one its entries are
 // all in; entries in two datacenters leave the Corefile's (default dc1).
 func TestServeDNSEntriesDatacenter(t *testing.T) {
-	one, err := Build([]Entry{
+	one, err := table.Build([]table.Entry{
 		{Name: "web.virtual.default.ns.default.ap.us-east-1.dc.consul", Addresses: []string{"240.0.0.1"}},
 		{Name: "api.virtual.default.ns.default.ap.us-east-1.dc.consul", Addresses: []string{"240.0.0.2"}},
 	})
@@ -148,7 +149,7 @@ func TestServeDNSEntriesDatacenter(t *testing.T) {
 	runCases(t, v, []test.Case{
 		{Qname: "web.virtual.consul.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("web.virtual.consul. 5 IN A 240.0.0.1")}},
 	})
-	two, err := Build([]Entry{
+	two, err := table.Build([]table.Entry{
 		{Name: "web.virtual.default.ns.default.ap.us-east-1.dc.consul", Addresses: []string{"240.0.0.1"}},
 		{Name: "api.virtual.default.ns.default.ap.dc1.dc.consul", Addresses: []string{"240.0.0.2"}},
 	})

@@ -25,15 +25,15 @@ import (
 
 	"github.com/meshdns/meshdns/plugin/pkg/conf"
 	"github.com/meshdns/meshdns/plugin/pkg/pause"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
 // xDS names.
 const (
-	listenerTypeURL    = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	dnsFilterTypeURL   = "type.googleapis.com/envoy.extensions.filters.udp.dns_filter.v3.DnsFilterConfig"
-	dnsFilterName      = "envoy.filters.udp.dns_filter"
-	virtualDNSListener = "virtual_dns" // the prefix of the listener's name
-	tokenHeader        = "x-consul-token"
+	listenerTypeURL  = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	dnsFilterTypeURL = "type.googleapis.com/envoy.extensions.filters.udp.dns_filter.v3.DnsFilterConfig"
+	dnsFilterName    = "envoy.filters.udp.dns_filter"
+	tokenHeader      = "x-consul-token"
 )
 
 // Reconnects of the xds source back off from xdsRetryMin up to xdsRetryMax.
@@ -419,16 +419,16 @@ func (x *xdsSource) table(resources []*anypb.Any) Sync {
 		// upstream VIPs left. An empty table (the empty-sync rule keeps
 		// the snapshot for empty_grace).
 		x.hadTable = false
-		log.Infof("Source xds: %s withdrew the %s… listener: its names are gone", x.address, virtualDNSListener)
+		log.Infof("Source xds: %s withdrew the %s… listener: its names are gone", x.address, table.VirtualDNSListener)
 	default:
 		return Sync{Result: SyncNoTable, Err: fmt.Errorf("xds %s: none of the %d listeners is named %s…: no table to follow (Consul before 1.17 pushes none)",
-			x.address, len(resources), virtualDNSListener)}
+			x.address, len(resources), table.VirtualDNSListener)}
 	}
 	// Only a structurally invalid response is NACKed (above); entries DNS
 	// cannot ask for are left out and counted.
-	entries, skipped := usable(entries)
+	entries, skipped := table.Usable(entries)
 	h := sha256.New()
-	fmt.Fprintf(h, "skipped %d %d %d\n", skipped[skipName], skipped[skipAddress], skipped[skipNoAddress]) // a change shows in entries_skipped
+	fmt.Fprintf(h, "skipped %d %d %d\n", skipped[table.SkipName], skipped[table.SkipAddress], skipped[table.SkipNoAddress]) // a change shows in entries_skipped
 	for _, e := range entries {
 		fmt.Fprintf(h, "%s %s\n", e.Name, strings.Join(e.Addresses, ","))
 	}
@@ -436,7 +436,7 @@ func (x *xdsSource) table(resources []*anypb.Any) Sync {
 	if x.built && sum == x.last {
 		return Sync{Result: SyncUnchanged}
 	}
-	t, err := Build(entries)
+	t, err := table.Build(entries)
 	if err != nil {
 		return Sync{Result: SyncRejected, Err: err}
 	}

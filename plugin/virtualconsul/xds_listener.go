@@ -6,6 +6,7 @@ import (
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	dnsfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/udp/dns_filter/v3"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -16,7 +17,7 @@ import (
 // source takes it as one only when the listener was there before
 // (withdrawn). A listener with the filter and no names is an empty table. Any resource or filter
 // that does not decode is an error (the version is NACKed).
-func ListenerEntries(resources []*anypb.Any) (entries []Entry, found bool, err error) {
+func ListenerEntries(resources []*anypb.Any) (entries []table.Entry, found bool, err error) {
 	for _, r := range resources {
 		if r.GetTypeUrl() != listenerTypeURL {
 			return nil, false, fmt.Errorf("resource of type %q in a listener response", r.GetTypeUrl())
@@ -25,7 +26,7 @@ func ListenerEntries(resources []*anypb.Any) (entries []Entry, found bool, err e
 		if err := r.UnmarshalTo(&l); err != nil {
 			return nil, false, fmt.Errorf("listener: %w", err)
 		}
-		if found || !strings.HasPrefix(l.GetName(), virtualDNSListener) {
+		if found || !strings.HasPrefix(l.GetName(), table.VirtualDNSListener) {
 			continue // every resource is still checked
 		}
 		found = true
@@ -37,7 +38,7 @@ func ListenerEntries(resources []*anypb.Any) (entries []Entry, found bool, err e
 }
 
 // dnsFilterEntries reads the DNS filter's inline table of listener l.
-func dnsFilterEntries(l *listener.Listener) ([]Entry, error) {
+func dnsFilterEntries(l *listener.Listener) ([]table.Entry, error) {
 	for _, f := range l.GetListenerFilters() {
 		tc := f.GetTypedConfig()
 		if f.GetName() != dnsFilterName && tc.GetTypeUrl() != dnsFilterTypeURL {
@@ -50,13 +51,13 @@ func dnsFilterEntries(l *listener.Listener) ([]Entry, error) {
 		if err := tc.UnmarshalTo(&cfg); err != nil {
 			return nil, fmt.Errorf("listener %s: DNS filter: %w", l.GetName(), err)
 		}
-		table := cfg.GetServerConfig().GetInlineDnsTable()
-		if table == nil {
+		inline := cfg.GetServerConfig().GetInlineDnsTable()
+		if inline == nil {
 			return nil, fmt.Errorf("listener %s: DNS filter has no inline_dns_table", l.GetName())
 		}
-		entries := make([]Entry, 0, len(table.GetVirtualDomains()))
-		for _, d := range table.GetVirtualDomains() {
-			entries = append(entries, Entry{Name: d.GetName(), Addresses: d.GetEndpoint().GetAddressList().GetAddress()})
+		entries := make([]table.Entry, 0, len(inline.GetVirtualDomains()))
+		for _, d := range inline.GetVirtualDomains() {
+			entries = append(entries, table.Entry{Name: d.GetName(), Addresses: d.GetEndpoint().GetAddressList().GetAddress()})
 		}
 		return entries, nil
 	}

@@ -1,4 +1,4 @@
-package virtualconsul
+package table
 
 // Name grammar, relative to a zone:
 //
@@ -8,18 +8,18 @@ package virtualconsul
 // The parsers below work on lowercased bytes and return sub-slices of their
 // input, so the query path parses a name without allocating.
 
-// nameParts are the labels of a virtual name; a nil field was absent.
-type nameParts struct {
-	port, service, ns, ap, dc []byte
+// Name are the labels of a virtual name; a nil field was absent.
+type Name struct {
+	Port, Service, NS, AP, DC []byte
 }
 
-// parseVirtual parses rel, the lowercased part of a query name in front of
+// ParseVirtual parses rel, the lowercased part of a query name in front of
 // its zone, without the dot that joins it to the zone (e.g.
 // "web.virtual.team.ns"). ok is false for every name outside the grammar:
 // unknown, repeated or misordered qualifiers, empty labels, more than one
 // label before the service, and "<x>.service.virtual" (Consul's own service
 // form, which the servers answer).
-func parseVirtual(rel []byte) (p nameParts, ok bool) {
+func ParseVirtual(rel []byte) (p Name, ok bool) {
 	end := len(rel)
 	// pop returns the label that ends at end and moves end in front of it.
 	pop := func() []byte {
@@ -36,19 +36,19 @@ func parseVirtual(rel []byte) (p nameParts, ok bool) {
 	}
 	lab := pop()
 	if string(lab) == "dc" {
-		if p.dc = pop(); len(p.dc) == 0 {
+		if p.DC = pop(); len(p.DC) == 0 {
 			return p, false
 		}
 		lab = pop()
 	}
 	if string(lab) == "ap" {
-		if p.ap = pop(); len(p.ap) == 0 {
+		if p.AP = pop(); len(p.AP) == 0 {
 			return p, false
 		}
 		lab = pop()
 	}
 	if string(lab) == "ns" {
-		if p.ns = pop(); len(p.ns) == 0 {
+		if p.NS = pop(); len(p.NS) == 0 {
 			return p, false
 		}
 		lab = pop()
@@ -56,54 +56,54 @@ func parseVirtual(rel []byte) (p nameParts, ok bool) {
 	if string(lab) != "virtual" {
 		return p, false
 	}
-	if p.service = pop(); len(p.service) == 0 {
+	if p.Service = pop(); len(p.Service) == 0 {
 		return p, false
 	}
 	if end >= 0 {
-		if p.port = pop(); len(p.port) == 0 || end >= 0 {
+		if p.Port = pop(); len(p.Port) == 0 || end >= 0 {
 			return p, false // an empty label, or more than one label before the service
 		}
-		if string(p.service) == "service" {
+		if string(p.Service) == "service" {
 			return p, false
 		}
 	}
 	return p, true
 }
 
-// appendKey appends the canonical table key of p to dst, filling absent
+// AppendKey appends the canonical table key of p to dst, filling absent
 // qualifiers with the given identity:
 // [<port>.]<service>.virtual.<ns>.ns.<ap>.ap.<dc>.dc.consul (no final dot).
-func appendKey(dst []byte, p nameParts, ns, ap, dc string) []byte {
-	if p.port != nil {
-		dst = append(dst, p.port...)
+func AppendKey(dst []byte, p Name, ns, ap, dc string) []byte {
+	if p.Port != nil {
+		dst = append(dst, p.Port...)
 		dst = append(dst, '.')
 	}
-	dst = append(dst, p.service...)
+	dst = append(dst, p.Service...)
 	dst = append(dst, ".virtual."...)
-	if p.ns != nil {
-		dst = append(dst, p.ns...)
+	if p.NS != nil {
+		dst = append(dst, p.NS...)
 	} else {
 		dst = append(dst, ns...)
 	}
 	dst = append(dst, ".ns."...)
-	if p.ap != nil {
-		dst = append(dst, p.ap...)
+	if p.AP != nil {
+		dst = append(dst, p.AP...)
 	} else {
 		dst = append(dst, ap...)
 	}
 	dst = append(dst, ".ap."...)
-	if p.dc != nil {
-		dst = append(dst, p.dc...)
+	if p.DC != nil {
+		dst = append(dst, p.DC...)
 	} else {
 		dst = append(dst, dc...)
 	}
 	return append(dst, ".dc.consul"...)
 }
 
-// lowerName appends name to dst with ASCII letters lowercased. ok is false
+// LowerName appends name to dst with ASCII letters lowercased. ok is false
 // for names longer than a wire name can be or carrying escapes (\. or \DDD):
 // those are never ours.
-func lowerName(dst []byte, name string) ([]byte, bool) {
+func LowerName(dst []byte, name string) ([]byte, bool) {
 	if len(name) > 255 {
 		return dst, false
 	}
@@ -135,9 +135,9 @@ func validLabel(l []byte) bool {
 	return true
 }
 
-// validIdentity reports whether s is usable as namespace, partition or
+// ValidIdentity reports whether s is usable as namespace, partition or
 // datacenter in the Corefile (the same rule as validLabel).
-func validIdentity(s string) bool {
+func ValidIdentity(s string) bool {
 	var buf [64]byte
 	if len(s) > len(buf) {
 		return false

@@ -1,4 +1,11 @@
-package virtualconsul
+// Package table is virtualconsul's model: the immutable table of virtual
+// names and their VIPs (Table, built by a Builder from a source's entries),
+// the grammar of virtual names (names.go), the table file and snapshot
+// format (decode.go, Table.WriteJSON) and why an entry is left out of a
+// table (skip.go). Every source builds its tables here, so every table
+// passes the same checks; the plugin serves them. It knows nothing of DNS
+// messages.
+package table
 
 import (
 	"bufio"
@@ -34,7 +41,7 @@ type Entry struct {
 // distinct VIPs of one family is ambiguous and answers nothing.
 type Table struct {
 	index  map[string]int32
-	vips   []vip
+	vips   []VIP
 	multi  map[int32][]netip.Addr // the VIPs of ambiguous keys, for Lookup and snapshots
 	dual   map[int32][16]byte     // the IPv6 VIP of dual keys (their IPv4 VIP is in vips)
 	serial uint32                 // SOA serial: the build time in Unix seconds
@@ -48,19 +55,41 @@ type Table struct {
 	dcs map[string]struct{}
 }
 
-// vip is one key's answer, stored by value so the table holds no pointer per
+// VIP is one key's answer, stored by value so the table holds no pointer per
 // entry: an IPv4 VIP sits in ip[:4].
-type vip struct {
+type VIP struct {
 	ip  [16]byte
 	fam uint8
 }
 
 const (
-	famAmbiguous uint8 = 0
-	fam4         uint8 = 4
-	fam6         uint8 = 6
-	famDual      uint8 = 10 // ip[:4] is the IPv4 VIP, Table.dual the IPv6 one
+	FamAmbiguous uint8 = 0
+	Fam4         uint8 = 4
+	Fam6         uint8 = 6
+	FamDual      uint8 = 10 // ip[:4] is the IPv4 VIP, Table.dual the IPv6 one
 )
+
+// Family returns v's kind: Fam4, Fam6, FamDual or FamAmbiguous.
+func (v *VIP) Family() uint8 { return v.fam }
+
+// IPv4 returns the IPv4 VIP of a Fam4 or FamDual key (the table's memory:
+// read only).
+func (v *VIP) IPv4() []byte { return v.ip[:4:4] }
+
+// IPv6 returns the IPv6 VIP of a Fam6 key (the table's memory: read only).
+func (v *VIP) IPv6() []byte { return v.ip[:] }
+
+// Index returns the index of key, a canonical key (AppendKey), for VIP.
+func (t *Table) Index(key []byte) (int32, bool) {
+	i, ok := t.index[string(key)]
+	return i, ok
+}
+
+// VIP returns the answer of the key at index i (Index).
+func (t *Table) VIP(i int32) *VIP { return &t.vips[i] }
+
+// Serial returns t's SOA serial: its build time in Unix seconds.
+func (t *Table) Serial() uint32 { return t.serial }
 
 // Len returns the number of distinct keys in t.
 func (t *Table) Len() int { return len(t.index) }
@@ -91,18 +120,18 @@ func (t *Table) Lookup(name string) ([]netip.Addr, bool) {
 func (t *Table) addrs(i int32) []netip.Addr {
 	v := &t.vips[i]
 	switch v.fam {
-	case fam4:
+	case Fam4:
 		return []netip.Addr{netip.AddrFrom4([4]byte(v.ip[:4]))}
-	case fam6:
+	case Fam6:
 		return []netip.Addr{netip.AddrFrom16(v.ip)}
-	case famDual:
+	case FamDual:
 		return []netip.Addr{netip.AddrFrom4([4]byte(v.ip[:4])), netip.AddrFrom16(t.dual[i])}
 	}
 	return append([]netip.Addr(nil), t.multi[i]...)
 }
 
-// ipv6Of returns the IPv6 VIP of the dual key i.
-func (t *Table) ipv6Of(i int32) []byte {
+// IPv6Of returns the IPv6 VIP of the dual key i.
+func (t *Table) IPv6Of(i int32) []byte {
 	a := t.dual[i]
 	return a[:]
 }
@@ -167,8 +196,8 @@ type Builder struct {
 	n int // entries added so far, for error messages
 }
 
-// hasDC reports whether some key of t is in datacenter dc.
-func (t *Table) hasDC(dc []byte) bool {
+// HasDC reports whether some key of t is in datacenter dc.
+func (t *Table) HasDC(dc []byte) bool {
 	_, ok := t.dcs[string(dc)]
 	return ok
 }
@@ -183,7 +212,7 @@ func dcOfKey(key string) string {
 func NewBuilder(sizeHint int) *Builder {
 	return &Builder{t: &Table{
 		index: make(map[string]int32, sizeHint),
-		vips:  make([]vip, 0, sizeHint),
+		vips:  make([]VIP, 0, sizeHint),
 	}}
 }
 
@@ -192,7 +221,7 @@ func NewBuilder(sizeHint int) *Builder {
 // name merge; their distinct VIPs count together.
 func (b *Builder) Add(e Entry) error {
 	b.n++
-	key, err := canonicalName(e.Name)
+	key, err := CanonicalName(e.Name)
 	if err != nil {
 		return fmt.Errorf("entry %d (%q): %w", b.n, e.Name, err)
 	}
@@ -216,13 +245,13 @@ func (b *Builder) add(key string, a netip.Addr) {
 	t := b.t
 	i, ok := t.index[key]
 	if !ok {
-		var v vip
+		var v VIP
 		if a.Is4() {
-			v.fam = fam4
+			v.fam = Fam4
 			a4 := a.As4()
 			copy(v.ip[:], a4[:])
 		} else {
-			v.fam = fam6
+			v.fam = Fam6
 			v.ip = a.As16()
 		}
 		t.index[key] = int32(len(t.vips))
@@ -240,7 +269,7 @@ func (b *Builder) add(key string, a netip.Addr) {
 			return
 		}
 	}
-	if v := &t.vips[i]; v.fam == fam4 && !a.Is4() || v.fam == fam6 && a.Is4() {
+	if v := &t.vips[i]; v.fam == Fam4 && !a.Is4() || v.fam == Fam6 && a.Is4() {
 		// one address of each family: one service answering A and AAAA
 		if t.dual == nil {
 			t.dual = map[int32][16]byte{}
@@ -250,19 +279,19 @@ func (b *Builder) add(key string, a netip.Addr) {
 			v4, v6 = a, have[0]
 		}
 		t.dual[i] = v6.As16()
-		*v = vip{fam: famDual}
+		*v = VIP{fam: FamDual}
 		a4 := v4.As4()
 		copy(v.ip[:], a4[:])
 		return
 	}
-	if t.vips[i].fam == famDual {
+	if t.vips[i].fam == FamDual {
 		delete(t.dual, i)
 	}
 	if t.multi == nil {
 		t.multi = map[int32][]netip.Addr{}
 	}
 	t.multi[i] = append(have, a)
-	t.vips[i] = vip{fam: famAmbiguous}
+	t.vips[i] = VIP{fam: FamAmbiguous}
 }
 
 // SetDatacenter records the datacenter of the source's agent in the table
@@ -295,8 +324,8 @@ func Build(entries []Entry) (*Table, error) {
 	return b.Table(), nil
 }
 
-// canonicalName checks a full-form virtual domain and returns its key.
-func canonicalName(name string) (string, error) {
+// CanonicalName checks a full-form virtual domain and returns its key.
+func CanonicalName(name string) (string, error) {
 	key := strings.TrimSuffix(strings.ToLower(name), ".")
 	rel, ok := strings.CutSuffix(key, ".consul")
 	if !ok {
@@ -307,11 +336,11 @@ func canonicalName(name string) (string, error) {
 		return "", errors.New("name too long")
 	}
 	b := append(buf[:0], rel...)
-	p, ok := parseVirtual(b)
-	if !ok || p.ns == nil || p.ap == nil || p.dc == nil {
+	p, ok := ParseVirtual(b)
+	if !ok || p.NS == nil || p.AP == nil || p.DC == nil {
 		return "", errors.New("not a full-form virtual name ([<port>.]<service>.virtual.<ns>.ns.<ap>.ap.<dc>.dc.consul)")
 	}
-	for _, l := range [][]byte{p.port, p.service, p.ns, p.ap, p.dc} {
+	for _, l := range [][]byte{p.Port, p.Service, p.NS, p.AP, p.DC} {
 		if l != nil && !validLabel(l) {
 			return "", fmt.Errorf("bad label %q", l)
 		}

@@ -1,4 +1,4 @@
-package virtualconsul
+package table
 
 import (
 	"bytes"
@@ -58,7 +58,7 @@ func TestBuild(t *testing.T) {
 			t.Errorf("Lookup(%q) = %v, want %v", name, got, want)
 		}
 	}
-	if v := tbl.vips[tbl.index["mapped.virtual.default.ns.default.ap.dc1.dc.consul"]]; v.fam != fam4 {
+	if v := tbl.vips[tbl.index["mapped.virtual.default.ns.default.ap.dc1.dc.consul"]]; v.fam != Fam4 {
 		t.Errorf("an IPv4-mapped VIP is family %d, want 4", v.fam)
 	}
 }
@@ -331,10 +331,10 @@ func TestTableDualAndDatacenter(t *testing.T) {
 			t.Fatalf("datacenter %q, want dc2", tb.Datacenter())
 		}
 		i := tb.index["d.virtual.default.ns.default.ap.dc2.dc.consul"]
-		if v := tb.vips[i]; v.fam != famDual || netip.AddrFrom4([4]byte(v.ip[:4])).String() != "240.0.0.1" || net.IP(tb.ipv6Of(i)).String() != "fd00::1" {
+		if v := tb.vips[i]; v.fam != FamDual || netip.AddrFrom4([4]byte(v.ip[:4])).String() != "240.0.0.1" || net.IP(tb.IPv6Of(i)).String() != "fd00::1" {
 			t.Fatalf("dual key: %+v", v)
 		}
-		if v := tb.vips[tb.index["x.virtual.default.ns.default.ap.dc2.dc.consul"]]; v.fam != famAmbiguous {
+		if v := tb.vips[tb.index["x.virtual.default.ns.default.ap.dc2.dc.consul"]]; v.fam != FamAmbiguous {
 			t.Fatalf("three VIPs: fam %d, want ambiguous", v.fam)
 		}
 		if a, _ := tb.Lookup("x.virtual.default.ns.default.ap.dc2.dc.consul"); len(a) != 3 {

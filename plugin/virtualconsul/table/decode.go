@@ -1,4 +1,4 @@
-package virtualconsul
+package table
 
 import (
 	"bufio"
@@ -9,6 +9,10 @@ import (
 	"io"
 	"strings"
 )
+
+// VirtualDNSListener is the prefix of the name of the listener that
+// carries the table: Consul's virtual_dns listener.
+const VirtualDNSListener = "virtual_dns"
 
 // Decode reads a table in any shape an operator already has and adds its
 // entries to b:
@@ -144,7 +148,7 @@ func decodeObject(dec *json.Decoder, b *Builder) error {
 			if err := dec.Decode(&dc); err != nil {
 				return fmt.Errorf("datacenter: %w", err)
 			}
-			if dc = strings.ToLower(dc); dc != "" && !validIdentity(dc) {
+			if dc = strings.ToLower(dc); dc != "" && !ValidIdentity(dc) {
 				return fmt.Errorf("datacenter: invalid name %q", dc)
 			}
 			b.SetDatacenter(dc)
@@ -281,7 +285,7 @@ func activeListener(dec *json.Decoder, found *json.RawMessage) error {
 		return err
 	}
 	for _, l := range ls {
-		if a := cmpOr(l.Active, l.ActiveCamel); *found == nil && a != nil && strings.HasPrefix(l.Name, virtualDNSListener) {
+		if a := cmpOr(l.Active, l.ActiveCamel); *found == nil && a != nil && strings.HasPrefix(l.Name, VirtualDNSListener) {
 			*found = a.Listener
 		}
 	}
@@ -293,7 +297,7 @@ func virtualDNS(l json.RawMessage) bool {
 	var named struct {
 		Name string `json:"name"`
 	}
-	return json.Unmarshal(l, &named) == nil && strings.HasPrefix(named.Name, virtualDNSListener)
+	return json.Unmarshal(l, &named) == nil && strings.HasPrefix(named.Name, VirtualDNSListener)
 }
 
 func cmpOr[T any](a, b *T) *T {

@@ -1,4 +1,4 @@
-package virtualconsul
+package table
 
 import (
 	"net/netip"
@@ -9,19 +9,19 @@ import (
 // (Consul accepts service names that are not DNS labels), and one such
 // entry must not cost the whole table.
 const (
-	skipName      = "name"       // not a full-form virtual name, or a label DNS cannot carry
-	skipAddress   = "address"    // none of its addresses is an IP address
-	skipNoAddress = "no_address" // no address at all (e.g. an endpoint by cluster name)
+	SkipName      = "name"       // not a full-form virtual name, or a label DNS cannot carry
+	SkipAddress   = "address"    // none of its addresses is an IP address
+	SkipNoAddress = "no_address" // no address at all (e.g. an endpoint by cluster name)
 )
 
-// skipReasons are every reason, so that a table without skips sets each
+// SkipReasons are every reason, so that a table without skips sets each
 // series back to 0.
-var skipReasons = []string{skipName, skipAddress, skipNoAddress}
+var SkipReasons = []string{SkipName, SkipAddress, SkipNoAddress}
 
-// usable returns the entries a table can hold, their bad addresses
+// Usable returns the entries a table can hold, their bad addresses
 // dropped, and how many it left out by reason (nil when none). An entry
 // keeps its usable addresses; one with none left is skipped.
-func usable(entries []Entry) ([]Entry, map[string]int) {
+func Usable(entries []Entry) ([]Entry, map[string]int) {
 	var skipped map[string]int
 	skip := func(reason string) {
 		if skipped == nil {
@@ -31,12 +31,12 @@ func usable(entries []Entry) ([]Entry, map[string]int) {
 	}
 	out := entries[:0:0]
 	for _, e := range entries {
-		if _, err := canonicalName(e.Name); err != nil {
-			skip(skipName)
+		if _, err := CanonicalName(e.Name); err != nil {
+			skip(SkipName)
 			continue
 		}
 		if len(e.Addresses) == 0 {
-			skip(skipNoAddress)
+			skip(SkipNoAddress)
 			continue
 		}
 		good := e.Addresses
@@ -47,7 +47,7 @@ func usable(entries []Entry) ([]Entry, map[string]int) {
 			}
 		}
 		if len(good) == 0 {
-			skip(skipAddress)
+			skip(SkipAddress)
 			continue
 		}
 		out = append(out, Entry{Name: e.Name, Addresses: good})

@@ -1,4 +1,4 @@
-package virtualconsul
+package table
 
 import (
 	"strings"
@@ -51,13 +51,13 @@ func TestParseVirtual(t *testing.T) {
 		{"web.virtual.team.ns.part.ap.x.dc.y", ""},
 	}
 	for _, tc := range tests {
-		p, ok := parseVirtual([]byte(tc.rel))
+		p, ok := ParseVirtual([]byte(tc.rel))
 		got := ""
 		if ok {
-			got = string(appendKey(nil, p, "default", "default", "dc1"))
+			got = string(AppendKey(nil, p, "default", "default", "dc1"))
 		}
 		if got != tc.key {
-			t.Errorf("parseVirtual(%q) key = %q, want %q", tc.rel, got, tc.key)
+			t.Errorf("ParseVirtual(%q) key = %q, want %q", tc.rel, got, tc.key)
 		}
 	}
 }
@@ -80,15 +80,15 @@ func TestCanonicalName(t *testing.T) {
 		{strings.Repeat("a.", 130) + "virtual.default.ns.default.ap.dc1.dc.consul", "", "too long"},
 	}
 	for _, tc := range tests {
-		key, err := canonicalName(tc.name)
+		key, err := CanonicalName(tc.name)
 		if tc.err == "" {
 			if err != nil || key != tc.key {
-				t.Errorf("canonicalName(%q) = %q, %v; want %q", tc.name, key, err, tc.key)
+				t.Errorf("CanonicalName(%q) = %q, %v; want %q", tc.name, key, err, tc.key)
 			}
 			continue
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
-			t.Errorf("canonicalName(%q) error = %v, want one containing %q", tc.name, err, tc.err)
+			t.Errorf("CanonicalName(%q) error = %v, want one containing %q", tc.name, err, tc.err)
 		}
 	}
 }
@@ -100,12 +100,12 @@ func TestLowerName(t *testing.T) {
 		`we\.b.virtual.`:      "",
 		`w\065b.virtual.`:     "",
 	} {
-		got, ok := lowerName(nil, in)
+		got, ok := LowerName(nil, in)
 		if !ok {
 			got = nil
 		}
 		if string(got) != want {
-			t.Errorf("lowerName(%q) = %q, want %q", in, got, want)
+			t.Errorf("LowerName(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -119,25 +119,25 @@ func FuzzParseVirtual(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, rel string) {
 		var buf [256]byte
-		lname, ok := lowerName(buf[:0], rel)
+		lname, ok := LowerName(buf[:0], rel)
 		if !ok {
 			return
 		}
-		p, ok := parseVirtual(lname)
+		p, ok := ParseVirtual(lname)
 		if !ok {
 			return
 		}
-		for _, l := range [][]byte{p.port, p.service, p.ns, p.ap, p.dc} {
+		for _, l := range [][]byte{p.Port, p.Service, p.NS, p.AP, p.DC} {
 			if l != nil && (len(l) == 0 || strings.Contains(string(l), ".")) {
-				t.Fatalf("parseVirtual(%q) gave a bad label %q", rel, l)
+				t.Fatalf("ParseVirtual(%q) gave a bad label %q", rel, l)
 			}
 		}
-		key := appendKey(nil, p, "default", "default", "dc1")
-		q, ok := parseVirtual(key[:len(key)-len(".consul")])
-		if !ok || q.ns == nil || q.ap == nil || q.dc == nil {
+		key := AppendKey(nil, p, "default", "default", "dc1")
+		q, ok := ParseVirtual(key[:len(key)-len(".consul")])
+		if !ok || q.NS == nil || q.AP == nil || q.DC == nil {
 			t.Fatalf("key %q of %q does not parse as a full-form name", key, rel)
 		}
-		if string(appendKey(nil, q, "x", "y", "z")) != string(key) {
+		if string(AppendKey(nil, q, "x", "y", "z")) != string(key) {
 			t.Fatalf("key %q of %q is not stable", key, rel)
 		}
 	})

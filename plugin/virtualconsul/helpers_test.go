@@ -1,0 +1,29 @@
+package virtualconsul
+
+import (
+	"sort"
+	"testing"
+
+	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
+)
+
+// The keys of the tests' tables (as in package table's tests).
+const (
+	webKey = "web.virtual.default.ns.default.ap.dc1.dc.consul"
+	apiKey = "api.virtual.default.ns.default.ap.dc1.dc.consul"
+)
+
+// addrs returns the VIPs of name in tbl as sorted text, nil when absent.
+func addrs(t *testing.T, tbl *table.Table, name string) []string {
+	t.Helper()
+	a, ok := tbl.Lookup(name)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, x := range a {
+		out = append(out, x.String())
+	}
+	sort.Strings(out)
+	return out
+}
