@@ -2,7 +2,6 @@ package virtualconsul
 
 import (
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
@@ -97,18 +96,8 @@ func (s *carryStore) Drop(key string) {
 // sourceKey is the identity of v's table source: the same source gives the
 // same table, whatever the port and zones of its block.
 func (v *VirtualConsul) sourceKey() string {
-	switch src := v.src.(type) {
-	case *fileSource:
-		return "file " + src.path
-	case *consulSource:
-		ups := make([]string, 0, len(src.upstreams))
-		for u := range src.upstreams {
-			ups = append(ups, u)
-		}
-		sort.Strings(ups)
-		return "consul " + src.display() + " " + strings.Join(ups, ",")
-	case *xdsSource:
-		return "xds " + src.address + " " + src.node + " " + src.cluster
+	if v.src != nil {
+		return v.src.Key()
 	}
 	if v.snapshot != "" {
 		return "snapshot " + v.snapshot

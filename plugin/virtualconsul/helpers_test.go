@@ -1,9 +1,11 @@
 package virtualconsul
 
 import (
+	"context"
 	"sort"
 	"testing"
 
+	"github.com/meshdns/meshdns/plugin/virtualconsul/source"
 	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
@@ -27,3 +29,10 @@ func addrs(t *testing.T, tbl *table.Table, name string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// namedSource is a source that only has a name, for what lists it.
+type namedSource string
+
+func (s namedSource) Name() string                                      { return string(s) }
+func (s namedSource) Key() string                                       { return string(s) }
+func (s namedSource) Run(ctx context.Context, report func(source.Sync)) { <-ctx.Done() }

@@ -100,7 +100,7 @@ func (v *VirtualConsul) listHead(t *table.Table) listHead {
 	case v.src != nil:
 		h.Source = v.src.Name()
 	case v.remote != nil:
-		h.Source, h.Remote = "envoy", v.remote.address
+		h.Source, h.Remote = "envoy", v.remote.Address()
 	}
 	if f := v.insp.from.Load(); f != nil {
 		h.TableFrom = *f

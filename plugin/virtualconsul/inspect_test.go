@@ -46,7 +46,7 @@ func TestList(t *testing.T) {
 		}
 	}
 	tbl := b.Table()
-	v := &VirtualConsul{zones: []soa.Names{soa.For("consul.")}, ns: "default", ap: "default", dc: "dc1", src: &consulSource{}}
+	v := &VirtualConsul{zones: []soa.Names{soa.For("consul.")}, ns: "default", ap: "default", dc: "dc1", src: namedSource("consul")}
 	v.table.Store(tbl)
 	v.served("consul")
 	var buf bytes.Buffer

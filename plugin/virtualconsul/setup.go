@@ -19,6 +19,7 @@ import (
 	"github.com/meshdns/meshdns/plugin/pkg/pending"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/source"
 	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
@@ -60,19 +61,15 @@ func setup(c *caddy.Controller) error {
 	return nil
 }
 
-// Defaults of the Corefile options.
-const (
-	defaultNamespace  = "default"
-	defaultPartition  = "default"
-	defaultDatacenter = "dc1"
-	defaultTTL        = 5 * time.Second
-)
+// defaultTTL is the answers' TTL without a ttl line; the identity short
+// names expand with defaults to Consul's (table.DefaultNamespace, …).
+const defaultTTL = 5 * time.Second
 
 // parse reads the virtualconsul directive into a plugin with no side
 // effects: nothing is read and no goroutine starts until OnStartup.
 func parse(c *caddy.Controller) (*VirtualConsul, error) {
 	v := &VirtualConsul{
-		ns: defaultNamespace, ap: defaultPartition, dc: defaultDatacenter,
+		ns: table.DefaultNamespace, ap: table.DefaultPartition, dc: table.DefaultDatacenter,
 		ttl: uint32(defaultTTL / time.Second), emptyGrace: persist.DefaultEmptyGrace,
 	}
 	var zones []string
@@ -91,7 +88,7 @@ func parse(c *caddy.Controller) (*VirtualConsul, error) {
 	v.carryKey = pluginName + " " + strings.Join(c.ServerBlockKeys, " ") + " " + strings.Join(zones, " ")
 	v.servers = conf.Servers(c)
 	if v.remote != nil {
-		v.remote.zone, v.remote.servers = v.metricZone, v.servers
+		v.remote.OnFailing = gauges.Of(sourceFailing, v.servers, v.metricZone, "envoy").SetBool
 	}
 	for _, z := range zones {
 		v.zones = append(v.zones, soa.For(z))
@@ -158,9 +155,9 @@ func parseSource(c *caddy.Controller, v *VirtualConsul, args []string) error {
 	}
 	var err error
 	if args[0] == "envoy" {
-		v.remote, err = newEnvoySource(c, args[1:]) // no table to sync: the handler asks the listener
-	} else if newSource, ok := sourceTypes[args[0]]; ok {
-		v.src, err = newSource(c, args[1:])
+		v.remote, err = source.NewEnvoy(c, args[1:]) // no table to sync: the handler asks the listener
+	} else if src, known, serr := source.New(c, args[0], args[1:]); known {
+		v.src, err = src, serr
 	} else {
 		return c.Errf("unknown source type %q", args[0])
 	}
@@ -273,7 +270,7 @@ func (v *VirtualConsul) start() error {
 		v.life.writer = w
 		v.life.wg.Go(func() { w.Run(ctx) }) // writes what is pending when ctx ends
 	}
-	if sd, ok := v.src.(seeded); ok {
+	if sd, ok := v.src.(source.Seeded); ok {
 		if t := v.table.Load(); t != nil {
 			sd.Seed(t)
 		}
@@ -318,10 +315,10 @@ func (v *VirtualConsul) loadSnapshot() {
 	persist.Loaded(v.snapshot, n)
 	switch {
 	case err != nil:
-		syncCount.WithLabelValues(v.metricZone, "snapshot", SyncRejected).Inc()
+		syncCount.WithLabelValues(v.metricZone, "snapshot", source.SyncRejected).Inc()
 		log.Errorf("Ignoring the snapshot: %v", err)
 	case t != nil:
-		syncCount.WithLabelValues(v.metricZone, "snapshot", SyncOK).Inc()
+		syncCount.WithLabelValues(v.metricZone, "snapshot", source.SyncOK).Inc()
 		v.swap(t)
 		v.served("snapshot")
 		log.Infof("Loaded %d entries from snapshot %q", t.Len(), v.snapshot)
@@ -330,7 +327,7 @@ func (v *VirtualConsul) loadSnapshot() {
 
 // apply serves a source's new table, counts what it skipped and hands it
 // to the snapshot writer.
-func (v *VirtualConsul) apply(s Sync, src string, changed gauges.Set, snap *persist.Writer) {
+func (v *VirtualConsul) apply(s source.Sync, src string, changed gauges.Set, snap *persist.Writer) {
 	v.swap(s.Table)
 	v.served(src)
 	v.insp.lastChange.Store(time.Now().UnixNano())
@@ -349,7 +346,7 @@ func (v *VirtualConsul) apply(s Sync, src string, changed gauges.Set, snap *pers
 // state changes only: one line when the source starts failing (an error,
 // a disconnect, a timeout) and one when it recovers; the last good table
 // keeps serving meanwhile.
-func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
+func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(source.Sync) {
 	var (
 		failing    bool   // touched by the source's goroutine only
 		lastReject string //
@@ -359,35 +356,35 @@ func (v *VirtualConsul) reporter(src string, snap *persist.Writer) func(Sync) {
 	synced := gauges.Of(lastSync, v.servers, v.metricZone, src)
 	changed := gauges.Of(lastChange, v.servers, v.metricZone, src)
 	failingGauge.Set(0)
-	return func(s Sync) {
+	return func(s source.Sync) {
 		syncCount.WithLabelValues(v.metricZone, src, s.Result).Inc()
-		if s.Result == SyncOK || s.Result == SyncUnchanged || s.Result == SyncNoTable {
+		if s.Result == source.SyncOK || s.Result == source.SyncUnchanged || s.Result == source.SyncNoTable {
 			synced.SetToCurrentTime()
 			v.insp.lastSync.Store(time.Now().UnixNano())
 		}
-		if s.Result != SyncError && failing {
+		if s.Result != source.SyncError && failing {
 			failing = false
 			failingGauge.Set(0)
 			gauges.Of(failingReason, v.servers, v.metricZone, src, reason).Set(0)
 			log.Infof("Source %s recovered", src)
 		}
 		switch s.Result {
-		case SyncOK:
+		case source.SyncOK:
 			v.apply(s, src, changed, snap)
 			lastReject = ""
-		case SyncUnchanged:
-		case SyncRejected:
+		case source.SyncUnchanged:
+		case source.SyncRejected:
 			if msg := s.Err.Error(); msg != lastReject {
 				log.Errorf("Rejected a table, the previous one keeps serving: %s", msg)
 				lastReject = msg
 			}
-		case SyncNoTable:
+		case source.SyncNoTable:
 			if msg := s.Err.Error(); msg != lastReject {
 				log.Warningf("Source %s carries no table, the previous one keeps serving: %s", src, msg)
 				lastReject = msg
 			}
 		default:
-			why := cmp.Or(s.Reason, SyncError)
+			why := cmp.Or(s.Reason, source.SyncError)
 			if failing && why != reason {
 				gauges.Of(failingReason, v.servers, v.metricZone, src, reason).Set(0)
 				log.Errorf("Source %s still failing, now: %s", src, s.Err)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/source"
 	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 )
 
@@ -30,9 +31,8 @@ func TestParse(t *testing.T) {
 			if !reflect.DeepEqual(zoneNames(v), []string{"consul."}) {
 				t.Errorf("zones = %v", v.zones)
 			}
-			f := v.src.(*fileSource)
-			if f.path != "/tmp/table.json" || f.interval != 5*time.Second {
-				t.Errorf("file source = %+v", f)
+			if k := v.src.Key(); k != "file /tmp/table.json" { // its interval: source.TestParseSources
+				t.Errorf("file source = %q", k)
 			}
 			if v.ns != "default" || v.ap != "default" || v.dc != "dc1" || v.ttl != 5 || v.authoritative || v.snapshot != "" {
 				t.Errorf("defaults = %+v", v)
@@ -53,8 +53,8 @@ func TestParse(t *testing.T) {
 			if v.metricZone != "consul." {
 				t.Errorf("metric zone = %q", v.metricZone)
 			}
-			if f := v.src.(*fileSource); f.interval != 250*time.Millisecond {
-				t.Errorf("interval = %v", f.interval)
+			if k := v.src.Key(); k != "file /tmp/t.json" {
+				t.Errorf("file source = %q", k)
 			}
 			if v.snapshot != dir+"/snap.json" || v.ns != "team" || v.ap != "part" || v.dc != "dc2" || v.ttl != 30 || !v.authoritative || v.emptyGrace != 5*time.Minute {
 				t.Errorf("options = %+v", v)
@@ -155,6 +155,26 @@ func TestParse(t *testing.T) {
 		virtualconsul {
 			source file a.json
 		}`, "this plugin", nil},
+		{`virtualconsul {
+			source envoy [::1]:8653 {
+				timeout 100ms
+			}
+			ttl 3
+		}`, "", func(t *testing.T, v *VirtualConsul) {
+			if v.src != nil || v.remote == nil || v.remote.Address() != "[::1]:8653" || v.ttl != 3 {
+				t.Errorf("envoy: src %v, remote %+v, ttl %d", v.src, v.remote, v.ttl)
+			}
+			if !v.Ready() {
+				t.Error("remote-listener mode not ready")
+			}
+		}},
+		{`virtualconsul {
+			source envoy 127.0.0.1:8653
+			authoritative
+		}`, "source envoy keeps no table", nil},
+		{`virtualconsul {
+			source dns 127.0.0.1
+		}`, `Testfile:2 - Error during parsing: unknown source type "dns"`, nil},
 	}
 	for i, tc := range tests {
 		c := caddy.NewTestController("dns", tc.input)
@@ -352,19 +372,19 @@ func TestReporterTimestamps(t *testing.T) {
 		return testutil.ToFloat64(lastChange.WithLabelValues("dns://:1153", "ts.consul.", "file"))
 	}
 	b := table.NewBuilder(0)
-	report(Sync{Result: SyncOK, Table: b.Table()})
+	report(source.Sync{Result: source.SyncOK, Table: b.Table()})
 	s0, c0 := sync(), change()
 	if s0 == 0 || c0 == 0 {
 		t.Fatalf("after a change: last_sync %v, last_change %v", s0, c0)
 	}
 	time.Sleep(20 * time.Millisecond)
-	report(Sync{Result: SyncUnchanged})
+	report(source.Sync{Result: source.SyncUnchanged})
 	if s1, c1 := sync(), change(); s1 <= s0 || c1 != c0 {
 		t.Fatalf("after an unchanged check: last_sync %v → %v, last_change %v → %v", s0, s1, c0, c1)
 	}
 	s1 := sync()
 	time.Sleep(20 * time.Millisecond)
-	report(Sync{Result: SyncError, Err: errors.New("down")})
+	report(source.Sync{Result: source.SyncError, Err: errors.New("down")})
 	if s2, c2 := sync(), change(); s2 != s1 || c2 != c0 {
 		t.Fatalf("a failure moved a timestamp: last_sync %v → %v, last_change %v → %v", s1, s2, c0, c2)
 	}

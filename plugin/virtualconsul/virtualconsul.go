@@ -17,6 +17,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/meshdns/meshdns/plugin/pkg/soa"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/source"
 	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
 
 	"github.com/miekg/dns"
@@ -31,8 +32,8 @@ type VirtualConsul struct {
 	dcSet         bool        // the Corefile named dc; else a table's own datacenter wins
 	ttl           uint32
 	authoritative bool
-	src           source        // nil when only a snapshot is configured, or in remote-listener mode
-	remote        *envoySource  // the remote-listener mode (source envoy), else nil
+	src           source.Source // nil when only a snapshot is configured, or in remote-listener mode
+	remote        *source.Envoy // the remote-listener mode (source envoy), else nil
 	snapshot      string        // snapshot path, "" for none
 	emptyGrace    time.Duration // the empty-sync rule's grace (persist.Writer)
 	metricZone    string        // the zone label of the table metrics

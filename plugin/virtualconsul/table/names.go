@@ -8,7 +8,16 @@ package table
 // The parsers below work on lowercased bytes and return sub-slices of their
 // input, so the query path parses a name without allocating.
 
-// Name are the labels of a virtual name; a nil field was absent.
+// Consul's defaults of a name's namespace, partition and datacenter: what
+// the catalog fills in, and what short names expand with unless the
+// Corefile says otherwise.
+const (
+	DefaultNamespace  = "default"
+	DefaultPartition  = "default"
+	DefaultDatacenter = "dc1"
+)
+
+// Name holds the labels of a virtual name; a nil field was absent.
 type Name struct {
 	Port, Service, NS, AP, DC []byte
 }

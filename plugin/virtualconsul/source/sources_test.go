@@ -1,8 +1,7 @@
-package virtualconsul
+package source
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,13 +9,10 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
-	"github.com/coredns/coredns/plugin/pkg/dnstest"
-	"github.com/coredns/coredns/plugin/test"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	dnstable "github.com/envoyproxy/go-control-plane/envoy/data/dns/v3"
 	dnsfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/udp/dns_filter/v3"
 	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
-	"github.com/miekg/dns"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -29,11 +25,25 @@ func TestParseSources(t *testing.T) {
 	tests := []struct {
 		input string
 		err   string
-		check func(t *testing.T, v *VirtualConsul)
+		check func(t *testing.T, v *parsed)
 	}{
 		{`virtualconsul {
+			source file /tmp/table.json
+		}`, "", func(t *testing.T, v *parsed) {
+			if f := v.src.(*fileSource); f.path != "/tmp/table.json" || f.interval != 5*time.Second {
+				t.Errorf("file source = %+v", f)
+			}
+		}},
+		{`virtualconsul {
+			source file /tmp/t.json 250ms
+		}`, "", func(t *testing.T, v *parsed) {
+			if f := v.src.(*fileSource); f.interval != 250*time.Millisecond {
+				t.Errorf("interval = %v", f.interval)
+			}
+		}},
+		{`virtualconsul {
 			source consul 127.0.0.1:8500
-		}`, "", func(t *testing.T, v *VirtualConsul) {
+		}`, "", func(t *testing.T, v *parsed) {
 			s := v.src.(*consulSource)
 			if s.address != "127.0.0.1:8500" || s.tokenFile != "" || s.tls != nil || s.upstreams != nil {
 				t.Errorf("consul = %+v", s)
@@ -47,16 +57,16 @@ func TestParseSources(t *testing.T) {
 			}
 			snapshot ` + dir + `/snap.json
 			ttl 9
-		}`, "", func(t *testing.T, v *VirtualConsul) {
+		}`, "", func(t *testing.T, v *parsed) {
 			s := v.src.(*consulSource)
 			if s.address != "https://consul.example:8501" || s.tokenFile != dir+"/token" || s.tls.KeyFile != dir+"/key.pem" ||
-				len(s.upstreams) != 2 || !s.upstreams["api"] || v.ttl != 9 || v.snapshot == "" {
-				t.Errorf("consul = %+v, plugin %+v", s, v)
+				len(s.upstreams) != 2 || !s.upstreams["api"] {
+				t.Errorf("consul = %+v", s)
 			}
 		}},
 		{`virtualconsul {
 			source consul
-		}`, "", func(t *testing.T, v *VirtualConsul) {
+		}`, "", func(t *testing.T, v *parsed) {
 			if s := v.src.(*consulSource); s.address != "" {
 				t.Errorf("address = %q, want the environment's", s.address)
 			}
@@ -66,7 +76,7 @@ func TestParseSources(t *testing.T) {
 				node sidecar-1
 				cluster web
 			}
-		}`, "", func(t *testing.T, v *VirtualConsul) {
+		}`, "", func(t *testing.T, v *parsed) {
 			x := v.src.(*xdsSource)
 			if x.address != "127.0.0.1:18000" || x.node != "sidecar-1" || x.cluster != "web" || x.tls != nil {
 				t.Errorf("xds = %+v", x)
@@ -79,7 +89,7 @@ func TestParseSources(t *testing.T) {
 				max_message_size 256m
 				protocol sotw
 			}
-		}`, "", func(t *testing.T, v *VirtualConsul) {
+		}`, "", func(t *testing.T, v *parsed) {
 			x := v.src.(*xdsSource)
 			if !strings.HasSuffix(x.tokenFile, "/secret/token") || x.maxMsg != 256<<20 || x.protocol != protoSotW || x.using != protoSotW {
 				t.Errorf("xds = %+v", x)
@@ -87,7 +97,7 @@ func TestParseSources(t *testing.T) {
 		}},
 		{`virtualconsul {
 			source xds 127.0.0.1:8502
-		}`, "", func(t *testing.T, v *VirtualConsul) {
+		}`, "", func(t *testing.T, v *parsed) {
 			x := v.src.(*xdsSource)
 			if x.maxMsg != defaultMaxMessageSize || x.protocol != protoAuto || x.using != protoDelta || x.tokenFile != "" {
 				t.Errorf("xds defaults = %+v", x)
@@ -95,13 +105,10 @@ func TestParseSources(t *testing.T) {
 		}},
 		{`virtualconsul {
 			source envoy 127.0.0.1
-		}`, "", func(t *testing.T, v *VirtualConsul) {
+		}`, "", func(t *testing.T, v *parsed) {
 			e := v.remote
 			if v.src != nil || e == nil || e.address != "127.0.0.1:8653" || e.timeout != 300*time.Millisecond || e.backoff != 5*time.Second {
 				t.Errorf("envoy = %+v", e)
-			}
-			if !v.Ready() {
-				t.Error("remote-listener mode not ready")
 			}
 		}},
 		{`virtualconsul {
@@ -110,8 +117,8 @@ func TestParseSources(t *testing.T) {
 				backoff 1m
 			}
 			ttl 3
-		}`, "", func(t *testing.T, v *VirtualConsul) {
-			if e := v.remote; e.address != "[::1]:8653" || e.timeout != 100*time.Millisecond || e.backoff != time.Minute || v.ttl != 3 {
+		}`, "", func(t *testing.T, v *parsed) {
+			if e := v.remote; e.address != "[::1]:8653" || e.timeout != 100*time.Millisecond || e.backoff != time.Minute {
 				t.Errorf("envoy = %+v", e)
 			}
 		}},
@@ -181,10 +188,6 @@ func TestParseSources(t *testing.T) {
 				retries 3
 			}
 		}`, `Testfile:3 - Error during parsing: source envoy: unknown property "retries"`, nil},
-		{`virtualconsul {
-			source envoy 127.0.0.1:8653
-			authoritative
-		}`, "source envoy keeps no table", nil},
 		{`virtualconsul {
 			source envoy 127.0.0.1:8653 extra
 		}`, "source envoy: want ADDRESS", nil},
@@ -317,7 +320,7 @@ func FuzzListenerEntries(f *testing.F) {
 // may push its end later, an earlier one never pulls it in, and repeated
 // failures do not make it grow.
 func TestEnvoyBackoffWindow(t *testing.T) {
-	e := &envoySource{backoff: 5 * time.Second, zone: "consul."}
+	e := &Envoy{backoff: 5 * time.Second}
 	t0 := time.Unix(1000, 0)
 	e.fail(t0, context.DeadlineExceeded)
 	if got := time.Unix(0, e.until.Load()); !got.Equal(t0.Add(5 * time.Second)) {
@@ -343,122 +346,6 @@ func TestEnvoyBackoffWindow(t *testing.T) {
 	e.ok()
 	if e.failing.Load() {
 		t.Fatal("still failing after an answer")
-	}
-}
-
-// TestServeRemote drives the remote-listener mode against a listener on
-// loopback: a hit is rewritten to the asked name, anything else passes on,
-// and a dead listener opens the backoff window.
-func TestServeRemote(t *testing.T) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		if strings.EqualFold(r.Question[0].Name, webKey+".") && r.Question[0].Qtype == dns.TypeA {
-			m.Answer = []dns.RR{test.A(webKey + ". 30 IN A 240.0.0.1")}
-		} else {
-			m.Rcode = dns.RcodeNameError
-		}
-		w.WriteMsg(m)
-	})}
-	go srv.ActivateAndServe()
-	defer srv.Shutdown()
-	v := handler(t, false)
-	v.table.Store(nil)
-	v.remote = &envoySource{address: pc.LocalAddr().String(), timeout: 300 * time.Millisecond, backoff: time.Second, zone: "consul."}
-	ask := func(name string, qtype uint16) *dns.Msg {
-		rec := dnstest.NewRecorder(&test.ResponseWriter{})
-		m := new(dns.Msg)
-		m.SetQuestion(name, qtype)
-		rc, err := v.ServeDNS(context.Background(), rec, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.Msg == nil { // the next plugin answered (with its rcode only)
-			return &dns.Msg{MsgHdr: dns.MsgHdr{Rcode: rc}}
-		}
-		return rec.Msg
-	}
-	r := ask("Web.Virtual.consul.", dns.TypeA)
-	if len(r.Answer) != 1 || r.Answer[0].Header().Name != "Web.Virtual.consul." || r.Answer[0].(*dns.A).A.String() != "240.0.0.1" {
-		t.Fatalf("hit: %v", r)
-	}
-	if r := ask("web.virtual.consul.", dns.TypeAAAA); r.Rcode != passed {
-		t.Fatalf("NXDOMAIN at the listener: %v, want passed on", r)
-	}
-	if r := ask("web.service.consul.", dns.TypeA); r.Rcode != passed {
-		t.Fatalf("not a virtual name: %v", r)
-	}
-	srv.Shutdown()
-	if r := ask("web.virtual.consul.", dns.TypeA); r.Rcode != passed {
-		t.Fatalf("dead listener: %v", r)
-	}
-	if v.remote.until.Load() <= time.Now().UnixNano() {
-		t.Fatal("no backoff window after a failure")
-	}
-}
-
-// TestSourcesStop: the consul and xds sources, failing against dead
-// addresses, stop promptly at OnShutdown (no goroutine survives a reload).
-func TestSourcesStop(t *testing.T) {
-	for _, src := range []string{"consul 127.0.0.1:1", "xds 127.0.0.1:1"} {
-		c := caddy.NewTestController("dns", "virtualconsul {\n source "+src+"\n}")
-		v, err := parse(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := v.start(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(700 * time.Millisecond) // a failure or two, then a backoff sleep
-		done := make(chan struct{})
-		go func() { v.stop(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(2 * time.Second):
-			t.Fatalf("source %s did not stop", src)
-		}
-		if v.Ready() {
-			t.Fatalf("source %s: ready without a table", src)
-		}
-	}
-}
-
-// TestEnvoyGaugeResetAtStart: an instance that failed leaves the gauge at 1;
-// the instance a reload starts has not failed, so its start clears it.
-func TestEnvoyGaugeResetAtStart(t *testing.T) {
-	const zone = "envoyreset."
-	failing := map[string]string{"zone": zone, "source": "envoy"}
-	parseEnvoy := func() *VirtualConsul {
-		t.Helper()
-		v, err := parse(caddy.NewTestController("dns", `virtualconsul `+zone+` {
-			source envoy 127.0.0.1:1
-		}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v.remote == nil || v.src != nil {
-			t.Fatalf("source envoy: remote %v, src %v", v.remote, v.src)
-		}
-		return v
-	}
-	old := parseEnvoy()
-	if err := old.start(); err != nil {
-		t.Fatal(err)
-	}
-	old.remote.fail(time.Now(), context.DeadlineExceeded)
-	if got := metricValue(t, "coredns_virtualconsul_source_failing", failing); got != 1 {
-		t.Fatalf("failing gauge after a failure = %v, want 1", got)
-	}
-	_ = old.stop()
-	if err := parseEnvoy().start(); err != nil {
-		t.Fatal(err)
-	}
-	if got := metricValue(t, "coredns_virtualconsul_source_failing", failing); got != 0 {
-		t.Errorf("failing gauge after the new instance started = %v, want 0", got)
 	}
 }
 

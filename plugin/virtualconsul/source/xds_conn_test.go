@@ -1,4 +1,4 @@
-package virtualconsul
+package source
 
 import (
 	"context"

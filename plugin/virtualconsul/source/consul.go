@@ -1,10 +1,11 @@
-package virtualconsul
+package source
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -66,7 +67,7 @@ func init() { sourceTypes["consul"] = newConsulSource }
 // say of TLS to the consul/api client's CONSUL_* variables (CONSUL_CACERT,
 // CONSUL_CAPATH, CONSUL_CLIENT_CERT/_KEY, CONSUL_TLS_SERVER_NAME,
 // CONSUL_HTTP_SSL_VERIFY, CONSUL_HTTP_SSL).
-func newConsulSource(c *caddy.Controller, args []string) (source, error) {
+func newConsulSource(c *caddy.Controller, args []string) (Source, error) {
 	if len(args) > 1 {
 		return nil, errors.New("want [ADDRESS]")
 	}
@@ -226,6 +227,15 @@ type proxyEntries struct {
 }
 
 func (s *consulSource) Name() string { return "consul" }
+
+func (s *consulSource) Key() string {
+	ups := make([]string, 0, len(s.upstreams))
+	for u := range s.upstreams {
+		ups = append(ups, u)
+	}
+	sort.Strings(ups)
+	return "consul " + s.display() + " " + strings.Join(ups, ",")
+}
 
 func (s *consulSource) client() (*api.Client, error) {
 	cfg := api.DefaultConfig() // honours CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, …

@@ -1,4 +1,4 @@
-package virtualconsul
+package source
 
 import (
 	"cmp"
@@ -87,7 +87,7 @@ func init() { sourceTypes["xds"] = newXDSSource }
 //
 // ADDRESS defaults to CONSUL_GRPC_ADDR; TLS and the token to the other
 // CONSUL_* variables (xds_conn.go).
-func newXDSSource(c *caddy.Controller, args []string) (source, error) {
+func newXDSSource(c *caddy.Controller, args []string) (Source, error) {
 	addr, https, err := xdsAddress(args)
 	if err != nil {
 		return nil, err
@@ -229,6 +229,8 @@ type xdsSource struct {
 }
 
 func (x *xdsSource) Name() string { return "xds" }
+
+func (x *xdsSource) Key() string { return "xds " + x.address + " " + x.node + " " + x.cluster }
 
 func (x *xdsSource) Run(ctx context.Context, report func(Sync)) {
 	var retry time.Duration

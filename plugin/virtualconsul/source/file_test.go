@@ -1,4 +1,4 @@
-package virtualconsul
+package source
 
 import (
 	"os"
@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/meshdns/meshdns/plugin/pkg/soa"
 )
 
 // collect runs one sync of f and returns what it reported.
@@ -73,27 +71,5 @@ func TestFileSource(t *testing.T) {
 	writeTable(t, path, map[string]string{webKey: "240.0.0.7", apiKey: "240.0.0.8"})
 	if got := collect(f); len(got) != 1 || got[0].Result != SyncOK || got[0].Table.Len() != 2 {
 		t.Fatalf("fixed file: %+v", got)
-	}
-}
-
-func TestSnapshotCorrupt(t *testing.T) {
-	dir := t.TempDir()
-	snap := filepath.Join(dir, "snap.json")
-	if tbl, err := readSnapshot(snap); tbl != nil || err != nil {
-		t.Fatalf("missing snapshot: %v, %v", tbl, err)
-	}
-	if err := os.WriteFile(snap, []byte(`[{"name": "x"`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := readSnapshot(snap); err == nil || !strings.Contains(err.Error(), "snapshot "+snap) {
-		t.Fatalf("corrupt snapshot error = %v", err)
-	}
-	// The plugin logs it, ignores it and is not ready.
-	v := &VirtualConsul{snapshot: snap, zones: []soa.Names{soa.For("consul.")}, metricZone: "consul."}
-	if err := v.start(); err != nil {
-		t.Fatal(err)
-	}
-	if v.Ready() {
-		t.Fatal("ready from a corrupt snapshot")
 	}
 }

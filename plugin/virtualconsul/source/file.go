@@ -1,4 +1,4 @@
-package virtualconsul
+package source
 
 import (
 	"context"
@@ -22,7 +22,7 @@ const defaultInterval = 5 * time.Second
 func init() { sourceTypes["file"] = newFileSource }
 
 // newFileSource reads "source file PATH [INTERVAL]".
-func newFileSource(c *caddy.Controller, args []string) (source, error) {
+func newFileSource(c *caddy.Controller, args []string) (Source, error) {
 	if len(args) < 1 || len(args) > 2 {
 		return nil, errors.New("want PATH [INTERVAL]")
 	}
@@ -61,6 +61,8 @@ type fileStamp struct {
 }
 
 func (f *fileSource) Name() string { return "file" }
+
+func (f *fileSource) Key() string { return "file " + f.path }
 
 func (f *fileSource) Run(ctx context.Context, report func(Sync)) {
 	f.sync(report)

@@ -1,4 +1,4 @@
-package virtualconsul
+package source
 
 import (
 	"context"
@@ -265,13 +265,13 @@ func (p *proxyEntries) add(s *consulSource, e *catalogEntry, svc string, a api.S
 	}
 	ns, ap, edc := strings.ToLower(e.Namespace), strings.ToLower(e.Partition), strings.ToLower(e.Datacenter)
 	if ns == "" {
-		ns = defaultNamespace
+		ns = table.DefaultNamespace
 	}
 	if ap == "" {
-		ap = defaultPartition
+		ap = table.DefaultPartition
 	}
 	if edc == "" {
-		edc = defaultDatacenter // Consul fills it in every catalog entry
+		edc = table.DefaultDatacenter // Consul fills it in every catalog entry
 	}
 	name := svc + ".virtual." + ns + ".ns." + ap + ".ap." + edc + ".dc.consul"
 	if _, err := table.CanonicalName(name); err != nil {
