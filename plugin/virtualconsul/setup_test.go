@@ -248,29 +248,6 @@ func zoneNames(v *VirtualConsul) []string {
 	return out
 }
 
-func writeTable(t *testing.T, path string, m map[string]string) {
-	t.Helper()
-	var es []table.Entry
-	for k, a := range m {
-		es = append(es, table.Entry{Name: k, Addresses: []string{a}})
-	}
-	tbl, err := table.Build(es)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(path + ".tmp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tbl.WriteJSON(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := os.Rename(path+".tmp", path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

@@ -1,19 +1,20 @@
 package source
 
 import (
-	"os"
-	"sort"
-	"testing"
-
 	"github.com/coredns/caddy"
 
-	"github.com/meshdns/meshdns/plugin/virtualconsul/table"
+	"github.com/meshdns/meshdns/plugin/virtualconsul/internal/tablefix"
 )
 
-// The keys of the tests' tables (as in package table's tests).
+// The keys of the tests' tables, a table file writer and a lookup.
 const (
-	webKey = "web.virtual.default.ns.default.ap.dc1.dc.consul"
-	apiKey = "api.virtual.default.ns.default.ap.dc1.dc.consul"
+	webKey = tablefix.WebKey
+	apiKey = tablefix.APIKey
+)
+
+var (
+	writeTable = tablefix.WriteTable
+	addrs      = tablefix.Addrs
 )
 
 // parsed is what parse read of a virtualconsul block: its source.
@@ -50,43 +51,4 @@ func parse(c *caddy.Controller) (*parsed, error) {
 		}
 	}
 	return p, nil
-}
-
-// addrs returns the VIPs of name in tbl as sorted text, nil when absent.
-func addrs(t *testing.T, tbl *table.Table, name string) []string {
-	t.Helper()
-	a, ok := tbl.Lookup(name)
-	if !ok {
-		return nil
-	}
-	var out []string
-	for _, x := range a {
-		out = append(out, x.String())
-	}
-	sort.Strings(out)
-	return out
-}
-
-// writeTable writes a table file of m (name → VIP) at path, atomically.
-func writeTable(t *testing.T, path string, m map[string]string) {
-	t.Helper()
-	var es []table.Entry
-	for k, a := range m {
-		es = append(es, table.Entry{Name: k, Addresses: []string{a}})
-	}
-	tbl, err := table.Build(es)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(path + ".tmp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tbl.WriteJSON(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := os.Rename(path+".tmp", path); err != nil {
-		t.Fatal(err)
-	}
 }
