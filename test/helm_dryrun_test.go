@@ -20,7 +20,13 @@ mode: node-local
 nodeLocal: {addresses: [169.254.0.53], clusterDNS: 10.43.0.10, minReadySeconds: null, podLabels: {team: dns}, affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [infra]}]}]}}}}
 extraEnv: [{name: GODEBUG, value: madvdontneed=1}]
 `,
-	"servers": helmServers,
+	"node-local upstream pinned": `
+mode: node-local
+nodeLocal: {upstream: {name: dns-upstream, clusterIP: 10.96.0.11, selector: {k8s-app: meshdns}}}
+replication: {tls: {secretName: repl-tls, clientCertificates: true}}
+`,
+	"node-local upstream off": "mode: node-local\nnodeLocal: {upstream: {enabled: false}}\n",
+	"servers":                 helmServers,
 	"scheduling": `
 topologySpreadConstraints: [{maxSkew: 2, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]
 nodeSelector: {dns: "yes"}

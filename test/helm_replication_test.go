@@ -47,7 +47,7 @@ replication:
 	objs = renderWith(t, tlsValues+"mode: node-local\n")
 	wantField(t, objs, helmNodeLocalDS, spec+"volumes.2.secret.secretName", "my-token")
 	corefile, _ = field(objs[helmNodeLocalCM], "data.Corefile").(string)
-	if want := "source replica https://10.96.0.10:9155 {\n            token_file /var/run/secrets/meshdns-replication/token\n            tls " + dir + "tls.crt " + dir + "tls.key " + dir + "ca.crt\n            tls_servername meshdns.kube-system.svc\n        }\n"; !strings.Contains(corefile, want) {
+	if want := "source replica https://" + nodeLocalUpstreamVar + ":9155 {\n            token_file /var/run/secrets/meshdns-replication/token\n            tls " + dir + "tls.crt " + dir + "tls.key " + dir + "ca.crt\n            tls_servername meshdns.kube-system.svc\n        }\n"; !strings.Contains(corefile, want) {
 		t.Errorf("the node-local Corefile has no %q:\n%s", want, corefile)
 	}
 }

@@ -79,6 +79,7 @@ func TestHelmInvalidValues(t *testing.T) {
 		{"servers=null", "the cluster mode needs at least one server block"},
 		{"mode=node-local,nodeLocal.servers=null", "the node-local mode needs at least one server block"},
 		{"mode=node-local,nodeLocal.addresses=null", "the node-local mode needs at least one address"},
+		{"mode=node-local,nodeLocal.upstream.clusterIP=10.96.0.10", "nodeLocal.upstream.clusterIP 10.96.0.10 is one of nodeLocal.addresses"},
 	} {
 		_, err := renderChart(t, "--set", tc.set)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -7,9 +7,13 @@ package test
 // the node-local drills show that the pieces work on a node.
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -22,6 +26,10 @@ const (
 	nodeLocalIP   = "169.254.20.10"
 	nodeLocalName = "meshdns-node-local"          // the DaemonSet, its ConfigMap and its pods' app label
 	nodeLocalDir  = "/var/lib/meshdns-node-local" // the DaemonSet's hostPath (the snapshot)
+	// the node-local's upstream Service, in front of the cluster DNS pods,
+	// and the Service link variable the kubelet sets to its ClusterIP
+	nodeLocalUpstream    = "meshdns-upstream"
+	nodeLocalUpstreamVar = "{$MESHDNS_UPSTREAM_SERVICE_HOST}"
 )
 
 // readNodeLocal decodes deploy/node-local's DaemonSet and ConfigMap
@@ -78,6 +86,9 @@ func TestNodeLocalManifests(t *testing.T) {
 	t.Run("addresses: setup, bind, probes, forward, replica agree", func(t *testing.T) {
 		checkNodeLocalAddresses(t, ds, corefile)
 	})
+	t.Run("upstream: a Service of its own in front of the cluster DNS pods", func(t *testing.T) {
+		checkNodeLocalUpstream(t, ds, corefile)
+	})
 	t.Run("capabilities: NET_ADMIN to set up, NET_BIND_SERVICE to serve", func(t *testing.T) {
 		for _, tc := range []struct {
 			c   corev1.Container
@@ -114,7 +125,7 @@ func TestNodeLocalManifests(t *testing.T) {
 // checkNodeLocalAddresses checks that the init container sets up exactly
 // the addresses the Corefile binds, that health, ready and metrics listen
 // on the node-local address where the probes ask, and that the stream and
-// the forwarding go to the cluster DNS address.
+// the forwarding go to the upstream Service's address.
 func checkNodeLocalAddresses(t *testing.T, ds *appsv1.DaemonSet, corefile string) {
 	spec := ds.Spec.Template.Spec
 	args := strings.Join(spec.InitContainers[0].Args, " ")
@@ -122,8 +133,8 @@ func checkNodeLocalAddresses(t *testing.T, ds *appsv1.DaemonSet, corefile string
 	if args != want {
 		t.Errorf("init container args %q, want %q", args, want)
 	}
-	for _, line := range []string{"bind " + nodeLocalIP + " " + clusterDNSIP, "source replica http://" + clusterDNSIP + ":9155",
-		"forward . " + clusterDNSIP, "health " + nodeLocalIP + ":8080 {", "ready " + nodeLocalIP + ":8181", "prometheus " + nodeLocalIP + ":9253"} {
+	for _, line := range []string{"bind " + nodeLocalIP + " " + clusterDNSIP, "source replica http://" + nodeLocalUpstreamVar + ":9155",
+		"forward . " + nodeLocalUpstreamVar, "health " + nodeLocalIP + ":8080 {", "ready " + nodeLocalIP + ":8181", "prometheus " + nodeLocalIP + ":9253"} {
 		if !strings.Contains(corefile, line) {
 			t.Errorf("the Corefile has no %q", line)
 		}
@@ -146,6 +157,90 @@ func checkNodeLocalAddresses(t *testing.T, ds *appsv1.DaemonSet, corefile string
 	}
 	if c.ReadinessProbe.HTTPGet.Port.IntValue() != 8181 || c.LivenessProbe.HTTPGet.Port.IntValue() != 8080 {
 		t.Errorf("probes on ports %v and %v, want ready 8181 and health 8080", c.ReadinessProbe.HTTPGet.Port, c.LivenessProbe.HTTPGet.Port)
+	}
+}
+
+// readNodeLocalUpstream decodes deploy/node-local's upstream Service
+// strictly.
+func readNodeLocalUpstream(t *testing.T) *corev1.Service {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "node-local", "cluster-dns-upstream.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var svc corev1.Service
+	if err := yaml.UnmarshalStrict(b, &svc); err != nil {
+		t.Fatalf("deploy/node-local/cluster-dns-upstream.yaml: %v", err)
+	}
+	return &svc
+}
+
+// checkNodeLocalUpstream checks the node-local's upstream: a Service that
+// selects exactly the cluster DNS Deployment's pods (deploy/kubernetes) on
+// the DNS ports and the stream's, applied before the DaemonSet (its file
+// sorts first: the kubelet sets a Service link only for a Service that
+// exists when the container starts), with service links on, and a
+// Corefile that forwards to and follows the stream from that Service's
+// variable and never from the cluster DNS address on its own lo.
+func checkNodeLocalUpstream(t *testing.T, ds *appsv1.DaemonSet, corefile string) {
+	svc := readNodeLocalUpstream(t)
+	if svc.Name != nodeLocalUpstream || svc.Namespace != ds.Namespace {
+		t.Errorf("upstream Service %s/%s, want %s/%s", svc.Namespace, svc.Name, ds.Namespace, nodeLocalUpstream)
+	}
+	wantVar := "{$" + strings.ToUpper(strings.ReplaceAll(svc.Name, "-", "_")) + "_SERVICE_HOST}"
+	if wantVar != nodeLocalUpstreamVar {
+		t.Errorf("the kubelet names the Service's address %s, the test expects %s", wantVar, nodeLocalUpstreamVar)
+	}
+	var dep appsv1.Deployment
+	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "kubernetes", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, &dep); err != nil {
+		t.Fatalf("deploy/kubernetes/deployment.yaml: %v", err)
+	}
+	if !reflect.DeepEqual(svc.Spec.Selector, dep.Spec.Selector.MatchLabels) {
+		t.Errorf("upstream selector %v, want the cluster DNS Deployment's %v", svc.Spec.Selector, dep.Spec.Selector.MatchLabels)
+	}
+	for k, v := range svc.Spec.Selector {
+		if dep.Spec.Template.Labels[k] != v {
+			t.Errorf("upstream selector %s=%s: the cluster DNS pods have %s=%q", k, v, k, dep.Spec.Template.Labels[k])
+		}
+	}
+	if svc.Spec.Selector["app.kubernetes.io/name"] == ds.Spec.Template.Labels["app.kubernetes.io/name"] {
+		t.Errorf("upstream selector %v selects the node-local pods", svc.Spec.Selector)
+	}
+	var ports []string
+	for _, p := range svc.Spec.Ports {
+		ports = append(ports, fmt.Sprintf("%s %d/%s->%s", p.Name, p.Port, p.Protocol, p.TargetPort.String()))
+	}
+	if got, want := strings.Join(ports, ", "), "dns 53/UDP->53, dns-tcp 53/TCP->53, replication 9155/TCP->9155"; got != want {
+		t.Errorf("upstream ports %s, want %s", got, want)
+	}
+	if svc.Spec.ClusterIP != "" || svc.Spec.Type != "" && svc.Spec.Type != corev1.ServiceTypeClusterIP {
+		t.Errorf("upstream clusterIP %q, type %q: want a ClusterIP the API server picks", svc.Spec.ClusterIP, svc.Spec.Type)
+	}
+	if l := ds.Spec.Template.Spec.EnableServiceLinks; l == nil || !*l {
+		t.Errorf("enableServiceLinks not true: the kubelet sets %s only with service links", wantVar)
+	}
+	// kubectl apply -f deploy/node-local/, and the node tests
+	// (deployManifests), apply the files in this order
+	files, _ := filepath.Glob(filepath.Join(repoRoot, "deploy", "node-local", "*.yaml"))
+	sort.Strings(files)
+	var order []string
+	for _, f := range files {
+		order = append(order, filepath.Base(f))
+	}
+	if i, j := slices.Index(order, "cluster-dns-upstream.yaml"), slices.Index(order, "daemonset.yaml"); i < 0 || j < 0 || i > j {
+		t.Errorf("deploy/node-local applies %v: want the upstream Service's file before the DaemonSet's", order)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^\s*(source replica|forward \.) (\S+)`).FindAllStringSubmatch(corefile, -1) {
+		if !strings.Contains(m[2], wantVar) || strings.Contains(m[2], clusterDNSIP) {
+			t.Errorf("%s %s: want the upstream Service's address %s, not the cluster DNS address %s on the node's lo", m[1], m[2], wantVar, clusterDNSIP)
+		}
+	}
+	if n := strings.Count(corefile, "forward . "+wantVar); n != 2 {
+		t.Errorf("%d forward lines to %s, want 2 (both server blocks)", n, wantVar)
 	}
 }
 

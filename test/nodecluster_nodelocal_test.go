@@ -6,7 +6,9 @@ package test
 // 10.96.0.10 from the node's lo. A pod with the default dnsPolicy (the
 // kubelet's clusterDNS 10.96.0.10) and a pod pointed at 169.254.20.10
 // resolve the names of TestNodeClusterDNS through it: its request counter
-// grows and conntrack holds no entry of the pod's queries. With the
+// grows and conntrack holds no entry of the pod's queries; the node-local
+// follows the stream through its upstream Service meshdns-upstream, whose
+// ClusterIP the kubelet gave it, not through 10.96.0.10. With the
 // DaemonSet deleted, the same pod resolves through the cluster DNS Service
 // (fail-open), tracked and DNATed again, with the addresses and rules the
 // init container installed still in place. The harness removes them from
@@ -177,6 +179,43 @@ func nodeLocalPIDs() []int {
 	return out
 }
 
+// checkNodeLocalUpstreamOnNode checks that the kubelet gave every
+// node-local process the upstream Service's ClusterIP (the Service link
+// its Corefile reads) and that the replication stream is connected to
+// that address, and not to the cluster DNS address on the node's lo.
+func checkNodeLocalUpstreamOnNode(ctx context.Context, t *testing.T, c *nodeCluster) {
+	t.Helper()
+	svc, err := c.Client.CoreV1().Services("kube-system").Get(ctx, nodeLocalUpstream, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the upstream Service: %v", err)
+	}
+	ip := svc.Spec.ClusterIP
+	if ip == "" || ip == clusterDNSIP {
+		t.Fatalf("the upstream Service's ClusterIP is %q: want an address of its own", ip)
+	}
+	pids := nodeLocalPIDs()
+	if len(pids) == 0 {
+		t.Fatal("no node-local process")
+	}
+	for _, pid := range pids {
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if !strings.Contains("\x00"+string(env), "\x00MESHDNS_UPSTREAM_SERVICE_HOST="+ip+"\x00") {
+			t.Errorf("the node-local (pid %d) has no MESHDNS_UPSTREAM_SERVICE_HOST=%s", pid, ip)
+		}
+	}
+	if err := waitFor(30*time.Second, nil, "the stream through the upstream Service", func() error {
+		if !connectedTo(pids[0], ip, 9155) {
+			return fmt.Errorf("no TCP connection to %s:9155", ip)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+	if connectedTo(pids[0], clusterDNSIP, 9155) {
+		t.Errorf("a TCP connection to %s:9155 from the host: the stream goes to the cluster DNS address", clusterDNSIP)
+	}
+}
+
 // nodeLocalOnLo reports whether the node-local address is on the host's
 // lo. Without it the address is not the host's, and a packet to it would
 // leave the machine by the default route: nothing may ask it then.
@@ -298,6 +337,10 @@ func TestNodeLocal(t *testing.T) {
 		if tracked := podQueriesTracked(clientIP); len(tracked) != 0 {
 			t.Errorf("the client's queries to %s went through conntrack:\n%s", clusterDNSIP, strings.Join(tracked, "\n"))
 		}
+	})
+
+	t.Run("upstream: through meshdns-upstream, not 10.96.0.10", func(t *testing.T) {
+		checkNodeLocalUpstreamOnNode(ctx, t, c)
 	})
 
 	t.Run("pointed at 169.254.20.10", func(t *testing.T) {

@@ -57,10 +57,10 @@ func replicaFollowerCorefile(t *testing.T, url string) string {
 	for _, r := range []struct{ old, new string }{
 		{"bind 169.254.20.10 10.96.0.10", "bind 127.0.0.1"},
 		{"169.254.20.10:", "127.0.0.1:"},
-		{"source replica http://10.96.0.10:9155", "source replica " + url},
+		{"source replica http://{$MESHDNS_UPSTREAM_SERVICE_HOST}:9155", "source replica " + url},
 		{"/var/lib/meshdns-node-local/", ""},
 		{"/var/run/secrets/meshdns-replication/", ""},
-		{"forward . 10.96.0.10", "forward . 127.0.0.1:5301"},
+		{"forward . {$MESHDNS_UPSTREAM_SERVICE_HOST}", "forward . 127.0.0.1:5301"},
 		{"ttl 30\n", "ttl 30\n        stale_ede\n"}, // the option, to see it end to end
 	} {
 		if !strings.Contains(cf, r.old) {

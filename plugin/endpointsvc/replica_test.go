@@ -326,6 +326,7 @@ func TestParseReplication(t *testing.T) {
 		{in: spec + "source replica http://a:1\n}", err: "source replica needs 'schema kubernetes'"},
 		{in: spec + "source replica ftp://a:1\nschema kubernetes\n}", err: `bad replica URL "ftp://a:1"`},
 		{in: spec + "source replica http://a:1?x=1\nschema kubernetes\n}", err: "bad replica URL"},
+		{in: spec + "source replica http://:9155\nschema kubernetes\n}", err: `bad replica URL "http://:9155": no host`},
 		{in: spec + "source replica\nschema kubernetes\n}", err: "Wrong argument count"},
 		{in: spec + "source replica http://a:1\nschema kubernetes\nlabels a=b\n}", err: "labels needs 'source kubernetes'"},
 		{in: spec + "source replica http://a:1\nschema kubernetes\ntoken_file t\n}", err: "token_file needs 'source orch URL'"},

@@ -208,6 +208,29 @@ app.kubernetes.io/name: {{ include "meshdns.nodeLocal.name" . }}
 {{- end -}}
 
 {{/*
+The node-local's upstream Service (nodeLocal.upstream): its name, the
+cluster release's fullname + -upstream (a node-local release named meshdns
+or meshdns-node-local names meshdns-upstream), and the address the
+Corefile forwards to and follows the stream from: the pinned ClusterIP, the
+kubelet's Service link variable {$<NAME>_SERVICE_HOST}, or clusterDNS with
+the Service off.
+*/}}
+{{- define "meshdns.nodeLocal.upstreamName" -}}
+{{- default (printf "%s-upstream" (include "meshdns.fullname" . | trimSuffix "-node-local") | trunc 63 | trimSuffix "-") .Values.nodeLocal.upstream.name -}}
+{{- end -}}
+
+{{- define "meshdns.nodeLocal.upstreamHost" -}}
+{{- $u := .Values.nodeLocal.upstream -}}
+{{- if not $u.enabled -}}
+{{- .Values.nodeLocal.clusterDNS -}}
+{{- else if $u.clusterIP -}}
+{{- $u.clusterIP -}}
+{{- else -}}
+{{- printf "{$%s_SERVICE_HOST}" (include "meshdns.nodeLocal.upstreamName" . | upper | replace "-" "_") -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 The replication stream's Secret (key token), both releases': the value, or
 the cluster release's own, <cluster fullname>-replication (a node-local
 release named meshdns or meshdns-node-local finds meshdns-replication).

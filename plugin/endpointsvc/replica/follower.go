@@ -74,6 +74,12 @@ func NewSource(base, tokenFile, zone string) (*Source, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("bad replica URL %q: want http://HOST:PORT or https://HOST:PORT", base)
 	}
+	if u.Hostname() == "" {
+		// http://:9155 is what http://{$VAR}:9155 reads when VAR is unset
+		// (the Corefile's environment variables expand to nothing): it
+		// would follow whatever listens on the follower's own port.
+		return nil, fmt.Errorf("bad replica URL %q: no host (an environment variable of the Corefile, {$VAR}, that is not set expands to nothing)", base)
+	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + Path
 	s := &Source{url: u, tokenFile: tokenFile, zone: zone, client: newClient(nil),
 		Backoff: Backoff, MaxBackoff: MaxBackoff, Healthy: Healthy, Silence: Silence}
