@@ -19,6 +19,10 @@ var meshdnsBin string
 // repoRoot is the checkout's top directory.
 var repoRoot string
 
+// hostNetNS is the test process's network namespace at its start (the
+// host's: the node's host-network pods share it).
+var hostNetNS string
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -50,6 +54,10 @@ func run(m *testing.M) int {
 	// The one-node cluster (nodecluster_helpers_test.go) outlives the test
 	// that started it and goes when the run ends, whatever the outcome.
 	defer stopNodeCluster()
+	// The host's network namespace, read before any test runs: later,
+	// /proc/self/ns/net is the main thread's, which a test's goroutine
+	// that entered a namespace and ended locked may have left there.
+	hostNetNS, _ = os.Readlink("/proc/self/ns/net")
 	// The parallel tests here mostly wait (an outage drill, a rule's
 	// duration), and the node tests wait their turn (sharedNodeCluster)
 	// while holding a slot of -parallel, which defaults to the cores: with

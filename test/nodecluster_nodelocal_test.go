@@ -166,13 +166,12 @@ func (c *nodeCluster) nodeLocalLogs(n int) string {
 // nodeLocalPIDs returns the meshdns processes of the node's containers that
 // run in the host's network namespace: the node-local's.
 func nodeLocalPIDs() []int {
-	self, err := os.Readlink("/proc/self/ns/net")
-	if err != nil {
+	if hostNetNS == "" {
 		return nil
 	}
 	var out []int
 	for _, pid := range meshdnsPIDs() {
-		if ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net"); err == nil && ns == self {
+		if ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net"); err == nil && ns == hostNetNS {
 			out = append(out, pid)
 		}
 	}
