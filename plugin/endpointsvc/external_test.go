@@ -17,6 +17,7 @@ import (
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/k8s_external"
 	"github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/transfer"
 
 	"github.com/meshdns/meshdns/internal/clustergen"
 
@@ -123,7 +124,7 @@ func externalPair(t *testing.T, c *clustergen.Cluster, opts, kopts string) (stoc
 		t.Fatal(err)
 	}
 	f.Close()
-	ext := "k8s_external example.org in-addr.arpa ip6.arpa {\n" + opts + "\n}"
+	ext := "transfer example.org {\nto *\n}\nk8s_external example.org in-addr.arpa ip6.arpa {\n" + opts + "\n}"
 	stockCluster.Lock()
 	stockCluster.c = c
 	stockCluster.Unlock()
@@ -166,6 +167,11 @@ func TestExternalAgainstStock(t *testing.T) {
 							t.Errorf("%s:\n  stock: %s\n  ours:  %s", q, want, got)
 						}
 					}
+				}
+				if got, want := axfrTCP(t, ours), axfrTCP(t, stock); !slices.Equal(got, want) {
+					t.Errorf("AXFR of example.org:\n  stock: %q\n  ours:  %q", want, got)
+				} else if len(got) < 10 {
+					t.Errorf("AXFR of example.org: only %q", got)
 				}
 				if answered < 20 {
 					t.Fatalf("only %d of %d questions answered: the cluster has too few external names", answered, len(qs))
@@ -216,4 +222,35 @@ func TestExternalBackendRegistration(t *testing.T) {
 	}
 	// endpointsvc alone: autopath @kubernetes starts (it is endpointsvc's)
 	startServer(t, ".:0 {\nbind 127.0.0.1\nautopath @kubernetes\nendpointsvc cluster.local {\nsource file "+empty+"\nschema kubernetes\n}\n}")
+}
+
+// axfrTCP transfers example.org from the server at addr: its records as
+// text, sorted (k8s_external sends headless Services in map order), SOA
+// serials zeroed, and the name server's addresses left out (see
+// TestExternalAgainstStock).
+func axfrTCP(t *testing.T, addr string) []string {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetAxfr("example.org.")
+	env, err := new(dns.Transfer).In(m, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for e := range env {
+		if e.Error != nil {
+			t.Fatalf("AXFR: %v", e.Error)
+		}
+		for _, rr := range e.RR {
+			if soa, ok := rr.(*dns.SOA); ok {
+				soa.Serial = 0
+			}
+			if strings.EqualFold(rr.Header().Name, "ns1.dns.example.org.") && rr.Header().Rrtype != dns.TypeSRV {
+				continue
+			}
+			out = append(out, strings.ReplaceAll(rr.String(), "\t", " "))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
