@@ -29,7 +29,7 @@ func TestEndpointsvcExternal(t *testing.T) {
    "addresses":[["10.244.1.6"]],"hostnames":["db-0"],"conditions":["yy-"]}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := Start(t, `.:1053 {
+	s := Start(t, `cluster.local:1053 example.org:1053 {
     bind 127.0.0.1
     metadata
     log . "{/kubernetes/kind}/{/kubernetes/namespace}/{/kubernetes/service} {name}"
