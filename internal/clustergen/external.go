@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/miekg/dns"
@@ -130,5 +131,8 @@ func ExternalQuestions(c *Cluster, zone string, r *rand.Rand) []Question {
 			qs.add(rev, dns.TypePTR, dns.TypeA)
 		}
 	}
-	return qs.list
+	return slices.DeleteFunc(qs.list, func(q Question) bool {
+		_, ok := dns.IsDomainName(q.Name)
+		return !ok // a dashed FQDN endpoint's label may be too long
+	})
 }

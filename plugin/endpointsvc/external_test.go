@@ -15,8 +15,10 @@ import (
 	"github.com/coredns/coredns/plugin"
 	_ "github.com/coredns/coredns/plugin/autopath"
 	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/hosts"
 	_ "github.com/coredns/coredns/plugin/k8s_external"
 	"github.com/coredns/coredns/plugin/kubernetes"
+	"github.com/coredns/coredns/plugin/pkg/upstream"
 	_ "github.com/coredns/coredns/plugin/transfer"
 
 	"github.com/meshdns/meshdns/internal/clustergen"
@@ -56,7 +58,7 @@ func setupStockK8s(c *caddy.Controller) error {
 	stockCluster.Lock()
 	k.APIConn = newStockAPI(stockCluster.c)
 	stockCluster.Unlock()
-	k.Upstream = outside{}
+	k.Upstream = upstream.New() // as in the binary: through the server, as endpointsvc's
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		k.Next = next
 		return k
@@ -124,7 +126,10 @@ func externalPair(t *testing.T, c *clustergen.Cluster, opts, kopts string) (stoc
 		t.Fatal(err)
 	}
 	f.Close()
-	ext := "transfer example.org {\nto *\n}\nk8s_external example.org in-addr.arpa ip6.arpa {\n" + opts + "\n}"
+	// the world outside (the CNAME targets k8s_external and the plugins
+	// look up through the server): ext.example.test has an address
+	ext := "hosts {\n192.0.2.99 ext.example.test\nfallthrough\n}\n" +
+		"transfer example.org {\nto *\n}\nk8s_external example.org in-addr.arpa ip6.arpa {\n" + opts + "\n}"
 	stockCluster.Lock()
 	stockCluster.c = c
 	stockCluster.Unlock()
@@ -153,7 +158,8 @@ func TestExternalAgainstStock(t *testing.T) {
 				c := clustergen.Generate(seed, cfg)
 				stock, ours := externalPair(t, c, cs.opts, cs.kopts)
 				qs := clustergen.ExternalQuestions(c, "example.org.", rand.New(rand.NewSource(seed)))
-				bad, answered := 0, 0
+				conflicts := c.CNAMEConflicts().Services()
+				bad, answered, deliberate := 0, 0, 0
 				for _, q := range qs {
 					if q.Type == dns.TypeNS && strings.EqualFold(q.Name, "example.org.") {
 						continue
@@ -161,6 +167,10 @@ func TestExternalAgainstStock(t *testing.T) {
 					want, got := askTCP(t, stock, q), askTCP(t, ours, q)
 					if strings.HasPrefix(want, "NOERROR") && !strings.Contains(want, "answer:  |") {
 						answered++
+					}
+					if got != want && chainsThrough(want, conflicts) {
+						deliberate++ // the cluster zone's deliberate difference, met through a lookup of a CNAME target
+						continue
 					}
 					if got != want {
 						if bad++; bad <= 20 {
@@ -176,7 +186,7 @@ func TestExternalAgainstStock(t *testing.T) {
 				if answered < 20 {
 					t.Fatalf("only %d of %d questions answered: the cluster has too few external names", answered, len(qs))
 				}
-				t.Logf("%d questions, %d answered", len(qs), answered)
+				t.Logf("%d questions, %d answered, %d deliberate differences", len(qs), answered, deliberate)
 			})
 		}
 	}
@@ -222,6 +232,21 @@ func TestExternalBackendRegistration(t *testing.T) {
 	}
 	// endpointsvc alone: autopath @kubernetes starts (it is endpointsvc's)
 	startServer(t, ".:0 {\nbind 127.0.0.1\nautopath @kubernetes\nendpointsvc cluster.local {\nsource file "+empty+"\nschema kubernetes\n}\n}")
+}
+
+// chainsThrough reports whether a reply holds a name of one of the
+// conflicted Services (clustergen.CNAMEConflicts: several CNAMEs, or
+// CNAMEs beside addresses, which schema kubernetes answers otherwise on
+// purpose, docs/cluster-dns.md): k8s_external looks the CNAME targets of
+// FQDN endpoints and ingress hostnames up through the server, and meets
+// that difference there.
+func chainsThrough(reply string, conflicts []string) bool {
+	for _, c := range conflicts {
+		if strings.Contains(reply, " "+c+".svc.cluster.local.") {
+			return true
+		}
+	}
+	return false
 }
 
 // axfrTCP transfers example.org from the server at addr: its records as
