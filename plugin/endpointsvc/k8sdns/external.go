@@ -72,49 +72,55 @@ func (s *Server) External(t *Table, name, zone string, qtype uint16, headless bo
 		return nil, dns.RcodeNameError
 	}
 	svc := e.svc
-	zonePath := msg.Path(zone, extKeyPrefix)
+	key := strings.Join([]string{msg.Path(zone, extKeyPrefix), svc.Namespace, svc.Name}, "/")
 	var out []msg.Service
-	rcode := dns.RcodeNameError
 	if headless && len(svc.ExternalIPs) == 0 && (svc.Kind == Headless || endpoint != "") {
-		for _, sl := range e.slices {
-			ports := portsOrNone(sl.Ports)
-			for i := range sl.Endpoints {
-				if !sl.Endpoints[i].IsReady() {
-					continue
-				}
-				for j := range sl.Endpoints[i].Len() {
-					addr := sl.Address(i, j)
-					label := sl.label(i, s.EndpointPodNames, addr)
-					if endpoint != "" && !strings.EqualFold(endpoint, label) {
-						continue
-					}
-					for _, p := range ports {
-						if !matchExt(port, p.Name, protocol, p.Protocol) {
-							continue
-						}
-						rcode = dns.RcodeSuccess
-						out = append(out, msg.Service{Host: addr, Port: int(p.Port), TTL: s.TTL,
-							Key: strings.Join([]string{zonePath, svc.Namespace, svc.Name, label}, "/")})
-					}
-				}
-			}
-		}
+		out = s.extEndpoints(e, key, endpoint, port, protocol)
 	} else {
 		for _, ip := range svc.ExternalIPs {
 			for _, p := range portsOrNone(svc.Ports) {
-				if !matchExt(port, p.Name, protocol, p.Protocol) {
-					continue
+				if matchExt(port, p.Name, protocol, p.Protocol) {
+					out = append(out, msg.Service{Host: ip, Port: int(p.Port), TTL: s.TTL, Key: key})
 				}
-				rcode = dns.RcodeSuccess
-				out = append(out, msg.Service{Host: ip, Port: int(p.Port), TTL: s.TTL,
-					Key: strings.Join([]string{zonePath, svc.Namespace, svc.Name}, "/")})
 			}
 		}
+	}
+	rcode := dns.RcodeNameError
+	if len(out) > 0 {
+		rcode = dns.RcodeSuccess
 	}
 	if qtype == dns.TypePTR {
 		return nil, rcode // a name that is not a reverse one: only whether it exists
 	}
 	return out, rcode
+}
+
+// extEndpoints are the records of the ready endpoints of e's slices that
+// endpoint (a label; "" any) names, one per address and matching port,
+// keyed under base (the Service's key).
+func (s *Server) extEndpoints(e *entry, base, endpoint, port, protocol string) []msg.Service {
+	var out []msg.Service
+	for _, sl := range e.slices {
+		ports := portsOrNone(sl.Ports)
+		for i := range sl.Endpoints {
+			if !sl.Endpoints[i].IsReady() {
+				continue
+			}
+			for j := range sl.Endpoints[i].Len() {
+				addr := sl.Address(i, j)
+				label := sl.label(i, s.EndpointPodNames, addr)
+				if endpoint != "" && !strings.EqualFold(endpoint, label) {
+					continue
+				}
+				for _, p := range ports {
+					if matchExt(port, p.Name, protocol, p.Protocol) {
+						out = append(out, msg.Service{Host: addr, Port: int(p.Port), TTL: s.TTL, Key: base + "/" + label})
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // matchExt is the kubernetes plugin's port and protocol match: an empty
