@@ -13,7 +13,7 @@ import (
 // with a slice holding 10.244.0.5; db (headless, no external IPs) with a
 // slice holding 10.244.0.6 and 10.244.0.7; api sharing an external IP
 // with web.
-func extCluster(t *testing.T) *Cluster {
+func extCluster(t testing.TB) *Cluster {
 	http := []Port{{Name: "http", Protocol: "TCP", Port: 80}}
 	slice := func(svc string, addrs ...string) *Slice {
 		sl := &Slice{Namespace: "shop", Name: svc + "-x", Service: svc, Type: IPv4, Ports: http}
@@ -148,5 +148,21 @@ func TestSnapshotExternalIPsCompatible(t *testing.T) {
 	}
 	if _, err := DecodeChange([]byte(`{"namespace":"shop","name":"web","service":{"namespace":"shop","name":"web","kind":"ClusterIP","external_ips":"x"}}`)); err == nil {
 		t.Error("external_ips not an array: accepted")
+	}
+}
+
+// BenchmarkExternal: k8s_external's lookup of a Service's external name
+// and of its SRV name.
+func BenchmarkExternal(b *testing.B) {
+	tbl := Build(extCluster(b))
+	s := &Server{Zones: []string{"cluster.local."}, TTL: 5}
+	b.ReportAllocs()
+	for b.Loop() {
+		if svcs, _ := s.External(tbl, "web.shop.example.org.", "example.org.", dns.TypeA, false); len(svcs) != 2 {
+			b.Fatal(svcs)
+		}
+		if svcs, _ := s.External(tbl, "_http._tcp.web.shop.example.org.", "example.org.", dns.TypeSRV, false); len(svcs) != 2 {
+			b.Fatal(svcs)
+		}
 	}
 }
