@@ -45,6 +45,9 @@ type Config struct {
 	// multicluster steps or questions.
 	Imports        int
 	ClusterSetZone string
+	// External gives a share of the Services external IPs and
+	// LoadBalancer ingresses (external.go; in-process use only).
+	External bool
 }
 
 // Small is a cluster of ten namespaces and forty Services: fast enough for
@@ -161,6 +164,9 @@ func Generate(seed int64, cfg Config) *Cluster {
 	}
 	if cfg.Imports > 0 {
 		c.generateImports(r) // last: the draws above stay those of a seed without
+	}
+	if cfg.External {
+		c.generateExternal(r) // after the imports: their draws stay too
 	}
 	return c
 }

@@ -99,6 +99,9 @@ func setup(c *caddy.Controller) error {
 		e.Next = next
 		return e
 	})
+	if d, ok := e.schema.(*dnsSchema); ok {
+		addExternalBackend(c, e, d) // k8s_external's backend (external.go)
+	}
 	return nil
 }
 

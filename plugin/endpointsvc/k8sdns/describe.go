@@ -59,6 +59,9 @@ func (t *Table) Describe() string {
 	for _, x := range revs {
 		fmt.Fprintf(&b, "rev %s %v\n", x.a, x.refs)
 	}
+	for ip, ks := range t.ext.All() {
+		fmt.Fprintf(&b, "external %s %v\n", ip, ks)
+	}
 	for _, p := range t.Pods() {
 		fmt.Fprintf(&b, "pod %s %v\n", p.Addr, p.Namespaces)
 	}

@@ -51,6 +51,10 @@ type Service struct {
 	// controller marks such a Service's endpoints ready; DNS reads only the
 	// ready condition, as the kubernetes plugin does.
 	PublishNotReady bool
+	// ExternalIPs are spec.externalIPs, then each status.loadBalancer
+	// ingress's IP (or its hostname when it has no IP), as written: what
+	// k8s_external answers (the kubernetes plugin's reading).
+	ExternalIPs []string
 }
 
 // Port is a Service's or an EndpointSlice's port: name and protocol as
@@ -360,7 +364,8 @@ func (c *Cluster) Len() int { return len(c.Services) }
 // Equal reports whether two Services are the same in every field.
 func (s *Service) Equal(o *Service) bool {
 	return s.Namespace == o.Namespace && s.Name == o.Name && s.Kind == o.Kind && s.ExternalName == o.ExternalName &&
-		s.PublishNotReady == o.PublishNotReady && slices.Equal(s.ClusterIPs, o.ClusterIPs) && slices.Equal(s.Ports, o.Ports)
+		s.PublishNotReady == o.PublishNotReady && slices.Equal(s.ClusterIPs, o.ClusterIPs) && slices.Equal(s.Ports, o.Ports) &&
+		slices.Equal(s.ExternalIPs, o.ExternalIPs)
 }
 
 // Equal reports whether two slices are the same in every field, every

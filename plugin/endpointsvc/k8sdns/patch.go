@@ -77,6 +77,7 @@ func (t *Table) Patched(p *Patch) *Table {
 	names := t.names.Edit()
 	rev := t.rev.Edit()
 	imports := t.imports.Edit()
+	ext := t.ext.Edit()
 	for _, c := range p.Changes {
 		if c.Key.Import {
 			n.patchImport(imports, c)
@@ -96,6 +97,7 @@ func (t *Table) Patched(p *Patch) *Table {
 		} else {
 			names.Delete(c.Key)
 		}
+		patchExt(ext, c.Key, old, e)
 		added := map[[16]byte][]ref{}
 		if e != nil {
 			e.eachRef(func(a [16]byte, r ref) {
@@ -117,7 +119,7 @@ func (t *Table) Patched(p *Patch) *Table {
 			rev.Set(a, packRefs(rs))
 		}
 	}
-	n.names, n.rev, n.imports = names.Map(), rev.Map(), imports.Map()
+	n.names, n.rev, n.imports, n.ext = names.Map(), rev.Map(), imports.Map(), ext.Map()
 	n.pods = patchPods(t.pods, p.Pods)
 	return n
 }
@@ -135,5 +137,35 @@ func (t *Table) patchImport(imports *pmap.Editor[Key, *entry], c Change) {
 	imports.Set(c.Key, newEntry(c.Service, c.Slices))
 	if c.Service != nil {
 		t.nimports++
+	}
+}
+
+// patchExt moves key k in the external IP index from the external IPs of
+// its old entry (nil: none) to those of its new one (nil: gone).
+func patchExt(ext *pmap.Editor[string, []Key], k Key, old, cur *entry) {
+	var was, is []string
+	if old != nil && old.svc != nil {
+		was = old.svc.ExternalIPs
+	}
+	if cur != nil && cur.svc != nil {
+		is = cur.svc.ExternalIPs
+	}
+	if len(was) == 0 && len(is) == 0 {
+		return
+	}
+	for _, ip := range was {
+		ks, _ := ext.Get(ip)
+		ks = slices.DeleteFunc(slices.Clone(ks), func(x Key) bool { return x == k })
+		if len(ks) == 0 {
+			ext.Delete(ip)
+			continue
+		}
+		ext.Set(ip, ks)
+	}
+	for _, ip := range is {
+		ks, _ := ext.Get(ip)
+		if i, found := slices.BinarySearchFunc(ks, k, Key.Compare); !found {
+			ext.Set(ip, slices.Insert(slices.Clone(ks), i, k))
+		}
 	}
 }

@@ -51,7 +51,9 @@ func configs() map[string]clustergen.Config {
 	withPods.Pods, withPods.Terminating = 40, true
 	withImports := clustergen.Small()
 	withImports.Imports = 12
-	return map[string]clustergen.Config{"": clustergen.Small(), "pods": withPods, "multicluster": withImports}
+	withExternal := clustergen.Small()
+	withExternal.External = true
+	return map[string]clustergen.Config{"": clustergen.Small(), "pods": withPods, "multicluster": withImports, "external": withExternal}
 }
 
 // patchOf is the patch a source sends for change ch of c (after it):
@@ -167,7 +169,7 @@ func patchedEqualsBuilt(t *testing.T, seed int64, cfg clustergen.Config) {
 // a cluster whose table equals the live one.
 func TestSnapshotRoundTrip(t *testing.T) {
 	for _, seed := range seeds(4) {
-		cfg := configs()[[]string{"", "pods", "multicluster"}[seed%3]]
+		cfg := configs()[[]string{"", "pods", "multicluster", "external"}[seed%4]]
 		c := model(clustergen.Generate(seed, cfg))
 		var buf bytes.Buffer
 		if err := c.Snapshot(&buf); err != nil {

@@ -32,7 +32,7 @@ func sameChange(a, b k8sdns.Change) bool {
 // to it.
 func TestRecordRoundTrip(t *testing.T) {
 	for _, seed := range seeds(4) {
-		tbl := k8sdns.Build(model(clustergen.Generate(seed, configs()[[]string{"", "multicluster"}[seed%2]])))
+		tbl := k8sdns.Build(model(clustergen.Generate(seed, configs()[[]string{"", "multicluster", "external"}[seed%3]])))
 		c := &k8sdns.Cluster{Namespaces: tbl.Namespaces()}
 		for ch := range tbl.All() {
 			rec := k8sdns.AppendChange(nil, ch)

@@ -34,6 +34,9 @@ import (
 //	"imports":[{"namespace":"shop","name":"web","kind":"ClusterSetIP","cluster_ips":["10.100.0.9"],"ports":[…]}]
 //
 // Both are left out without multicluster.
+// A Service with external IPs or LoadBalancer ingresses (k8s_external)
+// has them in "external_ips" (IPs or ingress hostnames, as written); a
+// snapshot written before the field existed loads without them.
 // "pods", the pod index of pods verified (the addresses of each
 // namespace's running Pods, one per Pod), is left out without one; a
 // snapshot written before it existed loads with no pod index.
@@ -65,6 +68,7 @@ type snapSvc struct {
 	ExternalName    string     `json:"external_name,omitempty"`
 	Ports           []snapPort `json:"ports,omitempty"`
 	PublishNotReady bool       `json:"publish_not_ready,omitempty"`
+	ExternalIPs     []string   `json:"external_ips,omitempty"`
 }
 
 type snapPort struct {
@@ -149,7 +153,7 @@ func (doc *snapDoc) cluster() (*Cluster, error) {
 }
 
 func (ss *snapSvc) service() (*Service, error) {
-	s := &Service{Namespace: ss.Namespace, Name: ss.Name, ExternalName: ss.ExternalName, PublishNotReady: ss.PublishNotReady, Ports: ports(ss.Ports)}
+	s := &Service{Namespace: ss.Namespace, Name: ss.Name, ExternalName: ss.ExternalName, PublishNotReady: ss.PublishNotReady, Ports: ports(ss.Ports), ExternalIPs: ss.ExternalIPs}
 	switch ss.Kind {
 	case "ClusterIP":
 		s.Kind = ClusterIP
@@ -177,8 +181,8 @@ func (ss *snapSvc) importService() (*Service, error) {
 	switch {
 	case ss.Kind != "ClusterSetIP" && ss.Kind != "Headless":
 		return nil, fmt.Errorf("unknown ServiceImport kind %q", ss.Kind)
-	case ss.ExternalName != "" || ss.PublishNotReady:
-		return nil, errors.New("a ServiceImport has no external_name or publish_not_ready")
+	case ss.ExternalName != "" || ss.PublishNotReady || len(ss.ExternalIPs) > 0:
+		return nil, errors.New("a ServiceImport has no external_name, publish_not_ready or external_ips")
 	}
 	c := *ss
 	if c.Kind == "ClusterSetIP" {
@@ -378,6 +382,10 @@ func appendService(b []byte, s *Service, imp bool) []byte {
 	b = appendPorts(b, s.Ports)
 	if s.PublishNotReady {
 		b = append(b, `,"publish_not_ready":true`...)
+	}
+	if len(s.ExternalIPs) > 0 {
+		b = append(b, `,"external_ips":`...)
+		b = jsonw.AppendStrings(b, s.ExternalIPs)
 	}
 	return append(b, '}')
 }

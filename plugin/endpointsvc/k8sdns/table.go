@@ -19,6 +19,7 @@ type Table struct {
 	rev        *pmap.Map[[16]byte, refs]   // address (IPv4 v4-mapped) → what it is: PTR
 	pods       *pmap.Map[[16]byte, podNSs] // pods verified: address (IPv4 v4-mapped) → its Pods' namespaces
 	imports    *pmap.Map[Key, *entry]      // multicluster: a ServiceImport, or the slices labelled with a name none has; keys with Import
+	ext        *pmap.Map[string, []Key]    // external IP (as written) → the Services that have it (k8s_external's PTR), in key order
 
 	services  int // entries with a Service
 	endpoints int // ready endpoints of those entries' slices
@@ -153,6 +154,7 @@ func Build(c *Cluster) *Table {
 		e.eachRef(func(a [16]byte, r ref) { addrs = append(addrs, addrRef{a, r}) })
 	}
 	t.names = pmap.Of(Key.compare, keys, entries)
+	t.ext = extMap(extIndex(entries))
 	t.rev = reverseIndex(addrs)
 	t.pods = podIndex(c.Pods)
 	t.imports = t.buildImports(c)

@@ -110,6 +110,7 @@ func modelService(s *corev1.Service) k8sdns.Service {
 			}
 		}
 	}
+	m.ExternalIPs = externalIPs(s)
 	if len(s.Spec.Ports) > 0 {
 		m.Ports = make([]k8sdns.Port, len(s.Spec.Ports))
 		for i, p := range s.Spec.Ports {
@@ -117,6 +118,26 @@ func modelService(s *corev1.Service) k8sdns.Service {
 		}
 	}
 	return m
+}
+
+// externalIPs are what k8s_external answers for s, as the kubernetes
+// plugin reads them: spec.externalIPs, then each LoadBalancer ingress's IP,
+// or its hostname when it has none; nil when there are none.
+func externalIPs(s *corev1.Service) []string {
+	n := len(s.Spec.ExternalIPs) + len(s.Status.LoadBalancer.Ingress)
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, 0, n)
+	out = append(out, s.Spec.ExternalIPs...)
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		if in.IP != "" {
+			out = append(out, in.IP)
+			continue
+		}
+		out = append(out, in.Hostname)
+	}
+	return out
 }
 
 // transformSlice converts a *discoveryv1.EndpointSlice into a *kSlice;

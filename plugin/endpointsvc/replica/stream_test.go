@@ -29,6 +29,9 @@ func TestFollowerAnswersAsLeader(t *testing.T) {
 			if seed == 4 { // with Pods: the pod index of pods verified travels too
 				cfg.Pods = 40
 			}
+			if seed == 3 { // with external IPs (k8s_external): they travel too
+				cfg.External = true
+			}
 			c := clustergen.Generate(seed, cfg)
 			r := rand.New(rand.NewSource(seed))
 			l := NewLeader("cluster.local.", "")
