@@ -81,7 +81,13 @@ func podCluster(seed int64) (*clustergen.Cluster, clustergen.Config) {
 // Unknown Pod (its field selector), no Pod first seen terminating.
 func stockWith(t testing.TB, cl *clustergen.Cluster, opts string) *kubernetes.Kubernetes {
 	t.Helper()
-	c := caddy.NewTestController("dns", "kubernetes cluster.local in-addr.arpa ip6.arpa {\n "+opts+"\n fallthrough in-addr.arpa ip6.arpa\n ttl 30\n}")
+	return stockBlock(t, cl, opts+"\n fallthrough in-addr.arpa ip6.arpa\n ttl 30")
+}
+
+// stockBlock is the stock plugin with the block's body as written.
+func stockBlock(t testing.TB, cl *clustergen.Cluster, opts string) *kubernetes.Kubernetes {
+	t.Helper()
+	c := caddy.NewTestController("dns", "kubernetes cluster.local in-addr.arpa ip6.arpa {\n "+opts+"\n}")
 	c.Next()
 	k, err := kubernetes.ParseStanza(c)
 	if err != nil {
@@ -137,8 +143,13 @@ func podListed(p *corev1.Pod) bool {
 // the cluster.
 func oursWith(t *testing.T, f *fakeCluster, opts string) *Endpointsvc {
 	t.Helper()
-	return kubePluginWith(t, f.client, "", "endpointsvc cluster.local in-addr.arpa ip6.arpa {\n source kubernetes\n schema kubernetes\n "+
-		opts+"\n fallthrough in-addr.arpa ip6.arpa\n ttl 30\n}")
+	return oursBlock(t, f, opts+"\n fallthrough in-addr.arpa ip6.arpa\n ttl 30")
+}
+
+// oursBlock is schema kubernetes with the block's body as written.
+func oursBlock(t *testing.T, f *fakeCluster, opts string) *Endpointsvc {
+	t.Helper()
+	return kubePluginWith(t, f.client, "", "endpointsvc cluster.local in-addr.arpa ip6.arpa {\n source kubernetes\n schema kubernetes\n "+opts+"\n}")
 }
 
 // TestOptionsAgainstStock: for each option case and seed, every question
@@ -176,7 +187,12 @@ func compareOptions(t *testing.T, c *clustergen.Cluster, cfg clustergen.Config, 
 // diffOptions is the first question ours answers unlike the stock plugin
 // ("" none), for waiting until the patches arrived.
 func diffOptions(c *clustergen.Cluster, qs []clustergen.Question, ours *Endpointsvc, opts string) string {
-	stock := stockWith(&testing.T{}, c, opts)
+	return diffBlock(c, qs, ours, opts+"\n fallthrough in-addr.arpa ip6.arpa\n ttl 30")
+}
+
+// diffBlock is diffOptions under the block's body as written.
+func diffBlock(c *clustergen.Cluster, qs []clustergen.Question, ours *Endpointsvc, body string) string {
+	stock := stockBlock(&testing.T{}, c, body)
 	conflicts := c.CNAMEConflicts()
 	for _, q := range qs {
 		want, reply := serve(stock, q)
