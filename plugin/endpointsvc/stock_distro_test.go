@@ -2,14 +2,10 @@ package endpointsvc
 
 import (
 	"fmt"
-	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/meshdns/meshdns/internal/clustergen"
-	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/kubefix"
 )
 
 // The kubernetes blocks the distributions ship (testdata/distros, each
@@ -63,27 +59,8 @@ func TestDistroCorefilesAgainstStock(t *testing.T) {
 		seen[body] = name
 		for _, seed := range genSeeds(t, 2) {
 			t.Run(fmt.Sprintf("%s/%d", name, seed), func(t *testing.T) {
-				c, cfg := podCluster(seed)
-				f := newFakeClusterSelecting(t, c, nil)
-				ours := oursBlock(t, f, body)
-				r := rand.New(rand.NewSource(seed))
-				compareBlock(t, c, cfg, r, ours, body)
-				for range 30 {
-					f.apply(t, c.Step(r))
-				}
-				kubefix.Eventually(t, func() string {
-					return diffBlock(c, clustergen.Questions(c, cfg, rand.New(rand.NewSource(seed))), ours, body)
-				})
-				compareBlock(t, c, cfg, r, ours, body)
+				blockAgainstStock(t, seed, body, nil)
 			})
 		}
 	}
-}
-
-// compareBlock compares the answers and the search paths under the block.
-func compareBlock(t *testing.T, c *clustergen.Cluster, cfg clustergen.Config, r *rand.Rand, ours *Endpointsvc, body string) {
-	t.Helper()
-	n, d := compareWithStockPlugin(t, c, clustergen.Questions(c, cfg, r), stockBlock(t, c, body), ours, 10)
-	paths := compareAutoPath(t, c, stockBlock(t, c, body), ours)
-	t.Logf("%d questions compared (%d deliberate differences), %d search paths", n, d, paths)
 }

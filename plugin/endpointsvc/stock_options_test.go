@@ -81,7 +81,7 @@ func podCluster(seed int64) (*clustergen.Cluster, clustergen.Config) {
 // Unknown Pod (its field selector), no Pod first seen terminating.
 func stockWith(t testing.TB, cl *clustergen.Cluster, opts string) *kubernetes.Kubernetes {
 	t.Helper()
-	return stockBlock(t, cl, opts+"\n fallthrough in-addr.arpa ip6.arpa\n ttl 30")
+	return stockBlock(t, cl, opts+optionsTail)
 }
 
 // stockBlock is the stock plugin with the block's body as written.
@@ -143,7 +143,7 @@ func podListed(p *corev1.Pod) bool {
 // the cluster.
 func oursWith(t *testing.T, f *fakeCluster, opts string) *Endpointsvc {
 	t.Helper()
-	return oursBlock(t, f, opts+"\n fallthrough in-addr.arpa ip6.arpa\n ttl 30")
+	return oursBlock(t, f, opts+optionsTail)
 }
 
 // oursBlock is schema kubernetes with the block's body as written.
@@ -159,35 +159,48 @@ func TestOptionsAgainstStock(t *testing.T) {
 	for _, opts := range optionCases {
 		for _, seed := range genSeeds(t, 2) {
 			t.Run(fmt.Sprintf("%s/%d", strings.ReplaceAll(opts, "\n ", ","), seed), func(t *testing.T) {
-				c, cfg := podCluster(seed)
-				f := newFakeClusterSelecting(t, c, namespaceSelector(t, opts))
-				ours := oursWith(t, f, opts)
-				r := rand.New(rand.NewSource(seed))
-				compareOptions(t, c, cfg, r, ours, opts)
-				for range 30 {
-					f.apply(t, c.Step(r))
-				}
-				kubefix.Eventually(t, func() string {
-					return diffOptions(c, clustergen.Questions(c, cfg, rand.New(rand.NewSource(seed))), ours, opts)
-				})
-				compareOptions(t, c, cfg, r, ours, opts)
+				blockAgainstStock(t, seed, opts+optionsTail, namespaceSelector(t, opts))
 			})
 		}
 	}
 }
 
-// compareOptions compares the answers and the search paths.
-func compareOptions(t *testing.T, c *clustergen.Cluster, cfg clustergen.Config, r *rand.Rand, ours *Endpointsvc, opts string) {
+// optionsTail ends every option case's block, as kubeadm's does.
+const optionsTail = "\n fallthrough in-addr.arpa ip6.arpa\n ttl 30"
+
+// blockAgainstStock builds the seed's cluster with Pods under the block's
+// body as written (selector: the namespaces the fake clientset lists, nil
+// all) and compares every question and every client's search path with
+// the stock plugin's; then after 30 random steps (Pods among them),
+// patched, again.
+func blockAgainstStock(t *testing.T, seed int64, body string, selector labels.Selector) {
 	t.Helper()
-	n, d := compareWithStockPlugin(t, c, clustergen.Questions(c, cfg, r), stockWith(t, c, opts), ours, 10)
-	paths := compareAutoPath(t, c, stockWith(t, c, opts), ours)
+	c, cfg := podCluster(seed)
+	f := newFakeClusterSelecting(t, c, selector)
+	ours := oursBlock(t, f, body)
+	r := rand.New(rand.NewSource(seed))
+	compareBlock(t, c, cfg, r, ours, body)
+	for range 30 {
+		f.apply(t, c.Step(r))
+	}
+	kubefix.Eventually(t, func() string {
+		return diffBlock(c, clustergen.Questions(c, cfg, rand.New(rand.NewSource(seed))), ours, body)
+	})
+	compareBlock(t, c, cfg, r, ours, body)
+}
+
+// compareBlock compares the answers and the search paths under the block.
+func compareBlock(t *testing.T, c *clustergen.Cluster, cfg clustergen.Config, r *rand.Rand, ours *Endpointsvc, body string) {
+	t.Helper()
+	n, d := compareWithStockPlugin(t, c, clustergen.Questions(c, cfg, r), stockBlock(t, c, body), ours, 10)
+	paths := compareAutoPath(t, c, stockBlock(t, c, body), ours)
 	t.Logf("%d questions compared (%d deliberate differences), %d search paths", n, d, paths)
 }
 
 // diffOptions is the first question ours answers unlike the stock plugin
 // ("" none), for waiting until the patches arrived.
 func diffOptions(c *clustergen.Cluster, qs []clustergen.Question, ours *Endpointsvc, opts string) string {
-	return diffBlock(c, qs, ours, opts+"\n fallthrough in-addr.arpa ip6.arpa\n ttl 30")
+	return diffBlock(c, qs, ours, opts+optionsTail)
 }
 
 // diffBlock is diffOptions under the block's body as written.
