@@ -38,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -258,7 +259,25 @@ func fleetMeshdns(bin, dir, proxy string, n int) ([]string, func(), error) {
 	if err := cmd.Start(); err != nil {
 		return nil, nil, err
 	}
-	return addrs, func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait(); logf.Close() }, nil
+	// meshdns exiting before it is stopped ends the run at once, with why
+	// (a 5-minute wait for sources that no process serves says nothing)
+	exited := make(chan struct{})
+	var stopping atomic.Bool
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		if !stopping.Load() {
+			fatalf("meshdns exited (%v); its log (tail):\n%s", err, tail(filepath.Join(dir, "meshdns.log"), 20))
+		}
+	}()
+	return addrs, func() {
+		if stopping.Swap(true) {
+			return
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		logf.Close()
+	}, nil
 }
 
 // settle waits until no request but agent probes reached the proxy for
@@ -320,6 +339,8 @@ func runFleet(consulBin, meshdns string, n, changes int) {
 	onExit(stopMesh)
 	t0 := time.Now()
 	if !visible(addrs, "ext1-1.virtual.consul.", true, 5*time.Minute) {
+		log.Printf("proxy: %d requests so far; meshdns log (tail):\n%s\nconsul log (tail):\n%s", p.mark(),
+			tail(filepath.Join(dir, "meshdns.log"), 40), tail(filepath.Join(dir, "consul.log"), 20))
 		fatalf("not every source answers ext1-1.virtual.consul after 5 minutes")
 	}
 	log.Printf("%d sources synced %d names in %v", n, len(names), time.Since(t0).Round(time.Millisecond))
@@ -514,9 +535,13 @@ func dnsFleet(addr string, names []string, n int, d time.Duration) int {
 	return total
 }
 
-// freeDualPorts returns n loopback ports free for both TCP and UDP (a
-// thousand TCP-free ports hold a few that some UDP socket has).
+// freeDualPorts returns n loopback ports free for both TCP and UDP, taken
+// below the kernel's ephemeral range: meshdns binds its thousand listeners
+// one by one while its sources already connect, and a port taken from the
+// ephemeral range could be handed to one of those connections first (a
+// 1,000-source run died at start on "bind: address already in use").
 func freeDualPorts(n int) []int {
+	lo := ephemeralLow()
 	var closers []io.Closer
 	defer func() {
 		for _, c := range closers {
@@ -524,13 +549,15 @@ func freeDualPorts(n int) []int {
 		}
 	}()
 	var ports []int
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for port := lo - 1; len(ports) < n; port-- {
+		if port < 1024 {
+			log.Fatalf("fewer than %d free ports below %d", n, lo)
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			log.Fatal(err)
+			continue
 		}
 		closers = append(closers, l)
-		port := l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
 		if err != nil {
 			continue
@@ -539,6 +566,17 @@ func freeDualPorts(n int) []int {
 		ports = append(ports, port)
 	}
 	return ports
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+		if lo, err := strconv.Atoi(f[0]); err == nil {
+			return lo
+		}
+	}
+	return 32768
 }
 
 // cleanups run, last first, when runFleet returns or fails: log.Fatal alone
@@ -558,4 +596,11 @@ func runCleanups() {
 func fatalf(format string, a ...any) {
 	runCleanups()
 	log.Fatalf(format, a...)
+}
+
+// tail is the last n lines of a file, for a failure's report.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

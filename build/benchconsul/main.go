@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -277,7 +278,7 @@ func visible(addrs []string, name string, want bool, limit time.Duration) bool {
 	// two cores answered them instead of syncing)
 	every := min(10*time.Millisecond*time.Duration(max(1, len(addrs)/20)), 500*time.Millisecond)
 	var wg sync.WaitGroup
-	ok := make([]bool, len(addrs))
+	ok := make([]atomic.Bool, len(addrs))
 	for i, a := range addrs {
 		wg.Add(1)
 		go func() {
@@ -288,15 +289,39 @@ func visible(addrs []string, name string, want bool, limit time.Duration) bool {
 			for time.Now().Before(deadline) {
 				r, _, err := c.Exchange(m, a)
 				if err == nil && (want && r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0 || !want && r.Rcode == dns.RcodeNameError) {
-					ok[i] = true
+					ok[i].Store(true)
 					return
 				}
 				time.Sleep(every)
 			}
 		}()
 	}
-	wg.Wait()
-	return !slices.Contains(ok, false)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for tick := time.NewTicker(30 * time.Second); ; {
+		select {
+		case <-done:
+			tick.Stop()
+			n := len(addrs) - countFalse(ok)
+			if n < len(addrs) {
+				log.Printf("visible %s: %d of %d sources after %v", name, n, len(addrs), limit)
+			}
+			return n == len(addrs)
+		case <-tick.C:
+			log.Printf("visible %s: waiting, %d of %d sources so far", name, len(addrs)-countFalse(ok), len(addrs))
+		}
+	}
+}
+
+// countFalse counts the pollers not done yet.
+func countFalse(ok []atomic.Bool) int {
+	c := 0
+	for i := range ok {
+		if !ok[i].Load() {
+			c++
+		}
+	}
+	return c
 }
 
 // counter is a reverse proxy to the agent that counts what passes.
