@@ -30,7 +30,10 @@ type applier struct {
 	askEpoch  string
 	askGen    uint64
 	askDigest digest
-	options   string // the follower's options, which its tables are built with
+	// askBuckets (version 4): the served table's bucket digests, sent when
+	// its content is its origin's digest's (nil: not sent)
+	askBuckets *buckets
+	options    string // the follower's options, which its tables are built with
 
 	started bool          // the header came
 	applied bool          // a state was handed to the sink
@@ -45,7 +48,16 @@ type applier struct {
 	nss     []string
 	setNSs  bool
 	pods    map[netip.Addr][]string // pod addresses changed (pods verified)
+
+	// bucketed: the state being received is the whole content of the
+	// buckets in set (version 4), the rest is the served table's
+	bucketed bool
+	set      bucketSet
 }
+
+// errDigest is a bucket resume whose result is not the state the leader
+// named: the follower asks for the whole state next.
+var errDigest = errors.New("the buckets received do not make the state the synced line names: not applied")
 
 // line applies one line (without its newline).
 func (a *applier) line(b []byte) error {
@@ -76,7 +88,7 @@ func (a *applier) line(b []byte) error {
 		if c.Gen == nil || c.Full == nil || c.Synced || c.Namespaces != nil {
 			return errors.New("a header wants epoch, gen and full only")
 		}
-		if err := a.header(*c.Epoch, *c.Gen, *c.Full, c.From); err != nil {
+		if err := a.header(*c.Epoch, *c.Gen, *c.Full, c.From, c.Buckets); err != nil {
 			return err
 		}
 		a.v, a.age = 1, age
@@ -108,16 +120,30 @@ func (a *applier) line(b []byte) error {
 // follower fell behind the leader's log) or the changes since what the
 // follower asked for (only at the start): since its generation of the
 // same epoch, or (version 3, from given) since the leader's generation
-// from, whose state has the digest the follower asked with.
-func (a *applier) header(epoch string, gen uint64, full bool, from *uint64) error {
+// from, whose state has the digest the follower asked with, or (version
+// 4, buckets given) the whole content of the buckets whose digests
+// differed from those the follower asked with.
+func (a *applier) header(epoch string, gen uint64, full bool, from *uint64, buckets *[]int) error {
 	if !validEpoch(epoch) {
 		return errorf("bad epoch %q", epoch)
 	}
-	if a.started {
-		if !full || epoch != a.epoch || gen <= a.gen || a.pending() {
+	switch {
+	case a.started:
+		if !full || buckets != nil || epoch != a.epoch || gen <= a.gen || a.pending() {
 			return errorf("header (epoch %s gen %d full %v) in the middle of a state or of another stream", epoch, gen, full)
 		}
-	} else if !full {
+	case buckets != nil:
+		if full || from != nil || a.askBuckets == nil || a.served() == nil {
+			return errorf("buckets at %s/%d, but none were asked for", epoch, gen)
+		}
+		for _, b := range *buckets {
+			if b < 0 || b >= Buckets {
+				return errorf("bad bucket %d", b)
+			}
+			a.set.add(uint8(b))
+		}
+		a.bucketed, a.gen = true, 0
+	case !full:
 		since := a.askGen
 		if from != nil {
 			since = *from
@@ -144,6 +170,9 @@ func (a *applier) record(b []byte) error {
 	if err != nil {
 		return err
 	}
+	if a.bucketed && !a.set.hasKey(c.Key) {
+		return errorf("a record of %s/%s outside the buckets sent", c.Key.Namespace, c.Key.Name)
+	}
 	if a.full != nil {
 		a.full.Add(c)
 		a.stats.FullRecords.Add(1)
@@ -168,6 +197,9 @@ func (a *applier) namespaces(nss []string) error {
 	if !a.started {
 		return errors.New("namespaces before the header")
 	}
+	if a.bucketed && !a.set.has(nsBucket) {
+		return errors.New("namespaces outside the buckets sent")
+	}
 	if a.full != nil {
 		a.full.Namespaces = nss
 	} else {
@@ -190,6 +222,9 @@ func (a *applier) podsLine(m map[string][]string) error {
 		if err != nil || ip.Zone() != "" || slices.Contains(nss, "") {
 			return fmt.Errorf("pods: bad address %q or namespace", s)
 		}
+		if a.bucketed && !a.set.has(podBucket(ip)) {
+			return fmt.Errorf("pods: address %s outside the buckets sent", ip)
+		}
 		a.pods[ip.Unmap()] = slices.Sorted(slices.Values(nss))
 	}
 	return nil
@@ -210,7 +245,7 @@ func (a *applier) podAddrs(whole bool) []k8sdns.PodAddr {
 
 // pending reports whether part of a state has arrived.
 func (a *applier) pending() bool {
-	return a.full != nil || len(a.changes) > 0 || a.setNSs || len(a.pods) > 0
+	return a.full != nil || len(a.changes) > 0 || a.setNSs || len(a.pods) > 0 || a.bucketed
 }
 
 // synced hands the state received to the sink: a whole state as an
@@ -221,6 +256,11 @@ func (a *applier) synced(gen uint64, d digest) error {
 		return errors.New("synced before the header")
 	case gen < a.gen || (gen == a.gen && a.pending()):
 		return errorf("synced generation %d after %d", gen, a.gen)
+	}
+	if a.bucketed {
+		if err := a.fillBuckets(d); err != nil {
+			return err
+		}
 	}
 	o := position{epoch: a.epoch, gen: gen, digest: d, options: a.options}.String()
 	a.setAge()
@@ -239,7 +279,64 @@ func (a *applier) synced(gen uint64, d digest) error {
 		a.sink.Unchanged()
 	}
 	a.gen, a.full, a.changes, a.seen, a.nss, a.setNSs, a.pods = gen, nil, nil, nil, nil, false, nil
+	a.bucketed, a.set, a.askBuckets = false, bucketSet{}, nil
 	a.applied = true
+	return nil
+}
+
+// fillBuckets completes a bucket resume into a patch of the served table:
+// each name and pod address the table holds in a bucket sent but that
+// was not sent is gone. It checks, before anything is applied, that the
+// result's digest - the served table's other buckets' digests and the
+// hashes of what was received - is d, the synced line's: a leader that
+// sent a wrong or partial bucket, or a table that is not the content its
+// buckets were computed from, fails with errDigest.
+func (a *applier) fillBuckets(d digest) error {
+	t := a.served()
+	if t == nil || d == zeroDigest {
+		return errDigest
+	}
+	if a.set.has(nsBucket) && !a.setNSs {
+		return errors.New("a bucket resume without the namespaces line of its bucket")
+	}
+	var h hasher
+	sum := zeroDigest
+	for b := range Buckets {
+		if !a.set.has(uint8(b)) {
+			sum = sum.add(a.askBuckets[b])
+		}
+	}
+	for _, c := range a.changes {
+		sum = sum.add(h.record(c))
+	}
+	if a.set.has(nsBucket) {
+		sum = sum.add(h.namespaces(a.nss))
+	}
+	for ip, nss := range a.pods {
+		sum = sum.add(h.pod(ip, nss))
+	}
+	if sum != d {
+		return errDigest
+	}
+	for c := range t.All() {
+		if _, ok := a.seen[c.Key]; !ok && a.set.hasKey(c.Key) {
+			if a.seen == nil {
+				a.seen = map[k8sdns.Key]int{}
+			}
+			a.seen[c.Key] = len(a.changes)
+			a.changes = append(a.changes, k8sdns.Change{Key: c.Key})
+		}
+	}
+	if t.PodCount() > 0 {
+		for _, p := range t.Pods() {
+			if _, ok := a.pods[p.Addr]; !ok && a.set.has(podBucket(p.Addr)) {
+				if a.pods == nil {
+					a.pods = map[netip.Addr][]string{}
+				}
+				a.pods[p.Addr] = nil
+			}
+		}
+	}
 	return nil
 }
 

@@ -1,8 +1,16 @@
 package replica
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
+	"weak"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/kubesource"
@@ -77,4 +85,117 @@ func BenchmarkWholeState(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkBucketResume: what a follower that moves to a replica which
+// never had its state receives (version 4: the buckets whose digests
+// differ) against the whole state, at 5,000 Services (specCluster) with
+// 1, 10 and 100 names different; and the leader's work to find and
+// encode them.
+//
+//	go test -run - -bench BucketResume -benchtime 20x ./plugin/endpointsvc/replica/
+func BenchmarkBucketResume(b *testing.B) {
+	base := k8sdns.Build(specCluster(5000))
+	whole := len(encodeWhole(&state{table: base}).b)
+	_, theirs := wholeBuckets(base)
+	var lanes [Buckets]uint64
+	for i, d := range theirs {
+		lanes[i] = d[0]
+	}
+	for _, n := range []int{1, 10, 100} {
+		c := specCluster(5000)
+		for i := range n { // another port on n Services, spread over the namespaces
+			c.Services[i*37%len(c.Services)].Ports[0].Port = 81
+		}
+		l := NewLeader("cluster.local.", "")
+		l.Rebuilt(k8sdns.Build(c))
+		b.Run(fmt.Sprintf("differ/%d", n), func(b *testing.B) {
+			var size int
+			for b.Loop() {
+				l.enc.lastBucket = weak.Pointer[encoded]{} // encode each time
+				s := l.next("0", 1, zeroDigest, &lanes, true)
+				size = len(s.body.b)
+			}
+			b.ReportMetric(float64(size), "bytes/resume")
+			b.ReportMetric(float64(whole), "bytes/whole")
+		})
+	}
+}
+
+// BenchmarkStreamHeap: the leader's live heap per open idle stream, after
+// each got its first state (a small table), with 100 and 1,000 streams
+// from raw loopback connections in the same process (their own heap, a
+// socket each, is counted in).
+//
+//	go test -run - -bench StreamHeap -benchtime 1x ./plugin/endpointsvc/replica/
+func BenchmarkStreamHeap(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		for _, over := range []bool{true, false} {
+			name := fmt.Sprintf("takeover/streams/%d", n)
+			if !over {
+				name = fmt.Sprintf("responsewriter/streams/%d", n)
+			}
+			b.Run(name, func(b *testing.B) { streamHeap(b, n, over) })
+		}
+	}
+}
+
+// streamHeap measures n streams' heap; over: taken over (as Server
+// serves them), else written through the ResponseWriter (as before).
+func streamHeap(b *testing.B, n int, over bool) {
+	{
+		{
+			for b.Loop() {
+				l := NewLeader("cluster.local.", "")
+				l.Rebuilt(k8sdns.Build(specCluster(100)))
+				var h http.Handler = l
+				if !over {
+					h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						l.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), baseKey{}, nil)))
+					})
+				}
+				base, srv := serveLeader(b, h)
+				addr := strings.TrimPrefix(base, "http://")
+				before := liveHeap()
+				conns := make([]net.Conn, 0, n)
+				for range n {
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						b.Fatal(err)
+					}
+					conns = append(conns, c)
+					fmt.Fprintf(c, "GET %s?v=%d HTTP/1.1\r\nHost: x\r\n\r\n", Path, Version)
+				}
+				buf := make([]byte, 64<<10)
+				for _, c := range conns { // read up to the first synced line
+					got := buf[:0:0]
+					for !bytes.Contains(got, []byte(`"synced":true`)) {
+						k, err := c.Read(buf)
+						if err != nil {
+							b.Fatal(err)
+						}
+						got = append(got, buf[:k]...)
+					}
+				}
+				for l.Stats.Streams.Load() != int64(n) {
+					time.Sleep(time.Millisecond)
+				}
+				after := liveHeap()
+				b.ReportMetric(float64(int64(after)-int64(before))/float64(n), "heapB/stream")
+				for _, c := range conns {
+					c.Close()
+				}
+				srv.Stop()
+			}
+		}
+	}
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

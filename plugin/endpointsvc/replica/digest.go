@@ -100,11 +100,23 @@ func wholeDigest(t *k8sdns.Table) digest {
 	return d
 }
 
-// moved is the digest of t, which differs from old (whose digest d is)
-// in e's names, namespaces and pod addresses at most: work in proportion
-// to the change. A name or address listed twice counts once.
-func (d digest) moved(old, t *k8sdns.Table, e *logEntry) digest {
+// moved is the digest of t, and its bucket digests (bs: old's; nil: not
+// kept), which differs from old (whose digest d is) in e's names,
+// namespaces and pod addresses at most: work in proportion to the change.
+// A name or address listed twice counts once. bs is not changed.
+func (d digest) moved(bs *buckets, old, t *k8sdns.Table, e *logEntry) (digest, *buckets) {
 	var h hasher
+	var nb *buckets
+	if bs != nil {
+		c := *bs
+		nb = &c
+	}
+	move := func(b uint8, was, is digest) {
+		d = d.sub(was).add(is)
+		if nb != nil {
+			nb[b] = nb[b].sub(was).add(is)
+		}
+	}
 	keys := slices.Compact(slices.SortedFunc(slices.Values(e.keys), compareKeys))
 	pods := make([]netip.Addr, len(e.pods))
 	for i, a := range e.pods {
@@ -113,13 +125,13 @@ func (d digest) moved(old, t *k8sdns.Table, e *logEntry) digest {
 	slices.SortFunc(pods, netip.Addr.Compare)
 	pods = slices.Compact(pods)
 	for _, k := range keys {
-		d = d.sub(h.record(old.Name(k))).add(h.record(t.Name(k)))
+		move(keyBucket(k), h.record(old.Name(k)), h.record(t.Name(k)))
 	}
 	if e.namespaces {
-		d = d.sub(h.namespaces(old.Namespaces())).add(h.namespaces(t.Namespaces()))
+		move(nsBucket, h.namespaces(old.Namespaces()), h.namespaces(t.Namespaces()))
 	}
 	for _, a := range pods {
-		d = d.sub(h.pod(a, old.PodNamespaces(a))).add(h.pod(a, t.PodNamespaces(a)))
+		move(podBucket(a), h.pod(a, old.PodNamespaces(a)), h.pod(a, t.PodNamespaces(a)))
 	}
-	return d
+	return d, nb
 }

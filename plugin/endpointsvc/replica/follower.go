@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
@@ -53,6 +54,19 @@ type Source struct {
 	// whole state. No "/" in it.
 	Options string
 
+	// version is the version asked for (0: Version; tests ask older ones)
+	version int
+	// wholeNext: the next stream asks for the whole state (a bucket
+	// resume's result was not the state its leader named)
+	wholeNext atomic.Bool
+	// last is the served table whose bucket digests were last computed
+	// (only Run's goroutine uses it)
+	last struct {
+		table   weak.Pointer[k8sdns.Table] // weak: an old table is not kept alive
+		digest  digest
+		buckets *buckets
+	}
+
 	Stats FollowerStats
 }
 
@@ -64,6 +78,8 @@ type FollowerStats struct {
 	FullRecords   atomic.Int64 // name records received in whole states
 	ChangeRecords atomic.Int64 // name records received as changes
 	Bytes         atomic.Int64 // bytes received
+	Bucketed      atomic.Int64 // streams opened with the buckets that differed (version 4)
+	Refused       atomic.Int64 // bucket resumes refused (a result not the state named, a bad line): the next asks for the whole state
 }
 
 // NewSource returns a follower of the leader at base (http:// or
@@ -233,8 +249,11 @@ func (f *Source) follow(ctx context.Context, s feed.Sink) (applied bool, _ error
 		// a table of other options (a snapshot of before a restart, say)
 		// is replaced whole; one of an origin without options is taken
 		// for this follower's (an older version's snapshot)
-		if p, ok := parsePosition(t.Origin()); ok && (p.options == "" || p.options == f.Options) {
+		if p, ok := parsePosition(t.Origin()); ok && (p.options == "" || p.options == f.Options) && !f.wholeNext.Swap(false) {
 			a.askEpoch, a.askGen, a.askDigest = p.epoch, p.gen, p.digest
+			if f.askVersion() >= 4 && p.digest != zeroDigest {
+				a.askBuckets = f.bucketsOf(t, p.digest)
+			}
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -242,7 +261,7 @@ func (f *Source) follow(ctx context.Context, s feed.Sink) (applied bool, _ error
 	var silent atomic.Bool
 	timer := time.AfterFunc(f.Silence, func() { silent.Store(true); cancel() })
 	defer timer.Stop()
-	resp, err := f.open(ctx, a.askEpoch, a.askGen, a.askDigest)
+	resp, err := f.open(ctx, a.askEpoch, a.askGen, a.askDigest, a.askBuckets)
 	if err != nil {
 		return false, f.ended(&silent, err)
 	}
@@ -260,21 +279,58 @@ func (f *Source) follow(ctx context.Context, s feed.Sink) (applied bool, _ error
 		f.Stats.Bytes.Add(int64(len(line) + 1))
 		receivedBytes.WithLabelValues(f.zone).Add(float64(len(line) + 1))
 		if err := a.line(line); err != nil {
+			if a.bucketed || errors.Is(err, errDigest) {
+				// a bucket resume that fails in any way - its digest, a
+				// record outside its buckets - is not tried again: the
+				// next stream asks for the whole state
+				f.wholeNext.Store(true)
+				f.Stats.Refused.Add(1)
+			}
 			return a.applied, fmt.Errorf("replica %s: line %d: %w", f.url.Host, n, err)
+		}
+		if n == 1 && a.bucketed {
+			f.Stats.Bucketed.Add(1)
 		}
 	}
 }
 
+// askVersion is the version the follower asks for.
+func (f *Source) askVersion() int {
+	if f.version > 0 {
+		return f.version
+	}
+	return Version
+}
+
+// bucketsOf returns t's bucket digests when t's content is the state of
+// digest d (its origin's), else nil: a table its options changed
+// (noendpoints, pods) holds other content than its leader's, and its
+// buckets would not match any leader's. The last table's are kept.
+func (f *Source) bucketsOf(t *k8sdns.Table, d digest) *buckets {
+	if f.last.table.Value() != t {
+		f.last.digest, f.last.buckets = wholeBuckets(t)
+		f.last.table = weak.Make(t)
+	}
+	if f.last.digest != d {
+		return nil
+	}
+	return f.last.buckets
+}
+
 // open asks for the stream from (epoch, gen), or from the state of
-// digest d ("" : the whole state).
-func (f *Source) open(ctx context.Context, epoch string, gen uint64, d digest) (*http.Response, error) {
+// digest d, or (bs not nil) the buckets that differ from bs ("" : the
+// whole state).
+func (f *Source) open(ctx context.Context, epoch string, gen uint64, d digest, bs *buckets) (*http.Response, error) {
 	u := *f.url
-	q := url.Values{"v": {strconv.Itoa(Version)}}
+	q := url.Values{"v": {strconv.Itoa(f.askVersion())}}
 	if epoch != "" {
 		q.Set("epoch", epoch)
 		q.Set("gen", strconv.FormatUint(gen, 10))
 		if d != zeroDigest {
 			q.Set("digest", d.String())
+		}
+		if bs != nil {
+			q.Set("buckets", bs.lanes())
 		}
 	}
 	u.RawQuery = q.Encode()

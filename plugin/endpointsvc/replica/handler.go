@@ -13,8 +13,8 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
 )
 
-// ServeHTTP serves the stream: GET Path?v=V&epoch=E&gen=G&digest=D (each
-// optional). Without a table yet it answers 503, so the follower tries
+// ServeHTTP serves the stream: GET Path?v=V&epoch=E&gen=G&digest=D&buckets=B
+// (each optional). Without a table yet it answers 503, so the follower tries
 // again.
 func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != Path {
@@ -47,7 +47,7 @@ func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the table is the snapshot's, the source has not answered yet: try again", http.StatusServiceUnavailable)
 		return
 	}
-	s := l.next(q.epoch, q.gen, q.digest, true)
+	s := l.next(q.epoch, q.gen, q.digest, q.buckets, true)
 	if s.full && !l.acquire(r.Context(), l.WholeWait) {
 		l.Stats.Busy.Add(1)
 		busyRefused.WithLabelValues(l.zone).Inc()
@@ -55,10 +55,14 @@ func (l *Leader) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "busy sending whole states: try again", http.StatusServiceUnavailable)
 		return
 	}
+	if conn, base, ok := takeOver(w, r, l.WriteTimeout); ok {
+		go l.streamConn(base, conn, q, s) // the handler returns: net/http's state for the connection goes (takeover.go)
+		return
+	}
 	w.Header().Set("Content-Type", ContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	l.stream(r.Context(), w, q, s)
+	l.stream(r.Context(), httpWriter{w, http.NewResponseController(w)}, q, s)
 }
 
 // acquire takes a whole-send slot, waiting at most wait (< 0: until ctx
@@ -90,15 +94,16 @@ func (l *Leader) release() { <-l.slots }
 // the follower's and Version) and where its table stands (digest: version
 // 3, the content of its state, which any replica may recognise).
 type query struct {
-	v      int
-	epoch  string
-	gen    uint64
-	digest digest
+	v       int
+	epoch   string
+	gen     uint64
+	digest  digest
+	buckets *[Buckets]uint64 // version 4: the follower's bucket digests' first lanes; nil none
 }
 
-// parseQuery reads ?v=&epoch=&gen=&digest=; a version newer than Version
-// is answered with Version, and one not given is 1; a digest is read from
-// version 3 on.
+// parseQuery reads ?v=&epoch=&gen=&digest=&buckets=; a version newer than
+// Version is answered with Version, and one not given is 1; a digest is
+// read from version 3 on, buckets (with a position) from version 4 on.
 func parseQuery(r *http.Request) (query, error) {
 	vals := r.URL.Query()
 	q := query{v: 1, epoch: vals.Get("epoch")}
@@ -120,6 +125,12 @@ func parseQuery(r *http.Request) (query, error) {
 		var ok bool
 		if q.digest, ok = parseDigest(d); !ok {
 			return q, errorf("bad digest %q", d)
+		}
+	}
+	if bs := vals.Get("buckets"); bs != "" && q.v >= 4 && q.epoch != "" {
+		var ok bool
+		if q.buckets, ok = parseLanes(bs); !ok {
+			return q, errorf("bad buckets: want %d characters of base64url", bucketsParamLen)
 		}
 	}
 	return q, nil
@@ -145,9 +156,8 @@ func (l *Leader) authorize(r *http.Request) (int, string) {
 // stream writes the first state (s, whose whole-send slot, if whole, is
 // held), then every change, and a heartbeat when nothing changed for a
 // while, until the follower goes or ctx ends.
-func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query, s step) {
+func (l *Leader) stream(ctx context.Context, w writer, q query, s step) {
 	epoch, gen := q.epoch, q.gen
-	rc := http.NewResponseController(w)
 	l.Stats.Streams.Add(1)
 	streamsGauge.WithLabelValues(l.zone).Inc()
 	defer func() {
@@ -159,18 +169,21 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query, s s
 	var head, tail []byte
 	for first := true; ; first = false {
 		if !first {
-			s = l.next(epoch, gen, zeroDigest, false)
+			s = l.next(epoch, gen, zeroDigest, nil, false)
 			if s.full && !l.acquire(ctx, -1) { // a whole state again: the follower fell out of the log
 				return
 			}
 		}
 		if s.body != nil {
 			head = head[:0]
-			if first || s.full {
+			switch {
+			case first && s.buckets != nil:
+				head = appendBucketHeader(head, s.epoch, s.to, q.v, l.age(), s.buckets)
+			case first || s.full:
 				head = appendHeader(head, s.epoch, s.to, s.full, q.v, l.age(), s.from)
 			}
 			tail = appendSynced(tail[:0], s.body.gen, q.v, s.body.d)
-			err := l.send(rc, w, head, s.body.b, tail)
+			err := l.send(w, head, s.body.b, tail)
 			if s.full {
 				l.release()
 			}
@@ -178,7 +191,7 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query, s s
 				return
 			}
 			s.body = nil // a whole state is dropped once every stream has written it
-			l.count(first, s.full, s.moved)
+			l.count(first, s.full, s.moved, s.buckets != nil)
 			epoch, gen = s.epoch, s.to
 			hb.Reset(l.Idle)
 			if s.to < s.latest {
@@ -200,7 +213,7 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query, s s
 				beat = true
 			}
 			if beat {
-				if l.send(rc, w, appendHeartbeat(head[:0], gen, q.v, l.age())) != nil {
+				if l.send(w, appendHeartbeat(head[:0], gen, q.v, l.age())) != nil {
 					return
 				}
 				hb.Reset(l.Idle)
@@ -212,11 +225,11 @@ func (l *Leader) stream(ctx context.Context, w http.ResponseWriter, q query, s s
 // send writes parts in chunks of ChunkSize, each within l.WriteTimeout,
 // and flushes them: a follower that stops reading is dropped after one
 // WriteTimeout, whatever the size of the state.
-func (l *Leader) send(rc *http.ResponseController, w http.ResponseWriter, parts ...[]byte) error {
+func (l *Leader) send(w writer, parts ...[]byte) error {
 	for _, b := range parts {
 		for len(b) > 0 {
 			n := min(len(b), ChunkSize)
-			_ = rc.SetWriteDeadline(time.Now().Add(l.WriteTimeout))
+			_ = w.SetWriteDeadline(time.Now().Add(l.WriteTimeout))
 			n, err := w.Write(b[:n])
 			l.Stats.Bytes.Add(int64(n))
 			sentBytes.WithLabelValues(l.zone).Add(float64(n))
@@ -226,19 +239,22 @@ func (l *Leader) send(rc *http.ResponseController, w http.ResponseWriter, parts 
 			b = b[n:]
 		}
 	}
-	_ = rc.SetWriteDeadline(time.Now().Add(l.WriteTimeout))
-	return rc.Flush()
+	_ = w.SetWriteDeadline(time.Now().Add(l.WriteTimeout))
+	return w.Flush()
 }
 
-// count records a state sent: a stream's first (whole or resumed; moved:
-// from another epoch's state, by its digest), a whole one again (the
+// count records a state sent: a stream's first (whole, the differing
+// buckets, or resumed; moved: from another epoch's state, by its digest), a whole one again (the
 // follower fell out of the log), or a change.
-func (l *Leader) count(first, full, moved bool) {
+func (l *Leader) count(first, full, moved, bucketed bool) {
 	kind := "change"
 	switch {
 	case full:
 		kind = "full"
 		l.Stats.Full.Add(1)
+	case first && bucketed:
+		kind = "buckets"
+		l.Stats.Bucketed.Add(1)
 	case first:
 		kind = "resume"
 		l.Stats.Resumed.Add(1)
@@ -297,7 +313,7 @@ func (s *Server) Start() error {
 		ReadHeaderTimeout: 5 * time.Second,
 		IdleTimeout:       time.Minute,
 		MaxHeaderBytes:    16 << 10,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		BaseContext:       func(net.Listener) context.Context { return context.WithValue(ctx, baseKey{}, ctx) }, // streams taken over end with it
 	}
 	s.mu.Lock()
 	s.srv, s.ln, s.cancel, s.bound = srv, ln, cancel, ln.Addr().String()

@@ -54,22 +54,25 @@ type Leader struct {
 
 // LeaderStats count the leader's work (tests and benchmarks read them).
 type LeaderStats struct {
-	Streams atomic.Int64 // streams open now
-	Full    atomic.Int64 // whole states sent
-	Resumed atomic.Int64 // streams opened with the changes since the follower's generation
-	Moved   atomic.Int64 // of those, streams of a follower that came with another epoch's state, recognised by its digest
-	Changes atomic.Int64 // change batches sent on open streams
-	Bytes   atomic.Int64 // bytes sent
-	Encoded atomic.Int64 // whole states and change batches encoded (the rest shared an encoding)
-	Wholes  atomic.Int64 // whole states encoded
-	Busy    atomic.Int64 // streams refused with 503 for want of a whole-send slot
+	Streams  atomic.Int64 // streams open now
+	Full     atomic.Int64 // whole states sent
+	Resumed  atomic.Int64 // streams opened with the changes since the follower's generation
+	Moved    atomic.Int64 // of those, streams of a follower that came with another epoch's state, recognised by its digest
+	Bucketed atomic.Int64 // streams opened with the buckets that differ from the follower's (version 4)
+	Changes  atomic.Int64 // change batches sent on open streams
+	Bytes    atomic.Int64 // bytes sent
+	Encoded  atomic.Int64 // whole states and change batches encoded (the rest shared an encoding)
+	Wholes   atomic.Int64 // whole states encoded
+	Busy     atomic.Int64 // streams refused with 503 for want of a whole-send slot
 }
 
-// state is one table, its generation and its digest.
+// state is one table, its generation, its digest and its bucket digests
+// (version 4; never changed once the state is made).
 type state struct {
-	gen    uint64
-	table  *k8sdns.Table
-	digest digest
+	gen     uint64
+	table   *k8sdns.Table
+	digest  digest
+	buckets *buckets
 }
 
 // NewLeader returns a leader with a new epoch and no table yet; zone
@@ -191,8 +194,8 @@ func (l *Leader) first(t *k8sdns.Table) {
 	if l.frozen {
 		return
 	}
-	d := wholeDigest(t)
-	l.cur = &state{gen: 1, table: t, digest: d}
+	d, bs := wholeBuckets(t)
+	l.cur = &state{gen: 1, table: t, digest: d, buckets: bs}
 	l.log = changeLog{floor: 1, floorDigest: d}
 	l.signal()
 }
@@ -204,13 +207,15 @@ func (l *Leader) set(t *k8sdns.Table, e logEntry) {
 		return
 	}
 	if len(e.keys) == 0 && !e.namespaces && len(e.pods) == 0 {
-		l.cur = &state{gen: l.cur.gen, table: t, digest: l.cur.digest} // the same content
+		l.cur = &state{gen: l.cur.gen, table: t, digest: l.cur.digest, buckets: l.cur.buckets} // the same content
 		return
 	}
 	gen := l.cur.gen + 1
-	e.gen, e.digest = gen, l.cur.digest.moved(l.cur.table, t, &e)
+	var bs *buckets
+	e.gen = gen
+	e.digest, bs = l.cur.digest.moved(l.cur.buckets, l.cur.table, t, &e)
 	l.log.add(e)
-	l.cur = &state{gen: gen, table: t, digest: e.digest}
+	l.cur = &state{gen: gen, table: t, digest: e.digest, buckets: bs}
 	l.signal()
 }
 
@@ -270,28 +275,38 @@ func (l *Leader) Thaw(t *k8sdns.Table) {
 // step is what a stream sends next: body (records; nil: nothing new)
 // brings it from generation from to generation body.gen (to); full says
 // body is a whole state; moved that the follower came with another
-// epoch's state, which its digest found in the log; wake is closed at the
-// next change.
+// epoch's state, which its digest found in the log; buckets (version 4)
+// that body is the whole content of these buckets, which the follower's
+// bucket digests did not match; wake is closed at the next change.
 type step struct {
-	epoch  string
-	body   *encoded
-	from   uint64
-	to     uint64
-	latest uint64 // the latest generation (to, unless a reused whole state is older)
-	full   bool
-	moved  bool
-	wake   <-chan struct{}
+	epoch   string
+	body    *encoded
+	from    uint64
+	to      uint64
+	latest  uint64 // the latest generation (to, unless a reused whole state is older)
+	full    bool
+	moved   bool
+	buckets []uint8
+	wake    <-chan struct{}
 }
+
+// maxBucketShare is the share of the buckets beyond which a follower's
+// differing buckets are sent as the whole state (shared by every stream)
+// rather than bucket by bucket (encoded for its own set).
+const maxBucketShare = Buckets / 2
 
 // next is the step of a stream at generation gen of epoch (first: the
 // stream's opening, which always sends a state). A stream that opens with
 // another epoch and the digest d of its state (version 3), which the
 // current state or one in the change log has, gets the changes since that
-// state, as if it had come with this epoch. Outside the change log, or of
-// another epoch and an unknown digest, it is a whole state: the latest
-// one encoded when it is still in the log and little changed since (the
-// stream's next step sends those changes), else the current one.
-func (l *Leader) next(epoch string, gen uint64, d digest, first bool) step {
+// state, as if it had come with this epoch; one whose state no state of
+// the log has but that sent its bucket digests theirs (version 4) gets
+// the buckets that differ from the current state's, when they are at most
+// maxBucketShare. Outside the change log, or of another epoch and an
+// unknown digest, it is a whole state: the latest one encoded when it is
+// still in the log and little changed since (the stream's next step sends
+// those changes), else the current one.
+func (l *Leader) next(epoch string, gen uint64, d digest, theirs *[Buckets]uint64, first bool) step {
 	l.mu.Lock()
 	st, wake, mine := l.cur, l.wake, l.epoch
 	var keys []k8sdns.Key
@@ -309,10 +324,22 @@ func (l *Leader) next(epoch string, gen uint64, d digest, first bool) step {
 	}
 	l.mu.Unlock()
 	s := step{epoch: mine, from: gen, to: st.gen, latest: st.gen, wake: wake, moved: moved && ok}
+	var differ bucketSet
+	bucketed := !ok && first && theirs != nil && st.buckets != nil
+	if bucketed {
+		differ = st.buckets.differ(theirs)
+		bucketed = differ.len() <= maxBucketShare
+	}
 	switch {
 	case ok && !first && gen == st.gen:
 	case ok:
 		s.body = l.enc.batch(l, gen, st, change{keys: keys, namespaces: namespaces, pods: pods})
+	case bucketed:
+		s.body = l.enc.buckets(l, st, differ)
+		s.from, s.buckets = 0, differ.list()
+		if s.buckets == nil {
+			s.buckets = []uint8{}
+		}
 	default:
 		s.body = l.enc.full(l, st)
 		s.to, s.full, s.moved = s.body.gen, true, false
@@ -363,6 +390,10 @@ type encoder struct {
 	keep      *encoded    // lastFull's, until the timer
 	timer     *time.Timer // drops keep
 	flight    *flight     // a whole state being encoded
+	// the last buckets encoded: those of set, at generation bucketGen
+	bucketGen  uint64
+	bucketSet  bucketSet
+	lastBucket weak.Pointer[encoded] // held while a stream writes it
 }
 
 // flight is a whole state being encoded: enc and gen once done is
@@ -407,6 +438,42 @@ func (e *encoder) batch(l *Leader, from uint64, st *state, c change) *encoded {
 	}
 	enc := &encoded{b: b, gen: st.gen, d: st.digest}
 	e.from, e.to, e.lastBatch = from, st.gen, enc
+	l.Stats.Encoded.Add(1)
+	return enc
+}
+
+// buckets encodes the whole content of set's buckets in st's table: the
+// namespaces line when its bucket is in set, the pod addresses and the
+// names of set's buckets (none gone: the follower drops the names of
+// those buckets it holds that are not sent). The last set encoded is
+// kept: the followers that held the same state ask for the same.
+func (e *encoder) buckets(l *Leader, st *state, set bucketSet) *encoded {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if enc := e.lastBucket.Value(); enc != nil && e.bucketGen == st.gen && e.bucketSet == set {
+		return enc
+	}
+	var b []byte
+	if set.has(nsBucket) {
+		b = appendNamespaces(b, st.table.Namespaces())
+	}
+	if st.table.PodCount() > 0 {
+		var ps []k8sdns.PodAddr
+		for _, p := range st.table.Pods() {
+			if set.has(podBucket(p.Addr)) {
+				ps = append(ps, p)
+			}
+		}
+		b = appendPodLines(b, ps)
+	}
+	for c := range st.table.All() {
+		if set.hasKey(c.Key) {
+			b = k8sdns.AppendChange(b, c)
+			b = append(b, '\n')
+		}
+	}
+	enc := &encoded{b: b, gen: st.gen, d: st.digest}
+	e.bucketGen, e.bucketSet, e.lastBucket = st.gen, set, weak.Make(enc)
 	l.Stats.Encoded.Add(1)
 	return enc
 }

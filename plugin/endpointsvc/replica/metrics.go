@@ -21,7 +21,7 @@ var (
 	}, []string{"zone"})
 	statesSent = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replicate_sent_total",
-		Help: "States sent on replication streams, by kind: full (the whole state), resume (a stream opened with the changes since the follower's state: its generation, or its digest from another replica), change.",
+		Help: "States sent on replication streams, by kind: full (the whole state), resume (a stream opened with the changes since the follower's state: its generation, or its digest from another replica), buckets (a stream opened with the buckets whose digests differ from the follower's, version 4), change.",
 	}, []string{"zone", "kind"})
 	busyRefused = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: pluginName, Name: "replicate_busy_total",

@@ -4,11 +4,12 @@
 // follower, `source replica URL`) keeps its own table from it, so that a
 // thousand nodes cost the API server no watch at all.
 //
-// The stream is one long HTTP response, GET /v1/replicate?v=V&epoch=E&gen=G&digest=D,
+// The stream is one long HTTP response, GET /v1/replicate?v=V&epoch=E&gen=G&digest=D&buckets=B,
 // of newline-delimited JSON objects; each line's first key says what it
 // is:
 //
 //	{"epoch":"3f9c…","gen":41,"full":true,"v":2}  a state begins: the whole state (full), or the changes since G
+//	{"epoch":"3f9c…","gen":41,"full":false,"v":4,"buckets":[3,17]}  a state begins: the whole content of these buckets (v4)
 //	{"namespaces":["default","shop"]}          the namespaces that exist (a whole state; a change when they changed)
 //	{"pods":{"10.244.1.5":["shop"],…}}         pods verified: addresses with their Pods' namespaces, 4,096 a line at most (a whole state: every one; a change: those changed, [] gone)
 //	{"namespace":"shop","name":"web",…}        one name's whole content: k8sdns's record (Service and slices), or gone
@@ -23,7 +24,32 @@
 // another epoch whose state's digest the leader's current state or one in
 // its log has (another replica, a restarted leader: the same API state
 // gives the same content and digest), with "from" in the header naming
-// the leader's generation of that state; any other gets the whole state.
+// the leader's generation of that state. One (v4) whose state no state of
+// the leader has gets the buckets that differ: see below. Any other gets
+// the whole state.
+//
+// Buckets (version 4). A state's items (each name's record, the
+// namespaces line, each pod address) fall into 256 buckets by a stable
+// hash of their key (buckets.go); a bucket's digest is its items' sum, as
+// the whole digest is, and moves with each patch. A follower that asks
+// with a position adds its buckets' digests, only when its table's
+// content is its position's digest (a table its options reshaped is not
+// the leader's content: it asks as version 3 did): the first lane of each
+// bucket digest, 8 bytes, 256 of them in bucket order, base64url without
+// padding, as the GET parameter buckets (2,731 characters; a 64-bit lane
+// chooses what is sent, the 128-bit digest of the result is what is
+// checked). When neither its generation nor its digest is recognised and
+// at most half the buckets differ, the leader answers with a header
+// listing the differing buckets ("buckets"), each such bucket's items
+// whole (records, the namespaces line when its bucket is listed, the pod
+// addresses), nothing for names gone, and the synced line with the
+// state's digest. The follower takes every name and pod address it holds
+// in a listed bucket but did not receive for gone, and before applying
+// anything checks that its unlisted buckets' digests plus the hashes of
+// what it received make the synced line's digest: otherwise the stream
+// is dropped and the next asks for the whole state (no position), so a
+// wrong or tampered bucket is never served. More than half the buckets
+// differing, or options changed: the whole state.
 // The follower applies a whole state as a whole table, and the changes as
 // a patch, only once their synced line came: a state half received is
 // never served.
@@ -37,6 +63,9 @@
 // seconds, in headers and heartbeats; none is 0): a follower whose
 // leader's table is behind its source is as far behind. Version 3 adds
 // the digest (synced lines, the request) and "from" (headers of changes).
+// Version 4 adds buckets (the request, and headers of a bucket resume).
+// A follower reads only the synced line's gen, synced and digest: other
+// fields a leader adds are ignored.
 package replica
 
 import (
@@ -88,7 +117,7 @@ const (
 )
 
 // Version is the newest version of the stream this meshdns speaks.
-const Version = 3
+const Version = 4
 
 // control is any line but a record, as the follower reads it (unknown
 // fields ignored). A record line is k8sdns's (AppendChange).
@@ -103,12 +132,13 @@ type control struct {
 	Synced     bool                 `json:"synced"`
 	Namespaces *[]string            `json:"namespaces"`
 	Pods       *map[string][]string `json:"pods"`
+	Buckets    *[]int               `json:"buckets"`
 }
 
 // known reports whether the line has any field this version reads.
 func (c *control) known() bool {
 	return c.Epoch != nil || c.Gen != nil || c.Full != nil || c.V != nil || c.Age != nil || c.From != nil || c.Digest != nil ||
-		c.Synced || c.Namespaces != nil || c.Pods != nil
+		c.Synced || c.Namespaces != nil || c.Pods != nil || c.Buckets != nil
 }
 
 // recordPrefix starts every record line; importPrefix a ServiceImport's.
@@ -137,6 +167,26 @@ func appendHeader(b []byte, epoch string, gen uint64, full bool, v int, age time
 		b = strconv.AppendUint(b, from, 10)
 	}
 	return append(b, "}\n"...)
+}
+
+// appendBucketHeader appends the header of a bucket resume (version 4):
+// the content of buckets follows, whole.
+func appendBucketHeader(b []byte, epoch string, gen uint64, v int, age time.Duration, buckets []uint8) []byte {
+	b = append(b, `{"epoch":"`...)
+	b = append(b, epoch...)
+	b = append(b, `","gen":`...)
+	b = strconv.AppendUint(b, gen, 10)
+	b = append(b, `,"full":false,"v":`...)
+	b = strconv.AppendInt(b, int64(v), 10)
+	b = appendAge(b, age)
+	b = append(b, `,"buckets":[`...)
+	for i, n := range buckets {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, uint64(n), 10)
+	}
+	return append(b, "]}\n"...)
 }
 
 // appendAge appends `,"age":SECONDS` (milliseconds) when age is not 0.

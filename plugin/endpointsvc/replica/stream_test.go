@@ -135,12 +135,13 @@ func TestResume(t *testing.T) {
 	}
 
 	// another leader (another epoch) with another table: the whole state
-	// (with the same table it resumes: TestResumeAnyReplica)
+	// to version 3, the differing buckets to version 4 (with the same
+	// table it resumes: TestResumeAnyReplica; buckets: bucket_test.go)
 	c.Step(r)
 	other := NewLeader("cluster.local.", "")
 	other.Rebuilt(k8sdns.Build(model(c)))
 	obase, _ := serveLeader(t, other)
-	f = startFollower(t, obase, "", sink)
+	f = startFollower(t, obase, "", sink, func(s *Source) { s.version = 3 })
 	waitGen(t, sink, 1)
 	f.stop()
 	if f.Stats.Full.Load() != 1 || other.Stats.Resumed.Load() != 0 {

@@ -148,7 +148,7 @@ func TestVersionNegotiation(t *testing.T) {
 	<-done
 
 	// a follower newer than this leader
-	for _, tc := range []struct{ ask, want string }{{"4", `"v":3`}, {"3", `"v":3`}, {"2", `"v":2`}, {"1", `"full":true}`}} {
+	for _, tc := range []struct{ ask, want string }{{"5", `"v":4`}, {"4", `"v":4`}, {"3", `"v":3`}, {"2", `"v":2`}, {"1", `"full":true}`}} {
 		resp, err := http.Get(base + Path + "?v=" + tc.ask)
 		if err != nil {
 			t.Fatal(err)
