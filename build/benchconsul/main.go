@@ -50,6 +50,7 @@ func main() {
 		log.Fatal("benchconsul: -consul is required")
 	}
 	if *fleet > 0 {
+		raiseFileLimit(*fleet)
 		runFleet(*consulBin, *meshdns, *fleet, *changes)
 		return
 	}
