@@ -781,8 +781,9 @@ func wholeState(url string) int64 {
 	return s.bytes.Load()
 }
 
-// perSecond is the mean bytes per second of the version-3 light
-// followers (or, v1, of the version-1 ones) between two totals.
+// perSecond is the mean bytes per second of the light followers that
+// speak the current protocol (replica.Version; or, v1, of the version-1
+// ones) between two totals.
 func perSecond(fs []*lightFollower, b, a fleetTotals, v1 bool) float64 {
 	var sum float64
 	n := 0
@@ -827,7 +828,7 @@ func reportDrill(name string, fs []*lightFollower, b, a fleetTotals, rate float6
 			sum += x
 		}
 		mean := sum / float64(n)
-		who := "version-3 followers"
+		who := fmt.Sprintf("version-%d followers", replica.Version)
 		if v1 {
 			who = "version-1 followers"
 		}
