@@ -14,7 +14,7 @@ package main
 // balancer, -v1-share are version-1 clients (no v: what a follower
 // before version 2 asks). Drills, one after the other: a rolling restart
 // of the leaders, one leader killed (SIGKILL) and started again, an API
-// outage. Figures: what each follower receives per drill (beyond the
+// outage, a leader a version ahead (aheadfield.go). Figures: what each follower receives per drill (beyond the
 // churn's own changes) against a whole state, the leaders' heap against
 // the number of streams, change-to-follower propagation (the probe's
 // write to the light followers' applied state), answers lost on the real
@@ -112,6 +112,11 @@ func (n *fleetNode) heapMiB() float64 {
 type balancer struct {
 	fast, slow net.Listener
 	targets    []string
+	// ahead makes the leaders behind it look a protocol version ahead to
+	// the connections made while it is set (the drill "a leader a version
+	// ahead"): every line of a version-2+ stream carries a field this
+	// version does not know (aheadfield.go).
+	ahead atomic.Bool
 }
 
 func startBalancer(targets []string) *balancer {
@@ -140,6 +145,13 @@ func (b *balancer) serve(ln net.Listener, rate int) {
 
 func (b *balancer) pass(c net.Conn, rate int) {
 	defer c.Close()
+	// the request line says which protocol version the follower speaks
+	br := bufio.NewReader(c)
+	reqLine, err := br.ReadString('\n')
+	if err != nil {
+		return
+	}
+	ahead := b.ahead.Load() && speaksV2(reqLine)
 	var up net.Conn
 	for _, i := range rand.Perm(len(b.targets)) {
 		u, err := net.DialTimeout("tcp", b.targets[i], 500*time.Millisecond)
@@ -153,16 +165,22 @@ func (b *balancer) pass(c net.Conn, rate int) {
 	}
 	defer up.Close()
 	go func() {
-		_, _ = io.Copy(up, c)
+		if _, err := io.WriteString(up, reqLine); err == nil {
+			_, _ = io.Copy(up, br)
+		}
 		_ = up.Close()
 	}()
+	var from io.Reader = up
+	if ahead {
+		from = newAheadReader(up)
+	}
 	if rate <= 0 {
-		_, _ = io.Copy(c, up)
+		_, _ = io.Copy(c, from)
 		return
 	}
 	buf := make([]byte, 4096)
 	for {
-		n, err := up.Read(buf)
+		n, err := from.Read(buf)
 		if n > 0 {
 			if _, werr := c.Write(buf[:n]); werr != nil {
 				return
@@ -651,6 +669,21 @@ func runFleet(dir string, api *apiServer) {
 		time.Sleep(10 * time.Second)
 		leaders[0].start()
 	})
+	// a leader a version ahead: the leaders restarted one by one (every
+	// follower reconnects) while the balancer makes each new stream look
+	// like a newer leader's, every line with a field this version does not
+	// know; the followers must follow as before (nothing refused, no
+	// whole state beyond a rollout's, no answer lost)
+	drill("version ahead", func() {
+		lb.ahead.Store(true)
+		for _, l := range leaders {
+			l.p.stop()
+			l.start()
+			time.Sleep(3 * time.Second)
+		}
+		time.Sleep(5 * time.Second)
+	})
+	lb.ahead.Store(false)
 	drill("API outage", func() {
 		api.proc.stop()
 		time.Sleep(15 * time.Second)
@@ -662,7 +695,7 @@ func runFleet(dir string, api *apiServer) {
 
 	fmt.Printf("answers lost on the 2 real followers (%d queries/s each):", *fleetQPS)
 	q.mu.Lock()
-	for _, p := range []string{"steady", "rolling restart", "one killed", "API outage"} {
+	for _, p := range []string{"steady", "rolling restart", "one killed", "version ahead", "API outage"} {
 		fmt.Printf(" %s %d/%d;", p, q.lost[p], q.sent[p])
 	}
 	q.mu.Unlock()
