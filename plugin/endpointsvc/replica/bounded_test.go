@@ -156,6 +156,23 @@ func TestBackoff(t *testing.T) {
 	if len(seen) < 20 {
 		t.Errorf("24 waits took %d values: not jittered", len(seen))
 	}
+	// after a healthy stream: [0, base/2), jittered, and the next failure
+	// waits as the first of a row
+	soon := map[time.Duration]bool{}
+	for range 20 {
+		b.reset()
+		d := b.soon()
+		if d < 0 || d >= 500*time.Millisecond {
+			t.Errorf("soon: %v, want in [0, 500ms)", d)
+		}
+		soon[d] = true
+		if d := b.next(); d < 500*time.Millisecond || d >= time.Second {
+			t.Errorf("the wait after soon: %v, want in [500ms, 1s)", d)
+		}
+	}
+	if len(soon) < 15 {
+		t.Errorf("20 soon waits took %d values: not jittered", len(soon))
+	}
 
 	var mu sync.Mutex
 	var waits []time.Duration
@@ -210,7 +227,7 @@ func TestBackoffReset(t *testing.T) {
 		s.Waits = func(d time.Duration) { mu.Lock(); waits = append(waits, d); mu.Unlock() }
 	})
 	waitGen(t, sink, 1)
-	srv.Stop() // ends the healthy stream: the next waits start at Backoff
+	srv.Stop() // ends the healthy stream: the next wait is soon, then they start at Backoff
 	kubefix.Eventually(t, func() string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -221,7 +238,7 @@ func TestBackoffReset(t *testing.T) {
 	})
 	mu.Lock()
 	defer mu.Unlock()
-	if waits[0] >= 40*time.Millisecond || waits[1] < 40*time.Millisecond || waits[1] >= 80*time.Millisecond {
-		t.Errorf("waits after a healthy stream ended: %v, want [20,40) ms then [40,80) ms", waits)
+	if waits[0] >= 20*time.Millisecond || waits[1] < 20*time.Millisecond || waits[1] >= 40*time.Millisecond || waits[2] < 40*time.Millisecond || waits[2] >= 80*time.Millisecond {
+		t.Errorf("waits after a healthy stream ended: %v, want [0,20) ms, [20,40) ms, then [40,80) ms", waits)
 	}
 }

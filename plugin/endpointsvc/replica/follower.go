@@ -169,8 +169,12 @@ func (f *Source) Key() string {
 // connecting again after every end: after a wait that doubles with each
 // failure in a row from Backoff up to MaxBackoff, drawn between half of
 // it and all of it (a thousand followers of a restarted leader come back
-// spread, not at once), at least the leader's Retry-After, and back to
-// Backoff after a healthy stream. Never a busy loop.
+// spread, not at once), at least the leader's Retry-After. The end of a
+// healthy stream (a replica stopped in a rollout, most often) is followed
+// by a wait drawn in [0, Backoff/2): the same spread, without the fixed
+// half a Backoff every change would otherwise wait on top of it; and the
+// failures after it start again from Backoff. Never a busy loop: a healthy
+// stream lasts Healthy at least.
 func (f *Source) Run(ctx context.Context, s feed.Sink) {
 	connectedGauge.WithLabelValues(f.zone).Set(0) // listed from the start: a follower that never connects shows
 	b := backoff{base: f.Backoff, max: f.MaxBackoff}
@@ -181,10 +185,13 @@ func (f *Source) Run(ctx context.Context, s feed.Sink) {
 			return
 		}
 		s.Failed(err)
+		var d time.Duration
 		if applied && time.Since(start) >= f.Healthy {
 			b.reset()
+			d = b.soon()
+		} else {
+			d = b.next()
 		}
-		d := b.next()
 		var busy *busyError
 		if errors.As(err, &busy) && busy.retryAfter > d {
 			d = busy.retryAfter
@@ -220,6 +227,15 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { b.n = 0 }
+
+// soon is the wait after a healthy stream: drawn in [0, base/2), and the
+// count of failures in a row stays 0.
+func (b *backoff) soon() time.Duration {
+	if b.base/2 <= 0 {
+		return 0
+	}
+	return mrand.N(b.base / 2)
+}
 
 // busyError is a leader's 503 with a Retry-After.
 type busyError struct {
