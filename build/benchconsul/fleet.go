@@ -23,14 +23,12 @@ package main
 //     meshdns's TTL in front of Consul's DNS)
 
 import (
-	"context"
+	"bufio"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,7 +68,7 @@ connect { enabled = true }
 ports { http = %d, dns = %d, grpc = %d, serf_lan = %d, serf_wan = %d, server = %d, grpc_tls = -1, https = -1 }
 performance { raft_multiplier = 1 }
 log_level = "warn"
-limits { http_max_conns_per_client = 10000 }
+limits { http_max_conns_per_client = 1000000 }
 `, filepath.Join(s.dir, "data"), s.ports[0], s.ports[1], s.ports[2], s.ports[3], s.ports[4], s.ports[5])
 		if err := os.WriteFile(filepath.Join(s.dir, "server.hcl"), []byte(hcl), 0o644); err != nil {
 			log.Fatal(err)
@@ -131,54 +129,92 @@ type fleetRequest struct {
 	probe bool // /v1/agent/version: per time, not per change
 }
 
-// fleetProxy forwards to the server and records every request; while
-// failing it answers 503 to new requests and cuts those in flight.
+// fleetProxy is the counting proxy: proxyChildren child processes
+// (benchconsul -proxy-child, proxychild.go), each forwarding to the server
+// and reporting every request it saw on its stdout; while failing they
+// answer 503 to new requests and cut those in flight. Children, not one
+// in-process proxy, because a proxied request holds two descriptors and an
+// extinction at 1,000 sources puts ~11,000 requests in flight at once (8
+// re-reads and the watches of each source) against a hard open-file limit
+// of 20,000 this machine's processes cannot raise.
 type fleetProxy struct {
-	target  string
-	mu      sync.Mutex
-	reqs    []fleetRequest
-	failing bool
-	cut     context.Context
-	cutNow  context.CancelFunc
+	target   string
+	mu       sync.Mutex
+	reqs     []fleetRequest
+	children []*proxyChild
 }
 
-func (p *fleetProxy) serve() (string, func()) {
-	u, _ := url.Parse("http://" + p.target)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 5000, ResponseHeaderTimeout: 10 * time.Minute}
-	rp.ErrorLog = log.New(io.Discard, "", 0)
-	p.cut, p.cutNow = context.WithCancel(context.Background())
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+type proxyChild struct {
+	cmd  *exec.Cmd
+	ctl  io.WriteCloser
+	addr string
+	done chan struct{} // closed when its report stream ends
+}
+
+// proxyChildren is how many proxies serve n sources: ~500 sources each.
+func proxyChildren(n int) int { return max(1, (n+499)/500) }
+
+// serve starts the children and returns their addresses (sources are dealt
+// out over them in turn) and a stop.
+func (p *fleetProxy) serve(n int) ([]string, func()) {
+	self, err := os.Executable()
 	if err != nil {
-		log.Fatal(err)
+		fatalf("%v", err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.mu.Lock()
-		p.reqs = append(p.reqs, fleetRequest{at: time.Now(), src: r.Header.Get("X-Consul-Token"), path: r.URL.Path, probe: r.URL.Path == "/v1/agent/version"})
-		failing, cut := p.failing, p.cut
-		p.mu.Unlock()
-		if failing {
-			http.Error(w, "bench: failing", http.StatusServiceUnavailable)
-			return
+	var addrs []string
+	for range proxyChildren(n) {
+		cmd := exec.Command(self, "-proxy-child", p.target)
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		ctl, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			fatalf("proxy child: %v", err)
 		}
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		stop := context.AfterFunc(cut, cancel)
-		defer stop()
-		rp.ServeHTTP(w, r.WithContext(ctx))
-	})}
-	go srv.Serve(l)
-	return l.Addr().String(), func() { srv.Close() }
+		c := &proxyChild{cmd: cmd, ctl: ctl, done: make(chan struct{})}
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 64<<10)
+		if !sc.Scan() {
+			fatalf("proxy child: no address")
+		}
+		c.addr = sc.Text()
+		go func() {
+			defer close(c.done)
+			for sc.Scan() {
+				r, ok := parseChildLine(sc.Text())
+				if !ok {
+					continue
+				}
+				p.mu.Lock()
+				p.reqs = append(p.reqs, r)
+				p.mu.Unlock()
+			}
+		}()
+		p.children = append(p.children, c)
+		addrs = append(addrs, c.addr)
+	}
+	return addrs, func() {
+		for _, c := range p.children {
+			if c.cmd.Process != nil {
+				_ = c.cmd.Process.Kill() // by PID
+				_ = c.cmd.Wait()
+			}
+		}
+		p.children = nil
+	}
 }
 
-// fail starts (cutting every request in flight) or ends a failure.
+// fail starts (cutting every request in flight) or ends a failure, in
+// every child.
 func (p *fleetProxy) fail(on bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.failing = on
+	cmd := "0\n"
 	if on {
-		p.cutNow()
-		p.cut, p.cutNow = context.WithCancel(context.Background())
+		cmd = "1\n"
+	}
+	for _, c := range p.children {
+		if _, err := io.WriteString(c.ctl, cmd); err != nil {
+			fatalf("proxy child: %v", err)
+		}
 	}
 }
 
@@ -236,8 +272,8 @@ func fleetCatalog(c *api.Client) (names []string, err error) {
 	return names, nil
 }
 
-// fleetMeshdns runs one meshdns with n blocks following proxy.
-func fleetMeshdns(bin, dir, proxy string, n int) ([]string, func(), error) {
+// fleetMeshdns runs one meshdns with n blocks following the proxies in turn.
+func fleetMeshdns(bin, dir string, proxies []string, n int) ([]string, func(), error) {
 	ports := freeDualPorts(n)
 	var b strings.Builder
 	addrs := make([]string, n)
@@ -246,7 +282,7 @@ func fleetMeshdns(bin, dir, proxy string, n int) ([]string, func(), error) {
 		if err := os.WriteFile(tok, []byte(fmt.Sprintf("src-%d\n", i)), 0o600); err != nil {
 			return nil, nil, err
 		}
-		fmt.Fprintf(&b, "consul.:%d {\n    bind 127.0.0.1\n    virtualconsul {\n        source consul %s {\n            token_file %s\n        }\n        authoritative\n    }\n}\n", port, proxy, tok)
+		fmt.Fprintf(&b, "consul.:%d {\n    bind 127.0.0.1\n    virtualconsul {\n        source consul %s {\n            token_file %s\n        }\n        authoritative\n    }\n}\n", port, proxies[i%len(proxies)], tok)
 		addrs[i] = fmt.Sprintf("127.0.0.1:%d", port)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "Corefile"), []byte(b.String()), 0o644); err != nil {
@@ -330,9 +366,9 @@ func runFleet(consulBin, meshdns string, n, changes int) {
 	}
 	read := append(slices.Clone(names), "tgw0", "tgw1")
 	p := &fleetProxy{target: srv.http()}
-	proxy, stopProxy := p.serve()
+	proxies, stopProxy := p.serve(n)
 	onExit(stopProxy)
-	addrs, stopMesh, err := fleetMeshdns(meshdns, dir, proxy, n)
+	addrs, stopMesh, err := fleetMeshdns(meshdns, dir, proxies, n)
 	if err != nil {
 		fatalf("%v", err)
 	}

@@ -44,8 +44,13 @@ func main() {
 		procs     = flag.Int("procs", 20, "meshdns processes following the agent")
 		changes   = flag.Int("changes", 50, "registrations (each followed by a deregistration) of one service")
 		fleet     = flag.Int("fleet", 0, "the fleet mode (fleet.go): this many consul sources in one meshdns against one Consul server")
+		child     = flag.String("proxy-child", "", "internal: serve as one of the fleet's counting proxies, forwarding to this address (proxychild.go)")
 	)
 	flag.Parse()
+	if *child != "" {
+		runProxyChild(*child)
+		return
+	}
 	if *consulBin == "" {
 		log.Fatal("benchconsul: -consul is required")
 	}
