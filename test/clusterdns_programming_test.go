@@ -45,7 +45,8 @@ func programmedCount(s *Server, kind string) float64 {
 // follower each observe a slice change with a trigger time once, with the
 // kind of its Service (a ClusterIP Service, a headless one with a
 // selector, one without), no sooner than its trigger time allows; the
-// slices of the first list (one with a trigger time) are not observed.
+// slices of the first list (one with a trigger time) and an update that
+// changes no answer are not observed.
 func TestProgrammingLatencyE2E(t *testing.T) {
 	k := startKubeAPI(t)
 	createNS(t, k, "shop")
@@ -73,20 +74,13 @@ func TestProgrammingLatencyE2E(t *testing.T) {
 	annotateSlice(t, k, "shop", "db-a", at, endpoint("10.244.200.9", "n1", true, false))
 	within(t, 5*time.Second, follower.DNS(), "db.shop.svc.cluster.local", dns.TypeA, "10.244.200.9")
 	within(t, 5*time.Second, follower.DNS(), "hl.shop.svc.cluster.local", dns.TypeA, "10.244.100.2")
-	for _, s := range []struct {
+	servers := []struct {
 		name string
 		srv  *Server
-	}{{"replica", leader}, {"follower", follower}} {
-		deadline := time.Now().Add(5 * time.Second)
+	}{{"replica", leader}, {"follower", follower}}
+	for _, s := range servers {
 		for _, kind := range []string{"cluster_ip", "headless_with_selector", "headless_without_selector"} {
-			n := programmedCount(s.srv, kind)
-			for n != 1 && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-				n = programmedCount(s.srv, kind)
-			}
-			if n != 1 {
-				t.Errorf("%s: %v observations of %s, want 1", s.name, n, kind)
-			}
+			waitProgrammed(t, s.name, s.srv, kind, 1)
 			sum := s.srv.Metric(programmingMetric+"_sum", `service_kind="`+kind+`"`)
 			if sum < ago.Seconds() || sum > 60 {
 				t.Errorf("%s: %s observed %.3f s for a change triggered %v before", s.name, kind, sum, ago)
@@ -96,5 +90,33 @@ func TestProgrammingLatencyE2E(t *testing.T) {
 				t.Errorf("%s: %s has %v observations at or below 1.024 s", s.name, kind, le)
 			}
 		}
+	}
+
+	// a no-op update (a new trigger time, the same endpoints: nothing an
+	// answer reads) is not observed; a real change after it, to the same
+	// watch, is the barrier that says the no-op was handled
+	annotateSlice(t, k, "shop", "svc1-a", time.Now(), endpoint("10.244.1.9", "n1", true, false))
+	annotateSlice(t, k, "shop", "hl-a", time.Now(), endpoint("10.244.100.3", "n1", true, false))
+	within(t, 5*time.Second, follower.DNS(), "hl.shop.svc.cluster.local", dns.TypeA, "10.244.100.3")
+	for _, s := range servers {
+		waitProgrammed(t, s.name, s.srv, "headless_with_selector", 2)
+		if n := programmedCount(s.srv, "cluster_ip"); n != 1 {
+			t.Errorf("%s: %v observations of cluster_ip after a no-op update, want 1", s.name, n)
+		}
+	}
+}
+
+// waitProgrammed waits up to 5 s for s's histogram of kind to count want
+// observations, and fails when it does not.
+func waitProgrammed(t *testing.T, name string, s *Server, kind string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	n := programmedCount(s, kind)
+	for n != want && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		n = programmedCount(s, kind)
+	}
+	if n != want {
+		t.Errorf("%s: %v observations of %s, want %v", name, n, kind, want)
 	}
 }
