@@ -15,7 +15,7 @@
 //	{"namespace":"shop","name":"web",…}        one name's whole content: k8sdns's record (Service and slices), or gone
 //	{"import":{"namespace":"shop",…}}          multicluster: a ServiceImport's name's, the same way (a follower before it ignores the line)
 //	{"gen":41,"synced":true,"digest":"…"}      the state up to here is generation 41 (digest: v3): apply it
-//	  …,"programmed":{"cluster_ip":[1733…],…}}  optional, changes only (v3 streams): the API changes they bring (below)
+//	  …,"programmed":{"cluster_ip":[1733…],…}}  optional, change batches only (v3 and later): the API changes they bring (below)
 //	{"gen":41,"age":12.5}                      a heartbeat, every 10 s while nothing changed (age: v2, the leader's own table is that many seconds behind its source)
 //
 // After the first state every table change of the leader follows as its
