@@ -48,7 +48,9 @@ func programmedCount(s *Server, kind string) float64 {
 // slices of the first list (one with a trigger time) and an update that
 // changes no answer are not observed.
 func TestProgrammingLatencyE2E(t *testing.T) {
+	t0 := time.Now()
 	k := startKubeAPI(t)
+	t.Logf("API server up in %v", time.Since(t0).Round(time.Millisecond))
 	createNS(t, k, "shop")
 	createNS(t, k, "dns")
 	replicaObjects(t, k, "shop", 2) // svc0, svc1 (ClusterIP), db (headless, no selector)
@@ -61,6 +63,7 @@ func TestProgrammingLatencyE2E(t *testing.T) {
 	leader := Start(t, replicaLeaderCorefile(t, k.Kubeconfig), Options{Env: []string{"POD_NAME=meshdns-e2e", "POD_NAMESPACE=dns"}, Files: replicaTokenFiles})
 	follower := startReplicaFollower(t, leader.Addr(9155))
 	within(t, 5*time.Second, follower.DNS(), "hl.shop.svc.cluster.local", dns.TypeA, "10.244.100.1")
+	t.Logf("replica and follower answering at %v", time.Since(t0).Round(time.Millisecond))
 	for _, s := range []*Server{leader, follower} {
 		if n := s.Metric(programmingMetric + "_count"); n != 0 {
 			t.Fatalf("%v observations of the first list", n)
@@ -95,6 +98,7 @@ func TestProgrammingLatencyE2E(t *testing.T) {
 	// a no-op update (a new trigger time, the same endpoints: nothing an
 	// answer reads) is not observed; a real change after it, to the same
 	// watch, is the barrier that says the no-op was handled
+	t.Logf("changes observed at %v", time.Since(t0).Round(time.Millisecond))
 	annotateSlice(t, k, "shop", "svc1-a", time.Now(), endpoint("10.244.1.9", "n1", true, false))
 	annotateSlice(t, k, "shop", "hl-a", time.Now(), endpoint("10.244.100.3", "n1", true, false))
 	within(t, 5*time.Second, follower.DNS(), "hl.shop.svc.cluster.local", dns.TypeA, "10.244.100.3")
@@ -104,6 +108,7 @@ func TestProgrammingLatencyE2E(t *testing.T) {
 			t.Errorf("%s: %v observations of cluster_ip after a no-op update, want 1", s.name, n)
 		}
 	}
+	t.Logf("done at %v (the processes and the API server stop after)", time.Since(t0).Round(time.Millisecond))
 }
 
 // waitProgrammed waits up to 5 s for s's histogram of kind to count want
