@@ -356,6 +356,11 @@ func TestAlertsDrill(t *testing.T) {
 			return ""
 		})
 	}
+	// a slice change with a trigger time, so that the DNS programming
+	// latency histogram (the dashboard's) is in both endpointsvc scrapes
+	annotateSlice(t, k, "shop", "svc0-a", time.Now(), endpoint("10.244.0.9", "n1", true, false))
+	waitProgrammed(t, "leader", leader, "cluster_ip", 1)
+	waitProgrammed(t, "follower", follower, "cluster_ip", 1)
 	rules := monitoringFile(t, "meshdns-rules.yaml")
 	p := startPrometheus(t, compressed(t, rules), map[string]string{
 		"leader": leader.directiveAddr("prometheus"), "follower": follower.directiveAddr("prometheus"), "side": side.directiveAddr("prometheus"),

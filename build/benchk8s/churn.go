@@ -34,12 +34,15 @@ var (
 	churnQPS     = flag.Int("churn-qps", 5000, "-mix churn: dnsperf's fixed query rate, per plugin")
 	nodeInterval = flag.Duration("node-status", time.Minute, "-mix churn: every Node's status is written once per this interval")
 	sampleShare  = flag.Int("sample-every", 3, "-mix churn: the update-to-answer latency is sampled on every n-th update that adds an endpoint")
+	churnFollow  = flag.Bool("churn-follower", false, "-mix churn: endpointsvc also replicates (replicate) to a node-local follower process, whose programming latency is reported too (its CPU is not in the comparison)")
 )
 
 // churnPlugin is one plugin's process during the churn.
 type churnPlugin struct {
 	name                string
 	port, ready, prom   int
+	latencyMetric       string             // its DNS programming latency histogram
+	prog0               map[string]float64 // that histogram's buckets at the start of the churn
 	p                   *proc
 	cpu0                float64 // CPU seconds at the start of the churn
 	cpu, anonEnd        float64
@@ -63,8 +66,12 @@ func runChurn(dir string, api *apiServer) {
 
 	variants := specVariants(api.kubeconfig)
 	var ps []*churnPlugin
+	rp := freePort() // -churn-follower: the leader's stream
+	if *churnFollow {
+		variants["endpointsvc"] = strings.Replace(variants["endpointsvc"], "        ttl 30\n", fmt.Sprintf("        ttl 30\n        replicate 127.0.0.1:%d\n", rp), 1)
+	}
 	for _, name := range []string{"endpointsvc", "kubernetes"} {
-		x := &churnPlugin{name: name, port: freePort(), ready: freePort(), prom: freePort()}
+		x := &churnPlugin{name: name, port: freePort(), ready: freePort(), prom: freePort(), latencyMetric: "coredns_" + name + "_dns_programming_duration_seconds"}
 		corefile := fmt.Sprintf(".:%d {\n    bind 127.0.0.1\n    ready 127.0.0.1:%d\n    prometheus 127.0.0.1:%d\n%s}\n", x.port, x.ready, x.prom, variants[name])
 		cf := filepath.Join(dir, "Corefile.churn."+name)
 		if err := os.WriteFile(cf, []byte(corefile), 0o644); err != nil {
@@ -75,6 +82,12 @@ func runChurn(dir string, api *apiServer) {
 	}
 	for _, x := range ps {
 		waitHTTP(fmt.Sprintf("http://127.0.0.1:%d/ready", x.ready), x.p, 180*time.Second)
+	}
+	var follower *proc
+	followerProm := 0
+	if *churnFollow {
+		follower, followerProm, _ = startReplicaNode(dir, "churn-follower", "    endpointsvc cluster.local in-addr.arpa ip6.arpa {\n        source replica http://127.0.0.1:"+fmt.Sprint(rp)+
+			"\n        schema kubernetes\n        pods insecure\n        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }\n")
 	}
 	time.Sleep(3 * time.Second)
 	a, _ := answers(ps[0].port, checks)
@@ -104,6 +117,11 @@ func runChurn(dir string, api *apiServer) {
 		x.snapWr = -metric(x.prom, "coredns_endpointsvc_snapshot_writes_total")
 		x.patches = -metric(x.prom, "coredns_endpointsvc_syncs_total", `result="patched"`)
 		x.wholeSyncs = -metric(x.prom, "coredns_endpointsvc_syncs_total", `result="updated"`)
+		x.prog0 = buckets(x.prom, x.latencyMetric)
+	}
+	var followerProg0 map[string]float64
+	if follower != nil {
+		followerProg0 = buckets(followerProm, "coredns_endpointsvc_dns_programming_duration_seconds")
 	}
 	fmt.Printf("churn: %v of %d EndpointSlice updates/s over %d slices (an endpoint turns ready/unready, is added or removed), every Node's status written once per %v, dnsperf at %d qps on each plugin\n",
 		*churnFor, *churnRate, len(sls), *nodeInterval, *churnQPS)
@@ -156,11 +174,28 @@ func runChurn(dir string, api *apiServer) {
 			_ = os.WriteFile(filepath.Join(*logs, x.name+"-churn.log"), x.p.log.Bytes(), 0o644)
 		}
 	}
+	// DNS programming latency: each plugin's own histogram, the churn's
+	// observations only (the stock plugin's first list is in +Inf)
+	progs := map[string]map[string]float64{}
+	for _, x := range ps {
+		progs[x.name] = bucketsSince(x.prog0, buckets(x.prom, x.latencyMetric))
+	}
+	if follower != nil {
+		progs["follower"] = bucketsSince(followerProg0, buckets(followerProm, "coredns_endpointsvc_dns_programming_duration_seconds"))
+		follower.stop()
+	}
+	for _, name := range []string{"endpointsvc", "follower", "kubernetes"} {
+		if b, ok := progs[name]; ok {
+			fmt.Printf("%-12s DNS programming latency (its histogram, all kinds): %d observations, p50 %v, p99 %v\n", name, int(b["+Inf"]), histQuantile(b, 0.5), histQuantile(b, 0.99))
+		}
+	}
 	e, k := ps[0], ps[1]
 	fmt.Printf("\n| figure | goal | endpointsvc | kubernetes | ratio |\n|---|---|---:|---:|---:|\n")
 	fmt.Printf("| CPU seconds of the server process | ≤ 1 | %.2f | %.2f | **%.2f** |\n", e.cpu, k.cpu, e.cpu/k.cpu)
 	fmt.Printf("| update-to-answer p50 | | %v | %v | |\n", pct(e.lat, 50), pct(k.lat, 50))
 	fmt.Printf("| update-to-answer p99 | ≤ 1 s | %v | %v | |\n", pct(e.lat, 99), pct(k.lat, 99))
+	fmt.Printf("| DNS programming latency p50 (own histogram) | | %v | %v | |\n", histQuantile(progs["endpointsvc"], 0.5), histQuantile(progs["kubernetes"], 0.5))
+	fmt.Printf("| DNS programming latency p99 (own histogram) | | %v | %v | |\n", histQuantile(progs["endpointsvc"], 0.99), histQuantile(progs["kubernetes"], 0.99))
 	fmt.Printf("| lost queries (dnsperf) | 0 | %d | %d | |\n", e.lost, k.lost)
 	fmt.Printf("| response codes | no SERVFAIL | %s | %s | |\n", e.rcodes, k.rcodes)
 	fmt.Printf("| anonymous RSS at the end | | %.1f MiB | %.1f MiB | %.2f |\n", e.anonEnd, k.anonEnd, e.anonEnd/k.anonEnd)
@@ -245,6 +280,10 @@ func driveSlices(api *apiServer, sls []*discoveryv1.EndpointSlice, ps []*churnPl
 					sl.Endpoints = slices.Delete(sl.Endpoints, i, i+1)
 				}
 				at := time.Now()
+				if sl.Annotations == nil {
+					sl.Annotations = map[string]string{}
+				}
+				sl.Annotations[corev1.EndpointsLastChangeTriggerTime] = at.UTC().Format(time.RFC3339Nano) // as the endpoint slice controller writes it
 				up, err := api.client.DiscoveryV1().EndpointSlices(sl.Namespace).Update(context.Background(), sl, metav1.UpdateOptions{})
 				if apierrors.IsConflict(err) {
 					if cur, gerr := api.client.DiscoveryV1().EndpointSlices(sl.Namespace).Get(context.Background(), sl.Name, metav1.GetOptions{}); gerr == nil {
@@ -422,4 +461,74 @@ func httpGet(url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// buckets are a histogram's cumulative bucket counts by le ("+Inf"
+// too), every label set summed.
+func buckets(port int, name string) map[string]float64 {
+	out := map[string]float64{}
+	for _, l := range strings.Split(httpGet(fmt.Sprintf("http://127.0.0.1:%d/metrics", port)), "\n") {
+		rest, ok := strings.CutPrefix(l, name+"_bucket{")
+		if !ok {
+			continue
+		}
+		_, le, ok := strings.Cut(rest, `le="`)
+		if !ok {
+			continue
+		}
+		le, _, _ = strings.Cut(le, `"`)
+		f := strings.Fields(rest)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		out[le] += v
+	}
+	return out
+}
+
+// bucketsSince is end's counts less start's.
+func bucketsSince(start, end map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(end))
+	for le, v := range end {
+		out[le] = v - start[le]
+	}
+	return out
+}
+
+// histQuantile is the q-quantile of cumulative buckets, interpolated
+// linearly inside its bucket as PromQL's histogram_quantile does; 0 with
+// no observation, the last finite bound when it falls in +Inf.
+func histQuantile(b map[string]float64, q float64) time.Duration {
+	total := b["+Inf"]
+	if total <= 0 {
+		return 0
+	}
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	for le, n := range b {
+		if v, err := strconv.ParseFloat(le, 64); err == nil && le != "+Inf" {
+			bs = append(bs, bucket{v, n})
+		}
+	}
+	slices.SortFunc(bs, func(x, y bucket) int { return cmpFloat(x.le, y.le) })
+	rank, lo, below := q*total, 0.0, 0.0
+	for _, x := range bs {
+		if x.n >= rank {
+			frac := 0.0
+			if x.n > below {
+				frac = (rank - below) / (x.n - below)
+			}
+			return time.Duration((lo + (x.le-lo)*frac) * float64(time.Second)).Round(time.Millisecond)
+		}
+		lo, below = x.le, x.n
+	}
+	return time.Duration(lo * float64(time.Second))
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }

@@ -52,6 +52,10 @@ var rows = []row{
 				{`sum by (instance, zone) (rate(coredns_endpointsvc_snapshot_written_bytes_total{I}[$__rate_interval]))`, "{{instance}} {{zone}} written"},
 				{`sum by (instance, zone) (increase(coredns_endpointsvc_snapshot_write_errors_total{I}[$__rate_interval]))`, "{{instance}} {{zone}} failed writes"},
 				{`max by (instance, zone) (coredns_endpointsvc_snapshot_empty_held{I})`, "{{instance}} {{zone}} empty held"}}},
+		{"DNS programming latency", "From an EndpointSlice's last-change-trigger-time to the table that answers with the change (the SIG-scalability SLI), on replicas and node-local followers alike: p50 and p99 by service kind. Empty until a slice with a trigger time changes.", "s",
+			[][2]string{
+				{`histogram_quantile(0.50, sum by (instance, service_kind, le) (rate(coredns_endpointsvc_dns_programming_duration_seconds_bucket{I}[$__rate_interval])))`, "{{instance}} {{service_kind}} p50"},
+				{`histogram_quantile(0.99, sum by (instance, service_kind, le) (rate(coredns_endpointsvc_dns_programming_duration_seconds_bucket{I}[$__rate_interval])))`, "{{instance}} {{service_kind}} p99"}}},
 	}},
 	{"Replication: leaders and node-local followers", []panel{
 		{"Streams per leader", "Followers connected to each leader.", "short",

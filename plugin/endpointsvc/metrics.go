@@ -131,3 +131,18 @@ var cnameConflicts = promauto.NewGaugeVec(prometheus.GaugeOpts{
 	Name:      "cname_conflicts",
 	Help:      "Number of services with more than one CNAME candidate (FQDN endpoints).",
 }, []string{"server", "zone"})
+
+// programmingLatency is the DNS programming latency (the SIG-scalability
+// SLI, the kubernetes plugin's dns_programming_duration_seconds with its
+// buckets and service_kind values): the time from an EndpointSlice's
+// last-change-trigger-time to the table swap that serves the change, on a
+// replica that watches the API and on a follower of the replication
+// stream alike (programmed.go).
+var programmingLatency = promauto.NewHistogramVec(prometheus.HistogramOpts{
+	Namespace:                   plugin.Namespace,
+	Subsystem:                   pluginName,
+	Name:                        "dns_programming_duration_seconds",
+	Help:                        "Histogram of the time (in seconds) from an EndpointSlice's last-change-trigger-time to the table that answers with the change.",
+	Buckets:                     prometheus.ExponentialBuckets(0.001, 2, 20), // 1 ms doubling to 524 s (~9 min), then +Inf: the kubernetes plugin's
+	NativeHistogramBucketFactor: plugin.NativeHistogramBucketFactor,
+}, []string{"service_kind"})

@@ -244,7 +244,7 @@ func (e *Endpointsvc) tap(m modelTable, p feed.Patch) {
 		for i, pa := range kp.Pods {
 			pods[i] = pa.Addr
 		}
-		e.replicating.leader.Patched(t, keys, kp.SetNamespaces, pods...)
+		e.replicating.leader.PatchedProgrammed(t, keys, kp.SetNamespaces, kp.Programmed, pods...)
 		return
 	}
 	e.replicating.leader.Rebuilt(t)

@@ -95,9 +95,11 @@ func (e *Endpointsvc) applyPatch(ctx context.Context, p feed.Patch) {
 	}
 	if m, whole := e.schema.patch(cur.model, p); m != nil {
 		t = e.publish(m)
+		observeProgrammed(p, time.Now())
 		e.tap(t.model, p)
 	} else {
 		t = e.publish(e.schema.build(whole))
+		observeProgrammed(p, time.Now())
 		e.tap(t.model, nil)
 	}
 	if e.snapshot != nil {

@@ -75,3 +75,30 @@ type Patch interface {
 	// model's snapshot form.
 	Snapshot(w io.Writer) error
 }
+
+// Service kinds of a Trigger: the kubernetes plugin's service_kind label
+// values of its DNS programming latency.
+const (
+	KindClusterIP               = "cluster_ip"                // a Service with cluster IPs
+	KindHeadlessWithSelector    = "headless_with_selector"    // clusterIP None, with a selector
+	KindHeadlessWithoutSelector = "headless_without_selector" // clusterIP None, no selector (slices written by someone else)
+)
+
+// Kinds are the Trigger kinds, in the order streams write them.
+var Kinds = []string{KindClusterIP, KindHeadlessWithSelector, KindHeadlessWithoutSelector}
+
+// Trigger is an API change a patch carries into the table: the time its
+// EndpointSlice says the change was triggered (the
+// endpoints.kubernetes.io/last-change-trigger-time annotation), and the
+// kind of its Service. The plugin observes how long ago At was when the
+// patch is in the served table: the DNS programming latency.
+type Trigger struct {
+	Kind string
+	At   time.Time
+}
+
+// Triggered is implemented by patches that carry Triggers (those of the
+// kubernetes source, and the replica source's when the leader sent them).
+type Triggered interface {
+	Triggers() []Trigger
+}

@@ -4,6 +4,8 @@ import (
 	"io"
 	"slices"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
+
 	"github.com/meshdns/meshdns/plugin/pkg/pmap"
 )
 
@@ -20,6 +22,9 @@ type Patch struct {
 	Pods []PodAddr
 	// Origin is the patched table's Origin (Cluster.Origin).
 	Origin string
+	// Programmed are the API changes this patch brings into the table,
+	// for the programming latency; not part of the table or its digest.
+	Programmed []feed.Trigger
 
 	// Whole returns the source's whole current cluster (for a table that
 	// cannot be patched: none yet).
@@ -58,6 +63,9 @@ func (c *Cluster) Add(ch Change) {
 	}
 	c.Slices = append(c.Slices, ch.Slices...)
 }
+
+// Triggers implements feed.Triggered.
+func (p *Patch) Triggers() []feed.Trigger { return p.Programmed }
 
 // Len is the number of names the patch changes (pod addresses apart).
 func (p *Patch) Len() int { return len(p.Changes) }

@@ -65,6 +65,7 @@ type changes struct {
 	nodes      map[string]bool
 	pods       map[netip.Addr]bool // addresses of Pods that came, went or changed
 	namespaces bool
+	triggers   []trigger // trigger times of the slices that came or changed (programmed.go)
 }
 
 func (c *changes) empty() bool {
@@ -110,6 +111,18 @@ func (d *dirty) mark(obj any) {
 	case *kNamespace:
 		d.c.namespaces = true
 	}
+}
+
+// triggered records the trigger time of a slice that came or changed
+// (obj is its new version), if it has one.
+func (d *dirty) triggered(obj any) {
+	sl, ok := obj.(*kSlice)
+	if !ok || sl.trigger == 0 || sl.skip || sl.sl.Service == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.c.triggers = append(d.c.triggers, trigger{name: sl.Namespace + "/" + sl.sl.Service, at: sl.trigger})
 }
 
 func (d *dirty) name(n string) {

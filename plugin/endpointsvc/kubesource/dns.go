@@ -62,6 +62,7 @@ func (m *dnsModel) patch(st stores, c changes, whole func() feed.State) feed.Pat
 	p := &k8sdns.Patch{
 		Whole:         func() *k8sdns.Cluster { return whole().(*k8sdns.Cluster) },
 		WriteSnapshot: func(w io.Writer) error { return m.snapshot(w, st) },
+		Programmed:    programmed(st, c.triggers),
 	}
 	for _, name := range sortedKeys(c.names) {
 		ns, n, _ := strings.Cut(name, "/")

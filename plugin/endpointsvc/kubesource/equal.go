@@ -14,7 +14,7 @@ func sameSlim(old, cur any) bool {
 	switch o := old.(type) {
 	case *kService:
 		c, ok := cur.(*kService)
-		return ok && o.Name == c.Name && o.Namespace == c.Namespace && o.skip == c.skip &&
+		return ok && o.Name == c.Name && o.Namespace == c.Namespace && o.skip == c.skip && o.selector == c.selector &&
 			slices.Equal(o.nodePorts, c.nodePorts) && o.svc.Equal(&c.svc)
 	case *kSlice:
 		c, ok := cur.(*kSlice)

@@ -34,14 +34,16 @@ type kService struct {
 	svc       k8sdns.Service
 	nodePorts []int32 // spec.ports[].nodePort, parallel to svc.Ports; nil when none has one (schema orch)
 	skip      bool    // outside the configured namespaces
+	selector  bool    // spec.selector is set (the service_kind of a headless Service)
 }
 
 // kSlice is the slim form of a discovery/v1 EndpointSlice: every
 // endpoint with every address, hostname, node, target Pod and condition.
 type kSlice struct {
 	kMeta
-	sl   k8sdns.Slice
-	skip bool // outside the configured namespaces
+	sl      k8sdns.Slice
+	skip    bool  // outside the configured namespaces
+	trigger int64 // last-change-trigger-time, unix nanoseconds; 0: none (programmed.go)
 }
 
 // kNode is the slim form of a v1.Node (schema orch).
@@ -77,6 +79,7 @@ func transformService(namespaces map[string]bool) func(any) (any, error) {
 			return k, nil
 		}
 		k.svc = modelService(s)
+		k.selector = len(s.Spec.Selector) > 0
 		for i, p := range s.Spec.Ports {
 			if p.NodePort != 0 && k.nodePorts == nil {
 				k.nodePorts = make([]int32, len(s.Spec.Ports))
@@ -154,6 +157,7 @@ func transformSlice(namespaces map[string]bool, mc bool) func(any) (any, error) 
 			return k, nil
 		}
 		k.sl = modelSlice(s)
+		k.trigger = triggerTime(&s.ObjectMeta)
 		if mc {
 			k.sl.Import, k.sl.Cluster = s.Labels[mcsapi.LabelServiceName], s.Labels[mcsapi.LabelSourceCluster]
 		}

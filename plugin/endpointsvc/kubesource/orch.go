@@ -117,7 +117,7 @@ func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Pa
 	nodes, known := m.nodes(kn)
 	mapped := services(ks, kl, known)
 	mapped.Nodes = nodes
-	p := &orch.Patch{State: mapped, DirtyNodes: c.nodes,
+	p := &orch.Patch{State: mapped, DirtyNodes: c.nodes, Programmed: programmed(st, c.triggers),
 		Whole:         func() *orch.State { return whole().(*orch.State) },
 		WriteSnapshot: func(w io.Writer) error { return m.snapshot(w, st) }}
 	kept := make(map[string]bool, len(mapped.Services))

@@ -171,7 +171,7 @@ func (w *watcher) handler(stats *Stats) cache.ResourceEventHandlerFuncs {
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { w.changed.mark(obj); kick() },
+		AddFunc: func(obj any) { w.changed.mark(obj); w.changed.triggered(obj); kick() },
 		UpdateFunc: func(old, cur any) {
 			// A relist after a watch restart replays every object, and most
 			// updates (heartbeats, labels, annotations) change nothing the
@@ -189,6 +189,7 @@ func (w *watcher) handler(stats *Stats) cache.ResourceEventHandlerFuncs {
 			}
 			w.changed.mark(old) // a slice may have moved to another Service
 			w.changed.mark(cur)
+			w.changed.triggered(cur)
 			kick()
 		},
 		DeleteFunc: func(obj any) { w.changed.mark(obj); kick() },

@@ -3,6 +3,8 @@ package orch
 import (
 	"io"
 	"net/netip"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 )
 
 // Patch is a change to part of a source's state, for sources that know
@@ -15,6 +17,9 @@ type Patch struct {
 	State      *State
 	Removed    []SvcKey        // services no longer in the state
 	DirtyNodes map[string]bool // names of nodes that changed: their entries are State's, or gone
+	// Programmed are the API changes this patch brings into the table,
+	// for the programming latency (the kubernetes source's).
+	Programmed []feed.Trigger
 
 	// Whole builds the source's whole state, for when the table cannot be
 	// patched (hostname advertise addresses, which the plugin re-resolves
@@ -25,6 +30,9 @@ type Patch struct {
 	// most once a second, off the sync path.
 	WriteSnapshot func(io.Writer) error
 }
+
+// Triggers implements feed.Triggered.
+func (p *Patch) Triggers() []feed.Trigger { return p.Programmed }
 
 // Len is the number of services the patch changes.
 func (p *Patch) Len() int { return len(p.State.Services) + len(p.Removed) }

@@ -109,7 +109,11 @@ func (a *applier) line(b []byte) error {
 				return errorf("bad digest %q", *c.Digest)
 			}
 		}
-		return a.synced(*c.Gen, d)
+		prog, err := programmedOf(c.Programmed)
+		if err != nil {
+			return err
+		}
+		return a.synced(*c.Gen, d, prog)
 	case c.Gen != nil && c.Full == nil:
 		return a.heartbeat(*c.Gen, age)
 	}
@@ -249,8 +253,10 @@ func (a *applier) pending() bool {
 }
 
 // synced hands the state received to the sink: a whole state as an
-// update, changes as a patch of the served table.
-func (a *applier) synced(gen uint64, d digest) error {
+// update, changes as a patch of the served table, with the trigger times
+// of the API changes they bring (the line's "programmed"; a whole state's
+// are not observed).
+func (a *applier) synced(gen uint64, d digest, programmed []feed.Trigger) error {
 	switch {
 	case !a.started:
 		return errors.New("synced before the header")
@@ -261,6 +267,7 @@ func (a *applier) synced(gen uint64, d digest) error {
 		if err := a.fillBuckets(d); err != nil {
 			return err
 		}
+		programmed = nil // a bucket resume is no change this follower can date (a leader sends none)
 	}
 	o := position{epoch: a.epoch, gen: gen, digest: d, options: a.options}.String()
 	a.setAge()
@@ -273,7 +280,9 @@ func (a *applier) synced(gen uint64, d digest) error {
 		a.sink.Update(a.full)
 		a.stats.Full.Add(1)
 	case a.pending() || gen != a.gen || a.reorigin(o):
-		a.sink.Patch(a.patch(o))
+		p := a.patch(o)
+		p.Programmed = programmed // the leader's API changes, observed once the patch is served
+		a.sink.Patch(p)
 		a.stats.Patches.Add(1)
 	default:
 		a.sink.Unchanged()

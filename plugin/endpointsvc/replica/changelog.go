@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 )
 
@@ -30,8 +31,9 @@ type logEntry struct {
 	gen        uint64
 	keys       []k8sdns.Key
 	namespaces bool
-	pods       []netip.Addr // pod index addresses changed (pods verified)
-	digest     digest       // the digest of the state generation gen is
+	pods       []netip.Addr   // pod index addresses changed (pods verified)
+	digest     digest         // the digest of the state generation gen is
+	programmed []feed.Trigger // the API changes the generation brought (not in the digest)
 }
 
 // size is what an entry counts against maxLogKeys.
@@ -90,6 +92,23 @@ func (l *changeLog) podsSince(gen uint64) []netip.Addr {
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
+}
+
+// programmedSince returns the triggers of the generations after gen
+// (inside the log: since said ok), oldest generation first, at most
+// maxProgrammed: a follower that catches up on more changes than that
+// observes the first ones.
+func (l *changeLog) programmedSince(gen uint64) []feed.Trigger {
+	i, _ := slices.BinarySearchFunc(l.entries, gen+1, func(e logEntry, g uint64) int { return cmp.Compare(e.gen, g) })
+	var out []feed.Trigger
+	for _, e := range l.entries[i:] {
+		if len(out)+len(e.programmed) > maxProgrammed {
+			out = append(out, e.programmed[:maxProgrammed-len(out)]...)
+			break
+		}
+		out = append(out, e.programmed...)
+	}
+	return out
 }
 
 // find returns the latest generation in the log whose state has digest

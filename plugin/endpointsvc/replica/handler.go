@@ -182,7 +182,7 @@ func (l *Leader) stream(ctx context.Context, w writer, q query, s step) {
 			case first || s.full:
 				head = appendHeader(head, s.epoch, s.to, s.full, q.v, l.age(), s.from)
 			}
-			tail = appendSynced(tail[:0], s.body.gen, q.v, s.body.d)
+			tail = appendSynced(tail[:0], s.body.gen, q.v, s.body.d, s.body.prog)
 			err := l.send(w, head, s.body.b, tail)
 			if s.full {
 				l.release()

@@ -35,6 +35,8 @@ type fakeSink struct {
 	mu   sync.Mutex
 	errs []error
 	ages []time.Duration // SetAge's arguments, in order
+	// programmed are the patches' trigger times, in order
+	programmed []feed.Trigger
 }
 
 func (s *fakeSink) SetAge(age time.Duration) {
@@ -66,7 +68,17 @@ func (s *fakeSink) Update(st feed.State) {
 
 func (s *fakeSink) Patch(p feed.Patch) {
 	s.tbl.Store(s.tbl.Load().Patched(p.(*k8sdns.Patch)))
+	s.mu.Lock()
+	s.programmed = append(s.programmed, p.(*k8sdns.Patch).Programmed...)
+	s.mu.Unlock()
 	s.patches.Add(1)
+}
+
+// triggers are the trigger times the patches carried, in order.
+func (s *fakeSink) triggers() []feed.Trigger {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]feed.Trigger(nil), s.programmed...)
 }
 
 func (s *fakeSink) Unchanged() { s.unchanged.Add(1) }
@@ -227,7 +239,7 @@ func smallState(epoch string, gen uint64, ip string) []string {
 		string(appendHeader(nil, epoch, gen, true, 1, 0, 0)),
 		`{"namespaces":["shop"]}` + "\n",
 		`{"namespace":"shop","name":"web","service":{"namespace":"shop","name":"web","kind":"ClusterIP","cluster_ips":["` + ip + `"]}}` + "\n",
-		string(appendSynced(nil, gen, 1, zeroDigest)),
+		string(appendSynced(nil, gen, 1, zeroDigest, nil)),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 	"weak"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 )
@@ -164,13 +165,21 @@ func (l *Leader) Gen() uint64 {
 // when namespaces, and of the pod index's addresses pods) made of the last
 // table.
 func (l *Leader) Patched(t *k8sdns.Table, keys []k8sdns.Key, namespaces bool, pods ...netip.Addr) {
+	l.PatchedProgrammed(t, keys, namespaces, nil, pods...)
+}
+
+// PatchedProgrammed is Patched of a patch that brought the API changes
+// programmed into the table: the streams' change batches carry their
+// trigger times to the followers (the synced line's optional
+// "programmed"), which observe them when they apply the batch.
+func (l *Leader) PatchedProgrammed(t *k8sdns.Table, keys []k8sdns.Key, namespaces bool, programmed []feed.Trigger, pods ...netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cur == nil {
 		l.first(t)
 		return
 	}
-	l.set(t, logEntry{keys: keys, namespaces: namespaces, pods: pods})
+	l.set(t, logEntry{keys: keys, namespaces: namespaces, pods: pods, programmed: programmed})
 }
 
 // Rebuilt records t, a table built whole (or carried over a reload): the
@@ -311,6 +320,7 @@ func (l *Leader) next(epoch string, gen uint64, d digest, theirs *[Buckets]uint6
 	st, wake, mine := l.cur, l.wake, l.epoch
 	var keys []k8sdns.Key
 	var pods []netip.Addr
+	var programmed []feed.Trigger
 	var namespaces, ok, moved bool
 	if epoch != mine && first && d != zeroDigest {
 		gen, moved = l.log.find(d)
@@ -320,6 +330,7 @@ func (l *Leader) next(epoch string, gen uint64, d digest, theirs *[Buckets]uint6
 		keys, namespaces, ok = l.log.since(gen, st.gen)
 		if ok {
 			pods = l.log.podsSince(gen)
+			programmed = l.log.programmedSince(gen)
 		}
 	}
 	l.mu.Unlock()
@@ -333,8 +344,8 @@ func (l *Leader) next(epoch string, gen uint64, d digest, theirs *[Buckets]uint6
 	switch {
 	case ok && !first && gen == st.gen:
 	case ok:
-		s.body = l.enc.batch(l, gen, st, change{keys: keys, namespaces: namespaces, pods: pods})
-	case bucketed:
+		s.body = l.enc.batch(l, gen, st, change{keys: keys, namespaces: namespaces, pods: pods, programmed: programmed})
+	case bucketed: // no trigger times: the follower's state was no generation of this leader's
 		s.body = l.enc.buckets(l, st, differ)
 		s.from, s.buckets = 0, differ.list()
 		if s.buckets == nil {
@@ -371,6 +382,9 @@ type encoded struct {
 	b   []byte
 	gen uint64
 	d   digest
+	// prog is the synced line's optional "programmed" field (with its
+	// leading comma) of a change batch, nil when none
+	prog []byte
 }
 
 // encoder keeps the last change batch and the latest whole state
@@ -410,6 +424,7 @@ type change struct {
 	keys       []k8sdns.Key
 	namespaces bool
 	pods       []netip.Addr
+	programmed []feed.Trigger // the API changes the generations brought (programmedSince)
 }
 
 // batch encodes the records of c's names (the namespaces, the pod
@@ -436,7 +451,7 @@ func (e *encoder) batch(l *Leader, from uint64, st *state, c change) *encoded {
 		b = k8sdns.AppendChange(b, st.table.Name(k))
 		b = append(b, '\n')
 	}
-	enc := &encoded{b: b, gen: st.gen, d: st.digest}
+	enc := &encoded{b: b, gen: st.gen, d: st.digest, prog: appendProgrammed(nil, c.programmed)}
 	e.from, e.to, e.lastBatch = from, st.gen, enc
 	l.Stats.Encoded.Add(1)
 	return enc

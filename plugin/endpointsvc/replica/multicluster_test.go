@@ -44,7 +44,7 @@ func TestApplyImports(t *testing.T) {
 	for ch := range leader.All() {
 		send(k8sdns.AppendChange(nil, ch))
 	}
-	synced := appendSynced(nil, 1, Version, wholeDigest(leader))
+	synced := appendSynced(nil, 1, Version, wholeDigest(leader), nil)
 	send(synced[:len(synced)-1])
 	if got, want := sink.tbl.Load().Describe(), leader.Describe(); got != want {
 		t.Fatalf("the follower's whole table:\n%s\nwant:\n%s", got, want)
@@ -60,7 +60,7 @@ func TestApplyImports(t *testing.T) {
 		for _, k := range keys {
 			send(k8sdns.AppendChange(nil, next.Name(k)))
 		}
-		synced := appendSynced(nil, gen, Version, wholeDigest(next))
+		synced := appendSynced(nil, gen, Version, wholeDigest(next), nil)
 		send(synced[:len(synced)-1])
 		if got, want := sink.tbl.Load().Describe(), next.Describe(); got != want {
 			t.Fatalf("generation %d: the follower's patched table:\n%s\nwant:\n%s", gen, got, want)

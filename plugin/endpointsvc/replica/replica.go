@@ -15,6 +15,7 @@
 //	{"namespace":"shop","name":"web",…}        one name's whole content: k8sdns's record (Service and slices), or gone
 //	{"import":{"namespace":"shop",…}}          multicluster: a ServiceImport's name's, the same way (a follower before it ignores the line)
 //	{"gen":41,"synced":true,"digest":"…"}      the state up to here is generation 41 (digest: v3): apply it
+//	  …,"programmed":{"cluster_ip":[1733…],…}}  optional, change batches only (v3 and later): the API changes they bring (below)
 //	{"gen":41,"age":12.5}                      a heartbeat, every 10 s while nothing changed (age: v2, the leader's own table is that many seconds behind its source)
 //
 // After the first state every table change of the leader follows as its
@@ -64,8 +65,20 @@
 // leader's table is behind its source is as far behind. Version 3 adds
 // the digest (synced lines, the request) and "from" (headers of changes).
 // Version 4 adds buckets (the request, and headers of a bucket resume).
-// A follower reads only the synced line's gen, synced and digest: other
-// fields a leader adds are ignored.
+// A follower reads only the synced line's gen, synced, digest and
+// programmed: other fields a leader adds are ignored.
+//
+// Programming latency. The synced line of a change batch may carry
+// "programmed": for each service kind (feed.Kinds), the trigger times
+// (unix microseconds) of the API changes the batch's generations brought
+// into the leader's table, at most maxProgrammed in all; the follower
+// observes each in its own dns_programming_duration_seconds when it has
+// applied the batch. It is optional and outside the digest, so it needs
+// no version: a follower that does not know it ignores it (unknown
+// fields), a leader that does not know it sends none. Whole states and
+// bucket resumes carry none (a follower's first table, or one rebuilt
+// from another leader's state, is no change it can date), and streams of
+// versions 1 and 2 none (they get what those versions wrote).
 package replica
 
 import (
@@ -75,6 +88,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 )
 
 // Protocol settings.
@@ -133,6 +148,9 @@ type control struct {
 	Namespaces *[]string            `json:"namespaces"`
 	Pods       *map[string][]string `json:"pods"`
 	Buckets    *[]int               `json:"buckets"`
+	// Programmed is a synced line's optional trigger times, by kind (no
+	// version: known() does not count it)
+	Programmed map[string][]int64 `json:"programmed"`
 }
 
 // known reports whether the line has any field this version reads.
@@ -199,8 +217,8 @@ func appendAge(b []byte, age time.Duration) []byte {
 }
 
 // appendSynced appends the synced line of generation gen, of version v
-// (3: with the state's digest d).
-func appendSynced(b []byte, gen uint64, v int, d digest) []byte {
+// (3: with the state's digest d, and prog, appendProgrammed's field).
+func appendSynced(b []byte, gen uint64, v int, d digest, prog []byte) []byte {
 	b = append(b, `{"gen":`...)
 	b = strconv.AppendUint(b, gen, 10)
 	b = append(b, `,"synced":true`...)
@@ -208,8 +226,67 @@ func appendSynced(b []byte, gen uint64, v int, d digest) []byte {
 		b = append(b, `,"digest":"`...)
 		b = append(b, d.String()...)
 		b = append(b, '"')
+		b = append(b, prog...)
 	}
 	return append(b, "}\n"...)
+}
+
+// maxProgrammed bounds the trigger times of one synced line.
+const maxProgrammed = 4096
+
+// appendProgrammed appends `,"programmed":{KIND:[MICROSECONDS,…],…}`
+// for ts (kinds in feed.Kinds order), nothing when ts is empty.
+func appendProgrammed(b []byte, ts []feed.Trigger) []byte {
+	if len(ts) == 0 {
+		return b
+	}
+	b = append(b, `,"programmed":{`...)
+	first := true
+	for _, k := range feed.Kinds {
+		n := 0
+		for _, t := range ts {
+			if t.Kind != k {
+				continue
+			}
+			switch {
+			case n == 0 && first:
+				b = append(b, '"')
+			case n == 0:
+				b = append(b, `,"`...)
+			default:
+				b = append(b, ',')
+			}
+			if n == 0 {
+				b = append(b, k...) // a kind name: no escaping
+				b = append(b, `":[`...)
+				first = false
+			}
+			b = strconv.AppendInt(b, t.At.UnixMicro(), 10)
+			n++
+		}
+		if n > 0 {
+			b = append(b, ']')
+		}
+	}
+	return append(b, '}')
+}
+
+// programmedOf reads a synced line's "programmed": the trigger times of
+// the kinds this version knows (a newer leader's others are ignored), at
+// most maxProgrammed; a time that is not after 1970 is an error.
+func programmedOf(m map[string][]int64) ([]feed.Trigger, error) {
+	var out []feed.Trigger
+	for _, k := range feed.Kinds {
+		for _, us := range m[k] {
+			if us <= 0 {
+				return nil, errorf("bad programmed time %d", us)
+			}
+			if len(out) < maxProgrammed {
+				out = append(out, feed.Trigger{Kind: k, At: time.UnixMicro(us)})
+			}
+		}
+	}
+	return out, nil
 }
 
 // appendHeartbeat appends a heartbeat of version v (1: without age).

@@ -40,7 +40,7 @@ func TestUnknownFieldsIgnored(t *testing.T) {
 		`{"zz_new_kind":{"a":1}}` + "\n",
 		withUnknown(rec),
 		withUnknown(`{"pods":{"10.244.0.5":["shop"]}}` + "\n"),
-		withUnknown(string(appendSynced(nil, 3, 3, digest{1, 2}))),
+		withUnknown(string(appendSynced(nil, 3, 3, digest{1, 2}, nil))),
 		withUnknown(string(appendHeartbeat(nil, 3, 2, 0))),
 		"WAIT",
 	}
