@@ -1,63 +1,90 @@
 package orch
 
 import (
-	"encoding/json"
+	"bytes"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
+
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 )
 
 // The change log's record of a patch (the snapshot's change log, package
-// persist, frames it), one JSON object:
+// persist, frames it): a head line, then the patch's State in the
+// snapshot's compact form (compact.go: the services that changed with all
+// their tasks, ~25 bytes a task, and the nodes of those tasks):
 //
-//	{"patch":1,"removed":[["shop","web"]],"dirty_nodes":["n1"],
-//	 "state":{"services":[…],"tasks":[…],"nodes":[…]}}
+//	{"patch":1,"removed":[["shop","web"]],"dirty_nodes":["n1"]}
+//	{"format":"meshdns-state-compact/1","nodes":[…],"services":[…]}
 //
-// "state" is the patch's State as a state document (the services that
-// changed with all their tasks, and the nodes of those tasks), "removed"
-// the services gone ([namespace, name]), "dirty_nodes" the names of the
-// nodes that changed (their entries are the state's, or gone). Each part
-// is the whole new content of what it names, so a record replayed onto a
-// snapshot that holds it already changes nothing.
+// "removed" lists the services gone ([namespace, name]), "dirty_nodes"
+// the names of the nodes that changed (their entries are the state's, or
+// gone). Each part is the whole new content of what it names, so a record
+// replayed onto a snapshot that holds it already changes nothing.
 
-type logPatch struct {
+type logHead struct {
 	Patch      int         `json:"patch"`
 	Removed    [][2]string `json:"removed,omitempty"`
 	DirtyNodes []string    `json:"dirty_nodes,omitempty"`
-	State      *State      `json:"state"`
 }
 
 // AppendPatchRecord appends p's change-log record.
 func AppendPatchRecord(b []byte, p *Patch) []byte {
-	r := logPatch{Patch: 1, State: p.State}
-	for _, k := range p.Removed {
-		r.Removed = append(r.Removed, [2]string{k.Namespace, k.Name})
+	b = append(b, `{"patch":1`...)
+	if len(p.Removed) > 0 {
+		b = append(b, `,"removed":[`...)
+		for i, k := range p.Removed {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '[')
+			b = jsonw.AppendString(b, k.Namespace)
+			b = append(b, ',')
+			b = jsonw.AppendString(b, k.Name)
+			b = append(b, ']')
+		}
+		b = append(b, ']')
 	}
-	for n := range p.DirtyNodes {
-		r.DirtyNodes = append(r.DirtyNodes, n)
+	if len(p.DirtyNodes) > 0 {
+		b = append(b, `,"dirty_nodes":[`...)
+		for i, n := range slices.Sorted(maps.Keys(p.DirtyNodes)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsonw.AppendString(b, n)
+		}
+		b = append(b, ']')
 	}
-	slices.Sort(r.DirtyNodes)
-	j, _ := json.Marshal(r) // plain data: cannot fail
-	return append(b, j...)
+	b = append(b, "}\n"...)
+	buf := bytes.NewBuffer(b)
+	_ = p.State.Snapshot(buf) // a bytes.Buffer takes every write
+	return buf.Bytes()
 }
 
 // DecodePatchRecord reads a change-log record into a patch (its State,
-// Removed and DirtyNodes); its State is checked as a state document.
+// Removed and DirtyNodes); its State is checked as a snapshot is.
 func DecodePatchRecord(b []byte) (*Patch, error) {
-	var r logPatch
-	if err := strictJSON(b, &r); err != nil {
+	head, doc, ok := bytes.Cut(b, []byte{'\n'})
+	if !ok {
+		return nil, errors.New("patch record: no state after the head")
+	}
+	var h logHead
+	if err := strictJSON(head, &h); err != nil {
+		return nil, fmt.Errorf("patch record: head: %w", err)
+	}
+	if h.Patch != 1 {
+		return nil, fmt.Errorf("patch record: version %d, want 1", h.Patch)
+	}
+	st, err := DecodeSnapshot(doc)
+	if err != nil {
 		return nil, fmt.Errorf("patch record: %w", err)
 	}
-	if r.Patch != 1 || r.State == nil {
-		return nil, fmt.Errorf("patch record: version %d, want 1 with a state", r.Patch)
-	}
-	if err := r.State.Validate(); err != nil {
-		return nil, fmt.Errorf("patch record: %w", err)
-	}
-	p := &Patch{State: r.State, DirtyNodes: map[string]bool{}}
-	for _, k := range r.Removed {
+	p := &Patch{State: st, DirtyNodes: make(map[string]bool, len(h.DirtyNodes))}
+	for _, k := range h.Removed {
 		p.Removed = append(p.Removed, SvcKey{Namespace: k[0], Name: k[1]})
 	}
-	for _, n := range r.DirtyNodes {
+	for _, n := range h.DirtyNodes {
 		p.DirtyNodes[n] = true
 	}
 	return p, nil

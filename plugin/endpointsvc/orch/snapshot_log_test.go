@@ -114,8 +114,10 @@ func TestLogReplayOverNewerSnapshot(t *testing.T) {
 // after it.
 func TestLogReplayStopsAtBadRecord(t *testing.T) {
 	run := newLogRun(t, 5, 30, false, 0)
-	bad := [][]byte{[]byte(`{"patch":1,"state":{"services":[{"id":"x","name":"Bad_Name","status":"active"}]}}`),
-		[]byte(`{"patch":2,"state":{}}`), []byte(`{"patch":1}`), []byte(`not json`), []byte(`{"patch":1,"state":{},"extra":1}`)}
+	const empty = `{"format":"meshdns-state-compact/1","nodes":[],"services":[]}`
+	bad := [][]byte{[]byte("{\"patch\":1}\n" + `{"format":"meshdns-state-compact/1","nodes":[],"services":[{"service":{"id":"x","name":"Bad_Name","status":"active"}}]}`),
+		[]byte("{\"patch\":2}\n" + empty), []byte(`{"patch":1}`), []byte("not json\n" + empty), []byte("{\"patch\":1,\"extra\":1}\n" + empty),
+		[]byte("{\"patch\":1}\n" + empty + "{}")}
 	for i, b := range bad {
 		k := 3 + 5*i
 		recs := append(append(append([][]byte{}, run.recs[:k]...), b), run.recs[k:]...)
