@@ -27,6 +27,17 @@
 # and response codes, anonymous RSS at the end, endpointsvc's patches and
 # snapshot bytes written, and whether both answer alike afterwards.
 #
+# BENCH_MIX=changes (issue 32's measurement; run with BENCH_SERVICES=1500
+# BENCH_NODES=100): the headless objects, the stock plugin and endpointsvc
+# with schema kubernetes and with addresses endpoint, each with and without
+# a snapshot, all at once (each its own meshdns on core 0); per round 400
+# endpoint readiness flips, then 600 annotation patches and 100 Node
+# heartbeats that change no answer, at 40 writes/s. Prints each process's
+# CPU ticks per phase and the ratio to the stock plugin's, the snapshots'
+# whole writes, log appends and bytes, and whether the answers agree.
+# BENCH_ARGS="-meshdns-before OLD" runs OLD's endpointsvc variants too;
+# "-profile DIR" saves a CPU profile of each process per phase (round 1).
+#
 # BENCH_MIX=replica: the replication stream on the spec mix (no stock
 # plugin): a leader (the cluster DNS stanza with replicate) on core 0, the
 # bytes of the whole state, a node-local follower's memory (RssAnon, live

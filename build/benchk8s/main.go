@@ -60,7 +60,7 @@ var (
 	profile   = flag.String("profile", "", "directory to save a heap profile (after GC) of each plugin into")
 	logs      = flag.String("logs", "", "directory to write each meshdns log into (GODEBUG=gctrace=1 in the environment traces its GC)")
 	memstats  = flag.Bool("memstats", false, "print the Go runtime's memory statistics and the largest mappings after sync")
-	mix       = flag.String("mix", "headless", "the objects and queries: headless (endpointsvc's orch schema, headless Services), spec (schema kubernetes, a cluster-DNS mix), churn (the spec mix under endpoint churn, both plugins at once) replica (the replication stream on the spec mix: replica.go), fleet (a simulated node-local fleet: fleet.go) or glibc (queries per outside lookup of a glibc client, with and without autopath: pods.go)")
+	mix       = flag.String("mix", "headless", "the objects and queries: headless (endpointsvc's orch schema, headless Services), spec (schema kubernetes, a cluster-DNS mix), churn (the spec mix under endpoint churn, both plugins at once), changes (the CPU of real and no-op changes, both models with and without a snapshot against stock: changes.go), replica (the replication stream on the spec mix: replica.go), fleet (a simulated node-local fleet: fleet.go) or glibc (queries per outside lookup of a glibc client, with and without autopath: pods.go)")
 )
 
 type proc struct {
@@ -167,8 +167,10 @@ func main() {
 		runGlibc(dir, startAPI(dir, false))
 	case "fleet":
 		runFleet(dir, startAPI(dir, false))
+	case "changes":
+		runChanges(dir, startAPI(dir, false))
 	default:
-		fail("bad -mix %q: want headless, spec, churn, replica, fleet or glibc", *mix)
+		fail("bad -mix %q: want headless, spec, churn, changes, replica, fleet or glibc", *mix)
 	}
 }
 

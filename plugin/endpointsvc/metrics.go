@@ -44,13 +44,20 @@ var (
 		Help:      "Counter of state syncs, by source and result.",
 	}, []string{"zone", "source", "result"})
 
-	// snapshotBytes counts the bytes of snapshot files written (each write
-	// replaces the whole file), and snapshotWrites the files.
+	// snapshotBytes counts the bytes of snapshot files written (each whole
+	// write replaces the file) and appended to their change logs, and
+	// snapshotWrites the whole files, snapshotAppends the appends.
 	snapshotBytes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: pluginName,
 		Name:      "snapshot_written_bytes_total",
-		Help:      "Counter of bytes of snapshot files written.",
+		Help:      "Counter of bytes of snapshot files written, whole or appended to their change log.",
+	}, []string{"zone"})
+	snapshotAppends = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: pluginName,
+		Name:      "snapshot_log_appends_total",
+		Help:      "Counter of appends to the snapshot's change log.",
 	}, []string{"zone"})
 	snapshotWrites = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,

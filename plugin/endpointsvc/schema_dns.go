@@ -26,6 +26,21 @@ func (d *dnsSchema) decode(b []byte) (feed.State, error) { return k8sdns.DecodeS
 
 func (d *dnsSchema) decodeSnapshot(b []byte) (feed.State, error) { return k8sdns.DecodeSnapshot(b) }
 
+func (d *dnsSchema) logRecord(p feed.Patch) []byte {
+	if kp, ok := p.(*k8sdns.Patch); ok {
+		return k8sdns.AppendPatchRecord(nil, kp)
+	}
+	return nil
+}
+
+func (d *dnsSchema) replay(st feed.State, recs [][]byte) (feed.State, int, error) {
+	c, ok := st.(*k8sdns.Cluster)
+	if !ok {
+		return st, 0, errSchemaState(d, st)
+	}
+	return k8sdns.Replay(c, recs)
+}
+
 func (d *dnsSchema) build(st feed.State) modelTable {
 	c, ok := st.(*k8sdns.Cluster)
 	if !ok || c == nil {

@@ -40,6 +40,21 @@ func (o *orchSchema) decode(b []byte) (feed.State, error) { return orch.DecodeSt
 
 func (o *orchSchema) decodeSnapshot(b []byte) (feed.State, error) { return orch.DecodeSnapshot(b) }
 
+func (o *orchSchema) logRecord(p feed.Patch) []byte {
+	if op, ok := p.(*orch.Patch); ok {
+		return orch.AppendPatchRecord(nil, op)
+	}
+	return nil
+}
+
+func (o *orchSchema) replay(st feed.State, recs [][]byte) (feed.State, int, error) {
+	s, ok := st.(*orch.State)
+	if !ok {
+		return st, 0, errSchemaState(o, st)
+	}
+	return orch.Replay(s, recs)
+}
+
 func (o *orchSchema) build(st feed.State) modelTable {
 	s, ok := st.(*orch.State)
 	if !ok {

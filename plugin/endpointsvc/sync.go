@@ -103,7 +103,11 @@ func (e *Endpointsvc) applyPatch(ctx context.Context, p feed.Patch) {
 		e.tap(t.model, nil)
 	}
 	if e.snapshot != nil {
-		e.snapshot.Offer(p.Snapshot, t.model.Services(), start)
+		if rec := e.schema.logRecord(p); rec != nil {
+			e.snapshot.OfferChange(rec, p.Snapshot, t.model.Services(), start) // appended to the change log, coalesced
+		} else {
+			e.snapshot.Offer(p.Snapshot, t.model.Services(), start)
+		}
 	}
 }
 
@@ -145,30 +149,60 @@ func (e *Endpointsvc) nextSerial() uint32 {
 	return e.serial
 }
 
-// loadSnapshot applies the snapshot file, if there is a valid one.
+// loadSnapshot applies the snapshot file, if there is a valid one, with
+// the good records of its change log replayed onto it.
 func (e *Endpointsvc) loadSnapshot(ctx context.Context) {
 	if e.snapshotPath == "" {
 		return
 	}
 	persist.Loaded(e.snapshotPath, 0)
-	b, err := persist.ReadFile(e.snapshotPath)
-	if err != nil || b == nil {
+	st, at, err := e.readSnapshot()
+	if err != nil || st == nil {
 		if err != nil {
-			log.Warningf("Reading snapshot: %v", err)
+			log.Warningf("Ignoring snapshot %q: %v", e.snapshotPath, err)
 		}
-		return
-	}
-	st, err := e.schema.decodeSnapshot(b)
-	if err != nil {
-		log.Warningf("Ignoring snapshot %q: %v", e.snapshotPath, err)
 		return
 	}
 	persist.Loaded(e.snapshotPath, st.Len())
 	e.replicaProvisional() // followers wait for the source's first result (a bounded while)
 	e.apply(ctx, "snapshot", st, false)
-	if fi, err := os.Stat(e.snapshotPath); err == nil {
-		e.fresh.staleSet(fi.ModTime()) // as old as the file, until the source reports
+	if !at.IsZero() {
+		e.fresh.staleSet(at) // as old as the files, until the source reports
 	}
+}
+
+// readSnapshot reads the snapshot file and replays its change log's good
+// records onto it (snapshot_log.go's rules: a torn or corrupt tail, a
+// record that does not decode or a log of another snapshot is logged and
+// left out, never the snapshot itself). nil: no snapshot. at is when the
+// state was written: the snapshot's time, or the log's when it replayed
+// records of it.
+func (e *Endpointsvc) readSnapshot() (st feed.State, at time.Time, err error) {
+	s, err := persist.ReadWithLog(e.snapshotPath)
+	if err != nil || s.Base == nil {
+		return nil, at, err
+	}
+	st, err = e.schema.decodeSnapshot(s.Base)
+	if err != nil {
+		return nil, at, err
+	}
+	if fi, err := os.Stat(e.snapshotPath); err == nil {
+		at = fi.ModTime()
+	}
+	if s.LogTail != nil {
+		log.Warningf("Snapshot %q: %v; replaying the %d good records before it", e.snapshotPath, s.LogTail, len(s.Records))
+	}
+	if len(s.Records) == 0 {
+		return st, at, nil
+	}
+	out, n, err := e.schema.replay(st, s.Records)
+	if err != nil {
+		log.Warningf("Snapshot %q: %v; %d of %d records replayed", e.snapshotPath, err, n, len(s.Records))
+	}
+	if fi, err := os.Stat(persist.LogPath(e.snapshotPath)); err == nil && n > 0 && fi.ModTime().After(at) {
+		at = fi.ModTime()
+	}
+	return out, at, nil
 }
 
 // handOver keeps the served table for the instance a reload starts.

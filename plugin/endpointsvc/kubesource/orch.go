@@ -132,8 +132,26 @@ func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Pa
 	return p
 }
 
-// onNodes adds to names the Services with an endpoint on one of nodes.
+// onNodes adds to names the Services with an endpoint on one of nodes:
+// through the slices' node index (a Node's change costs the slices of its
+// endpoints), or a look through every slice when the store has none.
 func onNodes(st stores, nodes, names map[string]bool) {
+	for n := range nodes {
+		objs, err := st.slices.ByIndex(byNode, n)
+		if err != nil {
+			scanNodes(st, nodes, names)
+			return
+		}
+		for _, o := range objs {
+			if sl, ok := o.(*kSlice); ok && !sl.skip && sl.sl.Service != "" {
+				names[sl.Namespace+"/"+sl.sl.Service] = true
+			}
+		}
+	}
+}
+
+// scanNodes is onNodes by a look through every slice.
+func scanNodes(st stores, nodes, names map[string]bool) {
 	handles := make(map[unique.Handle[string]]bool, len(nodes))
 	for n := range nodes {
 		handles[unique.Make(n)] = true
@@ -154,6 +172,24 @@ func onNodes(st stores, nodes, names map[string]bool) {
 			}
 		}
 	}
+}
+
+// byNode is the slice indexer's index (schema orch) of the nodes a
+// slice's endpoints run on, each name once, as written.
+const byNode = "node"
+
+func sliceNodes(obj any) ([]string, error) {
+	sl, ok := obj.(*kSlice)
+	if !ok || sl.skip || sl.sl.Service == "" {
+		return nil, nil
+	}
+	var out []string
+	for i := range sl.sl.Endpoints {
+		if n := sl.sl.Endpoints[i].Node(); n != "" && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // nodes maps nodes (sorted by name in place) and returns the names of

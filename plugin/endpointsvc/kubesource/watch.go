@@ -108,7 +108,8 @@ func (k *Source) informers(w *watcher, ns string) []slimInformer {
 
 // sliceInformer makes the EndpointSlice informer. No namespace index (the
 // stock informers' costs a set entry per object); slices are indexed by
-// their Service, which a patch reads. Schema kubernetes selects slices
+// their Service, which a patch reads, and with schema orch by the nodes
+// of their endpoints, which a Node's change reads. Schema kubernetes selects slices
 // with the labels too, as the kubernetes plugin does.
 func (k *Source) sliceInformer(w *watcher, ns string, in map[string]bool) slimInformer {
 	sliceLabels := ""
@@ -119,6 +120,9 @@ func (k *Source) sliceInformer(w *watcher, ns string, in map[string]bool) slimIn
 	indexers := cache.Indexers{byService: sliceService}
 	if mc {
 		indexers[byImport] = sliceImport
+	}
+	if k.model.watchNodes() {
+		indexers[byNode] = sliceNodes // a Node's change finds its endpoints' slices without a scan
 	}
 	sliceInf := w.factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return discoveryv1informers.NewFilteredEndpointSliceInformer(c, ns, resync, indexers, func(o *metav1.ListOptions) {

@@ -3,8 +3,10 @@ package persist
 import (
 	"context"
 	"errors"
+	"hash/crc32"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,12 +55,34 @@ type Writer struct {
 	OnWrite func(bytes int64)
 	OnError func(err error)
 	OnHold  func(held bool)
+	// ChangeLog makes the writer keep a change log beside the file
+	// (log.go): a change offered with OfferChange is appended to the log,
+	// and the whole state is written (and a new, empty log started) only
+	// when a whole state was offered (Offer), when the writer has not
+	// written the snapshot the log follows itself (its first write), when
+	// the log would grow past half the snapshot's size, and at a clean
+	// stop (the end of Run) when the log has records. OnAppend is called
+	// after every append with the bytes appended; may be nil.
+	ChangeLog bool
+	OnAppend  func(bytes int64)
 
 	mu      sync.Mutex
 	pending func(io.Writer) error // writes the latest state not written yet; nil: none
 	entries int                   // pending's entry count
 	at      time.Time             // when pending was applied
 	kick    chan struct{}
+	// ChangeLog: the records of the changes offered since the last write,
+	// in order; whole is set by Offer until a whole write, and gen counts
+	// the Offers (a flush keeps what was offered while it wrote).
+	recs  [][]byte
+	whole bool
+	gen   uint64
+	// last is the latest state written (whole or appended), which the
+	// compaction at stop writes whole.
+	last        func(io.Writer) error
+	lastN       int
+	lastAt      time.Time
+	compactions atomic.Int64
 
 	writes atomic.Int64 // files written (tests count them)
 }
@@ -72,11 +96,38 @@ func NewWriter(path string, log clog.P) *Writer {
 func (w *Writer) Writes() int64 { return w.writes.Load() }
 
 // Offer makes the state encode writes, with entries entries and applied at
-// at, the state to write next.
+// at, the state to write next, whole.
 func (w *Writer) Offer(encode func(io.Writer) error, entries int, at time.Time) {
 	w.mu.Lock()
 	w.pending, w.entries, w.at = encode, entries, at
+	w.recs, w.whole = nil, true
+	w.gen++
 	w.mu.Unlock()
+	w.wake()
+}
+
+// OfferChange makes the state encode writes (entries entries, applied at
+// at) the state to write next, reached from the last one offered by the
+// change rec: with ChangeLog, rec is appended to the log (framed by the
+// writer) instead of the whole state written, unless a compaction is due.
+// rec must hold the whole new content of what it changes (replaying it
+// twice is harmless) and must not be changed after.
+func (w *Writer) OfferChange(rec []byte, encode func(io.Writer) error, entries int, at time.Time) {
+	if !w.ChangeLog {
+		w.Offer(encode, entries, at)
+		return
+	}
+	w.mu.Lock()
+	w.pending, w.entries, w.at = encode, entries, at
+	w.recs = append(w.recs, rec)
+	w.mu.Unlock()
+	w.wake()
+}
+
+// Compactions is the number of whole writes that reset the change log.
+func (w *Writer) Compactions() int64 { return w.compactions.Load() }
+
+func (w *Writer) wake() {
 	select {
 	case w.kick <- struct{}{}:
 	default:
@@ -96,6 +147,7 @@ func (w *Writer) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			w.Flush()
+			w.compact()
 			return
 		case <-w.kick:
 		case <-held:
@@ -107,6 +159,7 @@ func (w *Writer) Run(ctx context.Context) {
 			case <-ctx.Done():
 				t.Stop()
 				w.Flush()
+				w.compact()
 				return
 			case <-t.C:
 			}
@@ -130,7 +183,7 @@ func (w *Writer) Flush() { w.flush() }
 // pending empty state is held back, the time the hold ends.
 func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 	w.mu.Lock()
-	encode, n, at := w.pending, w.entries, w.at
+	encode, n, at, recs, whole, gen := w.pending, w.entries, w.at, w.recs, w.whole, w.gen
 	w.mu.Unlock()
 	if encode == nil {
 		return false, time.Time{}
@@ -138,9 +191,13 @@ func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 	ok, until, event := files.claim(w.Path, n, at, w.EmptyGrace, time.Now())
 	w.hold(event, until)
 	if !until.IsZero() {
-		return false, until // pending stays, for when the hold ends
+		return false, until // pending (and its changes) stays, for when the hold ends
 	}
 	w.mu.Lock()
+	if w.gen == gen { // no whole state offered meanwhile: keep the changes offered since
+		w.recs = w.recs[len(recs):]
+		w.whole = false
+	}
 	if w.at.Equal(at) {
 		w.pending = nil
 	}
@@ -148,10 +205,63 @@ func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 	if !ok {
 		return false, time.Time{} // another instance (a reload's successor) wrote a newer state
 	}
+	if w.ChangeLog && !whole && n > 0 && len(recs) > 0 {
+		size, done, err := files.appendLog(w, at, recs)
+		if err != nil {
+			w.Log.Warningf("Appending to change log %q: %v; writing the whole snapshot", LogPath(w.Path), err)
+			if w.OnError != nil {
+				w.OnError(err)
+			}
+		}
+		if done {
+			files.wrote(w.Path, n)
+			w.written(encode, n, at)
+			if w.OnAppend != nil {
+				w.OnAppend(size)
+			}
+			return true, time.Time{}
+		}
+	}
+	if !w.writeWhole(encode, n, at) {
+		return false, time.Time{}
+	}
+	return true, time.Time{}
+}
+
+// written notes the state on disk now, for the compaction at stop.
+func (w *Writer) written(encode func(io.Writer) error, n int, at time.Time) {
+	w.writes.Add(1)
+	w.mu.Lock()
+	w.last, w.lastN, w.lastAt = encode, n, at
+	w.mu.Unlock()
+}
+
+// writeWhole writes the claimed state applied at at whole, and with
+// ChangeLog starts a new log after it; it reports whether it wrote.
+func (w *Writer) writeWhole(encode func(io.Writer) error, n int, at time.Time) bool {
 	var size int64
-	count := func(out io.Writer) error { return encode(countWriter{out, &size}) }
+	crc := crc32.New(castagnoli)
+	count := func(out io.Writer) error { return encode(countWriter{io.MultiWriter(out, crc), &size}) }
 	commit := func(tmp, path string) error {
-		return files.commit(path, at, func() error { return os.Rename(tmp, path) })
+		return files.commit(path, at, func(s *fileState) error {
+			if err := os.Rename(tmp, path); err != nil {
+				return err
+			}
+			s.owner = nil
+			if !w.ChangeLog {
+				_ = os.Remove(LogPath(path)) // a log of an earlier run follows another snapshot; gone all the same
+				return nil
+			}
+			base := Base{Name: filepath.Base(path), Size: size, CRC: crc.Sum32()}
+			h := logHeader(base)
+			if err := WriteFile(LogPath(path), h); err != nil {
+				// the old log names the old snapshot: never replayed onto this one
+				w.Log.Warningf("Starting change log %q: %v", LogPath(path), err)
+				return nil
+			}
+			s.owner, s.baseSize, s.recBytes, s.logRecs = w, size, 0, 0
+			return nil
+		})
 	}
 	if err := writeStream(w.Path, count, commit); err != nil {
 		if !errors.Is(err, errSuperseded) {
@@ -160,14 +270,32 @@ func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 				w.OnError(err)
 			}
 		}
-		return false, time.Time{}
+		return false
 	}
 	files.wrote(w.Path, n)
-	w.writes.Add(1)
+	w.written(encode, n, at)
+	if w.ChangeLog {
+		w.compactions.Add(1)
+	}
 	if w.OnWrite != nil {
 		w.OnWrite(size)
 	}
-	return true, time.Time{}
+	return true
+}
+
+// compact writes the state on disk whole and starts a new, empty log,
+// when this writer's log has records (ChangeLog; a clean stop).
+func (w *Writer) compact() {
+	if !w.ChangeLog {
+		return
+	}
+	w.mu.Lock()
+	encode, n, at := w.last, w.lastN, w.lastAt
+	w.mu.Unlock()
+	if encode == nil || !files.hasRecords(w, at) {
+		return
+	}
+	w.writeWhole(encode, n, at)
 }
 
 // hold logs a change of the empty hold and tells OnHold.
@@ -206,6 +334,15 @@ type fileState struct {
 	newest     time.Time // when the newest state written was applied
 	entries    int       // entries of the state on disk
 	emptySince time.Time // when the current run of empty states began; zero when none
+	// The change log (Writer.ChangeLog): owner is the writer that wrote
+	// the snapshot on disk and started the log after it, the only one
+	// that may append to it (nil: none may: the next write is whole);
+	// baseSize is that snapshot's size, recBytes and logRecs the bytes
+	// and number of the log's records (its header apart).
+	owner    *Writer
+	baseSize int64
+	recBytes int64
+	logRecs  int
 }
 
 type holdKind int
@@ -274,13 +411,59 @@ var errSuperseded = errors.New("superseded by a newer state")
 // writer of path claimed a newer state meanwhile, in one step with that
 // check across every instance of the path: two writers around a reload
 // cannot rename out of order and leave the older state on disk.
-func (f *fileStates) commit(path string, at time.Time, rename func() error) error {
+func (f *fileStates) commit(path string, at time.Time, rename func(s *fileState) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.get(path).newest.Equal(at) {
+	s := f.get(path)
+	if !s.newest.Equal(at) {
 		return errSuperseded
 	}
-	return rename()
+	return rename(s)
+}
+
+// appendLog appends recs, the changes that led to the claimed state
+// applied at at, to w's log, when w owns the log and it stays within half
+// the snapshot's size after (done). An append that fails leaves the log
+// to no one: its tail may be torn, so the next write is whole.
+func (f *fileStates) appendLog(w *Writer, at time.Time, recs [][]byte) (size int64, done bool, err error) {
+	var b []byte
+	for _, r := range recs {
+		b = AppendRecord(b, r)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.get(w.Path)
+	if s.owner != w || !s.newest.Equal(at) || s.recBytes+int64(len(b)) > s.baseSize/2 {
+		return 0, false, nil
+	}
+	lf, err := os.OpenFile(LogPath(w.Path), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		s.owner = nil
+		return 0, false, err
+	}
+	_, err = lf.Write(b)
+	if err == nil {
+		err = lf.Sync()
+	}
+	if cerr := lf.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.owner = nil
+		return 0, false, err
+	}
+	s.recBytes += int64(len(b))
+	s.logRecs += len(recs)
+	return int64(len(b)), true, nil
+}
+
+// hasRecords reports whether w owns the log, which has records, and the
+// state applied at at is the newest on disk.
+func (f *fileStates) hasRecords(w *Writer, at time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.get(w.Path)
+	return s.owner == w && s.newest.Equal(at) && s.logRecs > 0
 }
 
 // wrote records a claimed state as on disk.

@@ -1,0 +1,324 @@
+package main
+
+// -mix changes: the CPU a change costs each process (issue 32): the
+// headless objects of -mix headless (BENCH_SERVICES=1500 BENCH_NODES=100:
+// 15,000 endpoints), the stock kubernetes plugin and endpointsvc with
+// schema kubernetes and with addresses endpoint (schema orch), each with
+// and without its snapshot, every one its own meshdns on core 0, all at
+// once; then -flips endpoint readiness flips (real changes), then
+// -noop-patches annotation patches (Services and EndpointSlices alike)
+// and -heartbeats Node status writes, which change no answer. Prints the
+// CPU ticks (1/100 s, /proc/PID/stat) each process spent in each phase,
+// with its ratio to the stock plugin's.
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var (
+	flips         = flag.Int("flips", 400, "-mix changes: endpoint readiness flips (real changes) per round")
+	noopPatches   = flag.Int("noop-patches", 600, "-mix changes: annotation patches per round (no answer changes)")
+	heartbeats    = flag.Int("heartbeats", 100, "-mix changes: Node status writes per round (no answer changes)")
+	changeRate    = flag.Int("change-rate", 40, "-mix changes: API writes per second")
+	meshdnsBefore = flag.String("meshdns-before", "", "-mix changes: a second meshdns binary (the build before a change), whose endpointsvc variants run in the same run")
+)
+
+// changeProc is one variant's process.
+type changeProc struct {
+	name, bin, block string
+	port, prom, pp   int
+	p                *proc
+	real, noop       []float64 // CPU ticks per round
+}
+
+// runChanges is -mix changes.
+func runChanges(dir string, api *apiServer) {
+	t0 := time.Now()
+	populate(api.client)
+	fmt.Printf("objects: %d headless Services, %d EndpointSlices x %d endpoints, %d Nodes; created in %v\n",
+		*services, *services, *perSvc, *nodes, time.Since(t0).Round(time.Millisecond))
+	ps := changeVariants(dir, api.kubeconfig)
+	for _, x := range ps {
+		corefile := fmt.Sprintf("cluster.local:%d {\n    bind 127.0.0.1\n    prometheus 127.0.0.1:%d\n    pprof 127.0.0.1:%d\n%s}\n", x.port, x.prom, x.pp, x.block)
+		cf := filepath.Join(dir, "Corefile.changes."+strings.NewReplacer(" ", "-", "+", "-").Replace(x.name))
+		if err := os.WriteFile(cf, []byte(corefile), 0o644); err != nil {
+			fail("%v", err)
+		}
+		x.p = start(dir, "taskset", "-c", "0", x.bin, "-conf", cf)
+	}
+	names := make([]specQuery, 0, 50)
+	for i := 0; i < *services; i += max(1, *services/50) {
+		names = append(names, specQuery{name: fmt.Sprintf("svc-%d.bench.svc.cluster.local.", i), qtype: dns.TypeA})
+	}
+	last := fmt.Sprintf("svc-%d.bench.svc.cluster.local.", *services-1)
+	for _, x := range ps {
+		deadline := time.Now().Add(180 * time.Second)
+		for answerCount(x.port, last) != *perSvc {
+			if time.Now().After(deadline) {
+				fail("%s: %s not answered in full after 180 s\n%s", x.name, last, tail(x.p.log.String()))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	time.Sleep(5 * time.Second) // the first snapshots written, the start-up's garbage collected
+	sls, svcs := changeObjects(api)
+	for r := 1; r <= *rounds; r++ {
+		fmt.Printf("round %d: %d readiness flips at %d/s, then %d annotation patches and %d Node heartbeats at %d/s\n", r, *flips, *changeRate, *noopPatches, *heartbeats, *changeRate)
+		changePhase(ps, r, "real", func() { flipEndpoints(api, sls, r) }, func(x *changeProc, t float64) { x.real = append(x.real, t) })
+		changePhase(ps, r, "noop", func() { noopWrites(api, sls, svcs, r) }, func(x *changeProc, t float64) { x.noop = append(x.noop, t) })
+	}
+	agreeWithStock(ps, names)
+	printChanges(ps)
+	for _, x := range ps {
+		if *logs != "" {
+			_ = os.WriteFile(filepath.Join(*logs, strings.ReplaceAll(x.name, " ", "-")+"-changes.log"), x.p.log.Bytes(), 0o644)
+		}
+		x.p.stop()
+	}
+}
+
+// changeVariants are the processes: the stock plugin, then endpointsvc's
+// models with and without a snapshot (and those of -meshdns-before).
+func changeVariants(dir, kc string) []*changeProc {
+	dnsBlock := func(snap string) string {
+		return "    endpointsvc cluster.local {\n        source kubernetes " + kc + "\n        schema kubernetes\n" + snap + "    }\n"
+	}
+	orchBlock := func(snap string) string {
+		return "    endpointsvc svc.cluster.local {\n        source kubernetes " + kc + "\n        addresses endpoint\n" + snap + "    }\n"
+	}
+	ps := []*changeProc{{name: "kubernetes", bin: *meshdns, block: "    kubernetes cluster.local {\n        kubeconfig " + kc + "\n    }\n"}}
+	bins := [][2]string{{"", *meshdns}}
+	if *meshdnsBefore != "" {
+		bins = append(bins, [2]string{"before ", *meshdnsBefore})
+	}
+	for _, b := range bins {
+		for _, m := range []struct {
+			name  string
+			block func(string) string
+		}{{"schema kubernetes", dnsBlock}, {"addresses endpoint", orchBlock}} {
+			tag := strings.NewReplacer(" ", "-").Replace(b[0] + m.name)
+			snap := "        snapshot " + filepath.Join(dir, tag+".snapshot") + "\n"
+			ps = append(ps, &changeProc{name: b[0] + m.name + " +snapshot", bin: b[1], block: m.block(snap)},
+				&changeProc{name: b[0] + m.name, bin: b[1], block: m.block("")})
+		}
+	}
+	for _, x := range ps {
+		x.port, x.prom, x.pp = freePort(), freePort(), freePort()
+	}
+	return ps
+}
+
+// changeObjects lists the slices and Services the phases write.
+func changeObjects(api *apiServer) ([]*discoveryv1.EndpointSlice, []string) {
+	list, err := api.client.DiscoveryV1().EndpointSlices("bench").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		fail("listing slices: %v", err)
+	}
+	sls := make([]*discoveryv1.EndpointSlice, len(list.Items))
+	for i := range list.Items {
+		sls[i] = &list.Items[i]
+	}
+	svcs := make([]string, *services)
+	for i := range svcs {
+		svcs[i] = fmt.Sprintf("svc-%d", i)
+	}
+	return sls, svcs
+}
+
+// changePhase runs work and hands each process the CPU ticks it spent from
+// just before until 3 s after (the last patch, its snapshot write and the
+// garbage it made). With -profile, a CPU profile of each endpointsvc
+// process covers the work.
+func changePhase(ps []*changeProc, round int, what string, work func(), keep func(*changeProc, float64)) {
+	cpu0 := make([]float64, len(ps))
+	for i, x := range ps {
+		cpu0[i] = cpuSeconds(x.p.cmd.Process.Pid)
+	}
+	var prof sync.WaitGroup
+	if *profile != "" && round == 1 {
+		secs := 3 + (*flips)/max(1, *changeRate)
+		if what == "noop" {
+			secs = 3 + (*noopPatches+*heartbeats)/max(1, *changeRate)
+		}
+		for _, x := range ps {
+			prof.Add(1)
+			go func() {
+				defer prof.Done()
+				cpuProfile(x.pp, secs, filepath.Join(*profile, strings.NewReplacer(" ", "-", "+", "").Replace(x.name)+"-"+what+".pprof"))
+			}()
+		}
+	}
+	t := time.Now()
+	work()
+	fmt.Printf("  %s writes in %v\n", what, time.Since(t).Round(time.Millisecond))
+	time.Sleep(3 * time.Second)
+	for i, x := range ps {
+		keep(x, (cpuSeconds(x.p.cmd.Process.Pid)-cpu0[i])*100)
+	}
+	prof.Wait()
+}
+
+// cpuProfile saves a CPU profile of secs seconds from pprof at port.
+func cpuProfile(port, secs int, path string) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", port, secs))
+	if err != nil {
+		fmt.Printf("profile %s: %v\n", path, err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		fail("%v", err)
+	}
+	defer f.Close()
+	_, _ = f.ReadFrom(resp.Body)
+}
+
+// paced runs n writes at -change-rate.
+func paced(n int, write func(i int)) {
+	t := time.NewTicker(time.Second / time.Duration(max(1, *changeRate)))
+	defer t.Stop()
+	for i := range n {
+		<-t.C
+		write(i)
+	}
+}
+
+// flipEndpoints turns one endpoint of -flips distinct slices unready (or
+// ready again, in even rounds).
+func flipEndpoints(api *apiServer, sls []*discoveryv1.EndpointSlice, round int) {
+	ctx := context.Background()
+	paced(*flips, func(i int) {
+		sl := sls[(i*7)%len(sls)]
+		for try := 0; ; try++ {
+			e := &sl.Endpoints[i%len(sl.Endpoints)]
+			r := e.Conditions.Ready == nil || *e.Conditions.Ready
+			e.Conditions.Ready, e.Conditions.Serving = ptrTo(!r), ptrTo(!r)
+			up, err := api.client.DiscoveryV1().EndpointSlices(sl.Namespace).Update(ctx, sl, metav1.UpdateOptions{})
+			if err == nil {
+				*sl = *up
+				return
+			}
+			if !apierrors.IsConflict(err) || try > 2 {
+				fail("round %d: updating slice %s: %v", round, sl.Name, err)
+			}
+			cur, gerr := api.client.DiscoveryV1().EndpointSlices(sl.Namespace).Get(ctx, sl.Name, metav1.GetOptions{})
+			if gerr != nil {
+				fail("%v", gerr)
+			}
+			*sl = *cur
+		}
+	})
+}
+
+// noopWrites patches an annotation of Services and slices in turn, with a
+// Node heartbeat spread among them: nothing an answer reads changes.
+func noopWrites(api *apiServer, sls []*discoveryv1.EndpointSlice, svcs []string, round int) {
+	ctx := context.Background()
+	n := *noopPatches + *heartbeats
+	every := max(1, n/max(1, *heartbeats))
+	beats, patches := 0, 0
+	paced(n, func(i int) {
+		if (i%every == every-1 && beats < *heartbeats) || patches >= *noopPatches {
+			heartbeat(ctx, api, fmt.Sprintf("node-%d", beats%*nodes))
+			beats++
+			return
+		}
+		body := []byte(fmt.Sprintf(`{"metadata":{"annotations":{"benchk8s/touched":"%d-%d"}}}`, round, patches))
+		var err error
+		if patches%2 == 0 {
+			_, err = api.client.CoreV1().Services("bench").Patch(ctx, svcs[(patches*11)%len(svcs)], types.MergePatchType, body, metav1.PatchOptions{})
+		} else {
+			sl := sls[(patches*13)%len(sls)]
+			var up *discoveryv1.EndpointSlice
+			if up, err = api.client.DiscoveryV1().EndpointSlices(sl.Namespace).Patch(ctx, sl.Name, types.MergePatchType, body, metav1.PatchOptions{}); err == nil {
+				*sl = *up
+			}
+		}
+		if err != nil {
+			fail("round %d: annotation patch %d: %v", round, patches, err)
+		}
+		patches++
+	})
+}
+
+// heartbeat writes a Node's status with a new heartbeat time only.
+func heartbeat(ctx context.Context, api *apiServer, name string) {
+	n, err := api.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		for j := range n.Status.Conditions {
+			if n.Status.Conditions[j].Type == corev1.NodeReady {
+				n.Status.Conditions[j].LastHeartbeatTime = metav1.Now()
+			}
+		}
+		_, err = api.client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	}
+	if err != nil && !apierrors.IsConflict(err) {
+		fail("node status %s: %v", name, err)
+	}
+}
+
+// agreeWithStock checks, after a moment for the last patches, that every variant
+// answers the sampled names as the stock plugin does.
+func agreeWithStock(ps []*changeProc, names []specQuery) {
+	time.Sleep(2 * time.Second)
+	want, _ := answers(ps[0].port, names)
+	for _, x := range ps[1:] {
+		got, _ := answers(x.port, names)
+		differ := 0
+		for _, q := range names {
+			if got[q] != want[q] {
+				if differ == 0 {
+					fmt.Printf("%s: %s answers\n%s\nwant (kubernetes)\n%s\n", x.name, q.name, got[q], want[q])
+				}
+				differ++
+			}
+		}
+		fmt.Printf("%-36s %d of %d sampled names answer unlike the stock plugin\n", x.name, differ, len(names))
+	}
+}
+
+// printChanges prints the table: ticks per phase and round, the ratio of
+// their sums to the stock plugin's, and each snapshot's writes.
+func printChanges(ps []*changeProc) {
+	sum := func(v []float64) float64 {
+		s := 0.0
+		for _, x := range v {
+			s += x
+		}
+		return s
+	}
+	join := func(v []float64) string {
+		out := make([]string, len(v))
+		for i, x := range v {
+			out[i] = fmt.Sprintf("%.0f", x)
+		}
+		return strings.Join(out, " / ")
+	}
+	k := ps[0]
+	fmt.Printf("\n| process | real changes, ticks | × stock | no-op updates, ticks | × stock | snapshot: whole writes, log appends, KiB |\n|---|---:|---:|---:|---:|---|\n")
+	for _, x := range ps {
+		snap := ""
+		if strings.HasSuffix(x.name, "+snapshot") {
+			snap = fmt.Sprintf("%.0f, %.0f, %.0f", metric(x.prom, "coredns_endpointsvc_snapshot_writes_total"),
+				metric(x.prom, "coredns_endpointsvc_snapshot_log_appends_total"), metric(x.prom, "coredns_endpointsvc_snapshot_written_bytes_total")/1024)
+		}
+		fmt.Printf("| %s | %s | **%.2f** | %s | **%.2f** | %s |\n", x.name, join(x.real), sum(x.real)/sum(k.real), join(x.noop), sum(x.noop)/sum(k.noop), snap)
+	}
+}
