@@ -30,8 +30,15 @@ type inputs struct {
 	service  *corev1.Service
 	pods     []*corev1.Pod
 	slices   []*discoveryv1.EndpointSlice
+	// live names the peers whose Lease this replica saw renewed within
+	// the lease duration (by its own clock): they reach the API and write
+	// their own slices, so no one else does (see writer).
+	live map[string]bool
+	// selfLive: this replica's own Lease was renewed within the lease
+	// duration, so that its peers count it live too.
+	selfLive bool
 	// down names the peers that failed direct probes long enough while
-	// the API calls them not ready: both signals agree that they are gone.
+	// their Lease has lapsed: both signals agree that they are gone.
 	down map[string]bool
 }
 
@@ -70,7 +77,10 @@ func (o op) String() string { return [...]string{"create", "update", "delete"}[o
 //     peer's pod is being deleted (the peer may be dead and unable to say
 //     so itself), not ready and not serving when it is down (see inputs);
 //   - a slice whose pod is gone or finished is deleted (its owner reference
-//     lets the garbage collector do the same; this covers a lagging GC).
+//     lets the garbage collector do the same; this covers a lagging GC);
+//   - one writer decides each slice (writer): its own replica while that
+//     one's Lease is live, else one steward for all the silent ones, so
+//     that a peer's verdict never fights a replica's own write.
 //
 // Writes are planned only where the result differs from the slice as it is.
 func plan(in inputs) []action {
@@ -83,9 +93,13 @@ func plan(in inputs) []action {
 	}
 	var out []action
 	have := map[string]bool{}
+	steward := stewardOf(in)
 	for _, sl := range in.slices {
 		have[sl.Name] = true
 		pod := pods[slicePod(sl)]
+		if writer(in, slicePod(sl), steward) != in.self {
+			continue
+		}
 		switch {
 		case pod == nil || pod.UID != sliceOwner(sl) || finished(pod):
 			out = append(out, action{opDelete, sl})
@@ -113,6 +127,36 @@ func plan(in inputs) []action {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].slice.Name < out[j].slice.Name })
 	return out
+}
+
+// writer is the one replica that writes pod's slices: the replica itself
+// when it is this one or its Lease is live, else the steward. Two replicas
+// with the same view of the Leases never both plan a write to one slice;
+// views differ only for a lease duration's edge, and then by one write.
+func writer(in inputs, pod, steward string) string {
+	if pod == in.self || in.live[pod] {
+		return pod
+	}
+	return steward
+}
+
+// stewardOf is the replica that writes the slices of the silent ones (no
+// live Lease: dead, cut off from the API, or of a version before Leases):
+// the first by name of the replicas with a live Lease (this one only if it
+// is not stopping) whose pods are not being deleted; this replica when
+// there is none (no Leases at all: every replica writes, as before them).
+func stewardOf(in inputs) string {
+	best := ""
+	for _, pod := range in.pods {
+		cand := (pod.Name == in.self && in.selfLive && !in.stopping) || (pod.Name != in.self && in.live[pod.Name])
+		if cand && pod.DeletionTimestamp == nil && !finished(pod) && (best == "" || pod.Name < best) {
+			best = pod.Name
+		}
+	}
+	if best == "" {
+		return in.self
+	}
+	return best
 }
 
 // wantSlice is the slice of pod for address type fam as the rules want it,
@@ -170,7 +214,7 @@ func conditions(in inputs, pod *corev1.Pod, fam discoveryv1.AddressType) (ready,
 	if deleting {
 		ready, terminating = false, true
 	}
-	if in.down[pod.Name] {
+	if in.down[pod.Name] && !in.live[pod.Name] {
 		ready, serving = false, false
 	}
 	return ready, serving, terminating

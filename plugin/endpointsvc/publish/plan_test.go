@@ -1,6 +1,10 @@
 package publish
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -207,5 +211,92 @@ func TestPlanFamiliesAndStale(t *testing.T) {
 	acts = plan(inputs{self: "meshdns-b", serving: true, probed: true, service: svc, pods: []*corev1.Pod{a}, slices: []*discoveryv1.EndpointSlice{old}})
 	if len(acts) != 1 || acts[0].op != opDelete {
 		t.Errorf("finished pod: %+v", acts)
+	}
+}
+
+// TestPlanOneWriter: on generated replica sets (pods ready or not, being
+// deleted or finished, slices of present and gone pods with any
+// conditions, any Leases live, any peers down, replicas stopping), where
+// the replicas share one view of the Leases, no two replicas plan a write
+// to the same slice, and no replica writes the slice of a peer whose
+// Lease is live. Seeds: MESHDNS_PUBLISH_SEEDS (default 300).
+func TestPlanOneWriter(t *testing.T) {
+	seeds := 300
+	if s := os.Getenv("MESHDNS_PUBLISH_SEEDS"); s != "" {
+		seeds, _ = strconv.Atoi(s)
+	}
+	svc := testService()
+	for seed := 1; seed <= seeds; seed++ {
+		r := rand.New(rand.NewPCG(uint64(seed), 31))
+		n := 2 + r.IntN(4)
+		var pods []*corev1.Pod
+		live := map[string]bool{}
+		down := map[string]bool{}
+		stopping := map[string]bool{}
+		for i := range n {
+			pod := testPod(fmt.Sprintf("meshdns-%c", 'a'+i), fmt.Sprintf("10.244.0.%d", 5+i), r.IntN(2) == 0)
+			if r.IntN(5) == 0 {
+				now := metav1.NewTime(time.Now())
+				pod.DeletionTimestamp = &now
+			}
+			if r.IntN(8) == 0 {
+				pod.Status.Phase = corev1.PodFailed
+			}
+			live[pod.Name] = r.IntN(3) > 0
+			down[pod.Name] = !live[pod.Name] && r.IntN(2) == 0
+			stopping[pod.Name] = r.IntN(6) == 0
+			pods = append(pods, pod)
+		}
+		// the slices as some earlier rounds left them, plus one of a pod
+		// that is gone
+		var slices []*discoveryv1.EndpointSlice
+		gone := testPod("meshdns-z", "10.244.0.99", true)
+		for _, pod := range append(append([]*corev1.Pod{}, pods...), gone) {
+			if r.IntN(4) == 0 {
+				continue
+			}
+			sl := plan(inputs{self: pod.Name, serving: true, probed: true, service: svc, pods: []*corev1.Pod{pod}})
+			if len(sl) == 0 {
+				continue
+			}
+			s := sl[0].slice
+			c := &s.Endpoints[0].Conditions
+			ready, serving := r.IntN(2) == 0, r.IntN(2) == 0
+			c.Ready, c.Serving = &ready, &serving
+			slices = append(slices, s)
+		}
+		if len(live) == 0 {
+			continue
+		}
+		anyLive := false
+		for _, v := range live {
+			anyLive = anyLive || v
+		}
+		writers := map[string][]string{}
+		for _, self := range pods {
+			if finished(self) {
+				continue
+			}
+			view := map[string]bool{}
+			for k, v := range live {
+				if k != self.Name && v {
+					view[k] = true
+				}
+			}
+			in := inputs{self: self.Name, serving: r.IntN(4) > 0, probed: true, stopping: stopping[self.Name], service: svc,
+				pods: pods, slices: slices, live: view, selfLive: live[self.Name], down: down}
+			for _, a := range plan(in) {
+				owner := slicePod(a.slice)
+				if owner != self.Name && live[owner] {
+					t.Fatalf("seed %d: %s plans %s of %s, whose Lease is live", seed, self.Name, a.op, a.slice.Name)
+				}
+				writers[a.slice.Name] = append(writers[a.slice.Name], self.Name)
+			}
+		}
+		for name, w := range writers {
+			if anyLive && len(w) > 1 {
+				t.Fatalf("seed %d: slice %s written by %v", seed, name, w)
+			}
+		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,9 +49,12 @@ type Config struct {
 	Zone      string          // the name probes ask for (SOA): a zone the replicas serve
 	// Interval is how often the replica reconciles and probes (default 2s).
 	Interval time.Duration
-	// DownAfter is how many probes in a row a peer must fail, while the
-	// API calls its pod not ready, before it is taken out (default 3).
+	// DownAfter is how many probes in a row a peer must fail, while its
+	// Lease has lapsed, before it is taken out (default 3).
 	DownAfter int
+	// LeaseDuration is how long a replica's Lease holds after a renewal
+	// (default 15s; renewed every third of it).
+	LeaseDuration time.Duration
 }
 
 // Publisher keeps the slices. Serving tells it whether the replica answers
@@ -66,15 +70,19 @@ type Publisher struct {
 	draining atomic.Bool
 	kick     chan struct{}
 
-	mu       sync.Mutex // guards failures, selfOK, lastErr
+	mu       sync.Mutex // guards failures, selfOK, lastErr, leases, noPod
 	failures map[string]int
 	selfOK   bool
 	lastErr  string
+	leases   map[string]leaseSeen // by holder: when its Lease last changed
+	noPod    bool                 // reported: this replica's pod is not among the selected ones
+	renewed  time.Time            // this replica's Lease was last renewed
 
 	lister struct {
 		svc    cache.Store
 		pods   cache.Store
 		slices cache.Store
+		leases cache.Store
 	}
 	synced []cache.InformerSynced
 }
@@ -91,9 +99,12 @@ func New(cfg Config, client kubernetes.Interface, serving func() bool) *Publishe
 	if cfg.Pods == nil {
 		cfg.Pods = labels.Everything()
 	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = 15 * time.Second
+	}
 	writeErrors.WithLabelValues(cfg.Service) // listed at 0, so that a rule sees the first error
 	return &Publisher{cfg: cfg, client: client, serving: serving, probe: probeDNS,
-		kick: make(chan struct{}, 1), failures: map[string]int{}}
+		kick: make(chan struct{}, 1), failures: map[string]int{}, leases: map[string]leaseSeen{}}
 }
 
 // Run reconciles until ctx is done: on every change of the Service, the
@@ -120,11 +131,33 @@ func (p *Publisher) Run(ctx context.Context) {
 	}
 }
 
-// tick probes (itself once until it answered, and the peers the API calls
-// not ready) and reconciles.
+// tick renews this replica's Lease, probes (itself once until it
+// answered, and the peers whose Lease lapsed) and reconciles.
 func (p *Publisher) tick(ctx context.Context) {
+	in := p.inputs()
+	var self *corev1.Pod
+	for _, pod := range in.pods {
+		if pod.Name == p.cfg.Pod {
+			self = pod
+		}
+	}
+	p.reportPod(in.service != nil && self == nil)
+	leaseErr := p.renewLease(ctx, self, time.Now())
 	p.probePods(ctx)
-	p.reconcile(ctx)
+	p.reconcile(ctx, leaseErr)
+}
+
+// reportPod logs once that this replica's own pod is not among the pods
+// the publisher watches (another namespace, or a selector that leaves it
+// out), which publishes nothing.
+func (p *Publisher) reportPod(missing bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if missing && !p.noPod {
+		log.Warningf("Publish: pod %s is not among the pods %q of namespace %s: nothing is published (the pod must run in the Service's namespace and match the selector)",
+			p.cfg.Pod, p.cfg.Pods.String(), p.cfg.Namespace)
+	}
+	p.noPod = missing
 }
 
 // Terminate marks this replica's endpoint terminating (not ready, still
@@ -199,6 +232,8 @@ func (p *Publisher) informers() multiFactory {
 	of, _ := labels.NewRequirement(discoveryv1.LabelServiceName, selection.Equals, []string{p.cfg.Service})
 	slices := informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithNamespace(p.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labels.NewSelector().Add(*mine, *of).String() }))
+	leases := informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithNamespace(p.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LeaseLabel + "=" + p.cfg.Service }))
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.poke() },
 		UpdateFunc: func(any, any) { p.poke() },
@@ -211,6 +246,7 @@ func (p *Publisher) informers() multiFactory {
 		{svc.Core().V1().Services().Informer(), &p.lister.svc},
 		{pods.Core().V1().Pods().Informer(), &p.lister.pods},
 		{slices.Discovery().V1().EndpointSlices().Informer(), &p.lister.slices},
+		{leases.Coordination().V1().Leases().Informer(), &p.lister.leases},
 	} {
 		// the reflectors retry on their own (through the client's gate);
 		// a failing write is what the log reports (report), once
@@ -219,7 +255,7 @@ func (p *Publisher) informers() multiFactory {
 		*x.store = x.inf.GetStore()
 		p.synced = append(p.synced, x.inf.HasSynced)
 	}
-	return multiFactory{svc, pods, slices}
+	return multiFactory{svc, pods, slices, leases}
 }
 
 func (p *Publisher) poke() {
@@ -232,10 +268,19 @@ func (p *Publisher) poke() {
 // inputs reads the caches.
 func (p *Publisher) inputs() inputs {
 	in := inputs{self: p.cfg.Pod, stopping: p.stopping.Load(), draining: p.draining.Load(), down: map[string]bool{}}
+	var leases []*coordinationv1.Lease
+	for _, o := range p.lister.leases.List() {
+		if l, ok := o.(*coordinationv1.Lease); ok {
+			leases = append(leases, l)
+		}
+	}
 	p.mu.Lock()
 	in.serving, in.probed = p.serving(), p.selfOK
+	now := time.Now()
+	in.live = p.observeLeases(leases, now)
+	in.selfLive = now.Sub(p.renewed) < p.cfg.LeaseDuration
 	for name, n := range p.failures {
-		if n >= p.cfg.DownAfter {
+		if n >= p.cfg.DownAfter && !in.live[name] {
 			in.down[name] = true
 		}
 	}
@@ -260,8 +305,9 @@ func (p *Publisher) inputs() inputs {
 }
 
 // reconcile applies the plan; a failed write is retried at the next round.
-func (p *Publisher) reconcile(ctx context.Context) {
-	var errs []error
+// pending is an error of the round so far (the Lease's), reported with it.
+func (p *Publisher) reconcile(ctx context.Context, pending ...error) {
+	errs := append([]error(nil), pending...)
 	for _, a := range plan(p.inputs()) {
 		if err := p.write(ctx, a); err != nil {
 			errs = append(errs, err)
