@@ -16,20 +16,49 @@ import (
 const LeaseLabel = "endpointsvc.meshdns.io/publish"
 
 // Each replica holds a Lease (coordination.k8s.io) named after its slices
-// and renews it while it runs: a replica whose Lease a peer saw renewed
-// within the lease duration reaches the API and writes its own slices, so
-// no peer writes them (one writer decides a replica's state). A peer
-// judges a Lease by when it saw it change, on its own clock, as the node
-// lifecycle controller judges the kubelets' Leases: clocks may differ, and
-// a Lease first seen counts as just renewed.
+// and renews it while it runs. The one-writer rule (plan's writer) rests on
+// it: at any instant each slice has at most one writer - its own replica
+// while that one's Lease is live by the replica's own clock (the time it
+// sent its last successful renewal), a steward only once the Lease has
+// lapsed by the steward's clock (the time it saw the renewal's change,
+// which is later). A peer judges a Lease by when it saw it change, on its
+// own clock, as the node lifecycle controller judges the kubelets'
+// Leases: clocks may differ, and a Lease first seen counts as just
+// renewed. A steward reads the Lease from the API again right before it
+// writes (confirmLapsed), so a renewal its informer has not brought yet
+// still stops it.
 
 // LeaseName is the name of pod's Lease for service.
 func LeaseName(service, pod string) string { return service + "-" + pod }
 
 // leaseSeen is when this replica last saw a peer's Lease change.
 type leaseSeen struct {
-	version string
-	at      time.Time
+	key string // leaseKey of the Lease as last seen
+	at  time.Time
+}
+
+// leaseKey identifies one renewal of a Lease: its resource version and
+// renew time (either changes with every renewal; a fake API keeps the
+// first as it was).
+func leaseKey(l *coordinationv1.Lease) string {
+	renew := ""
+	if l.Spec.RenewTime != nil {
+		renew = l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+	}
+	return l.ResourceVersion + "/" + renew
+}
+
+// leaseHolder is the replica a Lease speaks for: its holder, when the
+// Lease bears that holder's name (a Lease of another name speaks for no
+// one), else "".
+func (p *Publisher) leaseHolder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return ""
+	}
+	if h := *l.Spec.HolderIdentity; l.Name == LeaseName(p.cfg.Service, h) {
+		return h
+	}
+	return ""
 }
 
 // observeLeases updates when each peer's Lease was last seen to change and
@@ -38,20 +67,12 @@ func (p *Publisher) observeLeases(leases []*coordinationv1.Lease, now time.Time)
 	live := map[string]bool{}
 	seen := map[string]bool{}
 	for _, l := range leases {
-		holder := ""
-		if l.Spec.HolderIdentity != nil {
-			holder = *l.Spec.HolderIdentity
-		}
+		holder := p.leaseHolder(l)
 		if holder == "" || holder == p.cfg.Pod {
 			continue
 		}
 		seen[holder] = true
-		s, ok := p.leases[holder]
-		if !ok || s.version != l.ResourceVersion {
-			s = leaseSeen{version: l.ResourceVersion, at: now}
-			p.leases[holder] = s
-		}
-		if now.Sub(s.at) < p.cfg.LeaseDuration {
+		if p.seeLease(holder, l, now) {
 			live[holder] = true
 		}
 	}
@@ -61,6 +82,36 @@ func (p *Publisher) observeLeases(leases []*coordinationv1.Lease, now time.Time)
 		}
 	}
 	return live
+}
+
+// seeLease records that holder's Lease l was seen at now and reports
+// whether it is live. Called with p.mu held.
+func (p *Publisher) seeLease(holder string, l *coordinationv1.Lease, now time.Time) bool {
+	s, ok := p.leases[holder]
+	if k := leaseKey(l); !ok || s.key != k {
+		s = leaseSeen{key: k, at: now}
+		p.leases[holder] = s
+	}
+	return now.Sub(s.at) < p.cfg.LeaseDuration
+}
+
+// confirmLapsed reads pod's Lease from the API and reports whether it has
+// lapsed (or does not exist): a steward calls it right before it writes
+// pod's slice, so that a renewal its informer has not brought yet stops
+// it. An error counts as live (nothing is written on a guess).
+func (p *Publisher) confirmLapsed(ctx context.Context, pod string) bool {
+	l, err := p.client.CoordinationV1().Leases(p.cfg.Namespace).Get(ctx, LeaseName(p.cfg.Service, pod), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true
+	case err != nil:
+		return false
+	case p.leaseHolder(l) != pod:
+		return true // another holder's Lease speaks for no one
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.seeLease(pod, l, time.Now())
 }
 
 // renewLease creates this replica's Lease, or renews it once a third of

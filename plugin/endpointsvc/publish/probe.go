@@ -93,16 +93,6 @@ func (p *Publisher) setFailures(pod string, n int) {
 	p.failures[pod] = n
 }
 
-// podReady reports the pod's Ready condition.
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // dnsPort is the container port behind the Service's first UDP port (the
 // DNS port), or 0.
 func dnsPort(svc *corev1.Service) int32 {

@@ -68,9 +68,10 @@ type Publisher struct {
 
 	stopping atomic.Bool
 	draining atomic.Bool
+	misfit   atomic.Bool // this replica's pod exists but the selector leaves it out: nothing is written
 	kick     chan struct{}
 
-	mu       sync.Mutex // guards failures, selfOK, lastErr, leases, noPod
+	mu       sync.Mutex // guards failures, selfOK, lastErr, leases, noPod, renewed
 	failures map[string]int
 	selfOK   bool
 	lastErr  string
@@ -141,23 +142,44 @@ func (p *Publisher) tick(ctx context.Context) {
 			self = pod
 		}
 	}
-	p.reportPod(in.service != nil && self == nil)
-	leaseErr := p.renewLease(ctx, self, time.Now())
+	p.checkSelf(ctx, in.service != nil && self == nil)
+	var leaseErr error
+	if !p.misfit.Load() { // a misfit holds no Lease: its peers would wait for it to steward
+		leaseErr = p.renewLease(ctx, self, time.Now())
+	}
 	p.probePods(ctx)
 	p.reconcile(ctx, leaseErr)
 }
 
-// reportPod logs once that this replica's own pod is not among the pods
-// the publisher watches (another namespace, or a selector that leaves it
-// out), which publishes nothing.
-func (p *Publisher) reportPod(missing bool) {
+// checkSelf reports once that this replica's own pod is not among the
+// pods the publisher watches, which publishes nothing of it. When the pod
+// exists but the selector leaves it out (misfit), the replica writes
+// nothing at all: its view of the replicas is not theirs, and it would
+// take every peer it does not see for gone and delete its slice. A pod
+// that does not exist at all (not a pod, or deleted) still stewards.
+func (p *Publisher) checkSelf(ctx context.Context, missing bool) {
+	misfit := false
+	if missing {
+		l, err := p.client.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + p.cfg.Pod})
+		if err != nil {
+			return // as it was; the next round asks again
+		}
+		for _, pod := range l.Items {
+			misfit = misfit || pod.Name == p.cfg.Pod
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if missing && !p.noPod {
-		log.Warningf("Publish: pod %s is not among the pods %q of namespace %s: nothing is published (the pod must run in the Service's namespace and match the selector)",
-			p.cfg.Pod, p.cfg.Pods.String(), p.cfg.Namespace)
+	switch {
+	case misfit && !p.misfit.Load():
+		log.Errorf("Publish: pod %s/%s does not match the pod selector %q: publishing and writing nothing (the selector must select every replica, this one too)",
+			p.cfg.Namespace, p.cfg.Pod, p.cfg.Pods.String())
+	case missing && !misfit && !p.noPod:
+		log.Warningf("Publish: pod %s is not among the pods of namespace %s: nothing is published of it (the pod must run in the Service's namespace)",
+			p.cfg.Pod, p.cfg.Namespace)
 	}
 	p.noPod = missing
+	p.misfit.Store(misfit)
 }
 
 // Terminate marks this replica's endpoint terminating (not ready, still
@@ -240,22 +262,36 @@ func (p *Publisher) informers() multiFactory {
 		DeleteFunc: func(any) { p.poke() },
 	}
 	for _, x := range []struct {
+		what  string
 		inf   cache.SharedIndexInformer
 		store *cache.Store
 	}{
-		{svc.Core().V1().Services().Informer(), &p.lister.svc},
-		{pods.Core().V1().Pods().Informer(), &p.lister.pods},
-		{slices.Discovery().V1().EndpointSlices().Informer(), &p.lister.slices},
-		{leases.Coordination().V1().Leases().Informer(), &p.lister.leases},
+		{"services", svc.Core().V1().Services().Informer(), &p.lister.svc},
+		{"pods", pods.Core().V1().Pods().Informer(), &p.lister.pods},
+		{"endpointslices", slices.Discovery().V1().EndpointSlices().Informer(), &p.lister.slices},
+		{"leases", leases.Coordination().V1().Leases().Informer(), &p.lister.leases},
 	} {
 		// the reflectors retry on their own (through the client's gate);
-		// a failing write is what the log reports (report), once
-		_ = x.inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {})
+		// a failing write is what the log reports (report), once, and a
+		// refused watch too: nothing is published until it is granted
+		_ = x.inf.SetWatchErrorHandlerWithContext(p.watchError(x.what))
 		_, _ = x.inf.AddEventHandler(handler)
 		*x.store = x.inf.GetStore()
 		p.synced = append(p.synced, x.inf.HasSynced)
 	}
 	return multiFactory{svc, pods, slices, leases}
+}
+
+// watchError reports once that the API refuses to list or watch what
+// (RBAC): the publisher waits for its caches and writes nothing meanwhile.
+func (p *Publisher) watchError(what string) cache.WatchErrorHandlerWithContext {
+	var reported atomic.Bool
+	return func(_ context.Context, _ *cache.Reflector, err error) {
+		if (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) && !reported.Swap(true) {
+			writeErrors.WithLabelValues(p.cfg.Service).Inc()
+			log.Errorf("Publish: cannot list and watch %s in namespace %s, nothing is published until the Role allows it: %v", what, p.cfg.Namespace, err)
+		}
+	}
 }
 
 func (p *Publisher) poke() {
@@ -306,9 +342,17 @@ func (p *Publisher) inputs() inputs {
 
 // reconcile applies the plan; a failed write is retried at the next round.
 // pending is an error of the round so far (the Lease's), reported with it.
+// A write to a peer's slice waits until the API confirms that the peer's
+// Lease has lapsed (its renewal may not have reached the informer yet).
 func (p *Publisher) reconcile(ctx context.Context, pending ...error) {
 	errs := append([]error(nil), pending...)
+	if p.misfit.Load() {
+		return // reported by checkSelf
+	}
 	for _, a := range plan(p.inputs()) {
+		if pod := slicePod(a.slice); pod != p.cfg.Pod && !p.confirmLapsed(ctx, pod) {
+			continue
+		}
 		if err := p.write(ctx, a); err != nil {
 			errs = append(errs, err)
 		}

@@ -78,6 +78,8 @@ func TestPublisher(t *testing.T) {
 	p := New(Config{Namespace: "kube-system", Service: "meshdns", Pod: "meshdns-a", Pods: sel, Zone: "cluster.local.",
 		Interval: 20 * time.Millisecond, DownAfter: 3, LeaseDuration: 300 * time.Millisecond}, client, serving.Load)
 	p.probe = probes.probe
+	// b holds its Lease from before a starts, as a running peer does
+	stopB := renewPeerLease(t, client, b)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()
@@ -96,7 +98,7 @@ func TestPublisher(t *testing.T) {
 	waitFor(t, "own slice ready", func() bool { return sliceCond(t, client, self) == "RS-" })
 
 	// b publishes itself (as its own publisher would)
-	peer := plan(inputs{self: "meshdns-b", serving: true, probed: true, service: testService(), pods: []*corev1.Pod{a, b}})[0].slice
+	peer := plan(inputs{selfLive: true, self: "meshdns-b", serving: true, probed: true, service: testService(), pods: []*corev1.Pod{a, b}})[0].slice
 	if _, err := client.DiscoveryV1().EndpointSlices("kube-system").Create(ctx, peer, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,6 @@ func TestPublisher(t *testing.T) {
 	if _, err := client.CoreV1().Pods("kube-system").UpdateStatus(ctx, b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stopB := renewPeerLease(t, client, b)
 	time.Sleep(400 * time.Millisecond)
 	if c := sliceCond(t, client, peer.Name); c != "RS-" || probes.count("10.244.0.6:53") > 0 {
 		t.Fatalf("peer with a live Lease: %s after %d probes", c, probes.count("10.244.0.6:53"))
@@ -210,7 +211,7 @@ func renewPeerLease(t *testing.T, client *fake.Clientset, pod *corev1.Pod) (stop
 func TestPublisherNoFight(t *testing.T) {
 	a, b := testPod("meshdns-a", "10.244.0.5", true), testPod("meshdns-b", "10.244.0.6", false)
 	client := fake.NewClientset(testService(), a, b)
-	peer := plan(inputs{self: "meshdns-b", serving: true, probed: true, service: testService(), pods: []*corev1.Pod{a, b}})[0].slice
+	peer := plan(inputs{selfLive: true, self: "meshdns-b", serving: true, probed: true, service: testService(), pods: []*corev1.Pod{a, b}})[0].slice
 	if _, err := client.DiscoveryV1().EndpointSlices("kube-system").Create(context.Background(), peer, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -270,4 +271,46 @@ func TestPublisherAPIDown(t *testing.T) {
 	}
 	fail.Store(false)
 	waitFor(t, "own slice after the API returned", func() bool { return sliceCond(t, client, "meshdns-meshdns-a-ipv4") == "RS-" })
+}
+
+// TestPublisherMisfit: a replica whose pod exists but is left out by the
+// selector writes nothing and holds no Lease - it would take every peer it
+// does not see for gone and delete their slices - while a replica that is
+// no pod at all still deletes the slice of a pod that is gone.
+func TestPublisherMisfit(t *testing.T) {
+	a, b := testPod("meshdns-a", "10.244.0.5", true), testPod("meshdns-b", "10.244.0.6", true)
+	client := fake.NewClientset(testService(), a, b)
+	for _, self := range []string{"meshdns-a", "meshdns-b"} {
+		sl := plan(inputs{selfLive: true, self: self, serving: true, probed: true, service: testService(), pods: []*corev1.Pod{a, b}})[0].slice
+		if _, err := client.DiscoveryV1().EndpointSlices("kube-system").Create(context.Background(), sl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(pod, selector string) func() {
+		sel, _ := labels.Parse(selector)
+		p := New(Config{Namespace: "kube-system", Service: "meshdns", Pod: pod, Pods: sel, Zone: "cluster.local.",
+			Interval: 20 * time.Millisecond, LeaseDuration: 300 * time.Millisecond}, client, func() bool { return true })
+		p.probe = func(context.Context, string, string) error { return nil }
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { p.Run(ctx); close(done) }()
+		return func() { cancel(); <-done }
+	}
+	stop := run("meshdns-a", "app.kubernetes.io/name=other")
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	for _, name := range []string{"meshdns-meshdns-a-ipv4", "meshdns-meshdns-b-ipv4"} {
+		if c := sliceCond(t, client, name); c != "RS-" {
+			t.Errorf("misfit replica: %s is %q, want it left as it was", name, c)
+		}
+	}
+	if l, _ := client.CoordinationV1().Leases("kube-system").List(context.Background(), metav1.ListOptions{}); len(l.Items) != 0 {
+		t.Errorf("misfit replica holds a Lease: %v", l.Items)
+	}
+	// b's pod is gone: a process that is no pod deletes b's slice
+	if err := client.CoreV1().Pods("kube-system").Delete(context.Background(), "meshdns-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer run("ghost", "app.kubernetes.io/name=meshdns")()
+	waitFor(t, "the slice of the gone pod deleted", func() bool { return sliceCond(t, client, "meshdns-meshdns-b-ipv4") == "" })
 }
