@@ -107,7 +107,7 @@ func TestHelmValuesNames(t *testing.T) {
 	vap := "ValidatingAdmissionPolicy edge-edns-publish"
 	wantField(t, objs, vap, "spec.matchConditions.0.expression", "request.userInfo.username == 'system:serviceaccount:dns-system:edge-edns'")
 	wantField(t, objs, "ValidatingAdmissionPolicyBinding edge-edns-publish", "spec.policyName", "edge-edns-publish")
-	if v, _ := yaml.Marshal(field(objs[vap], "spec")); !strings.Contains(string(v), "== 'edge-edns'") || strings.Contains(string(v), "'meshdns") {
+	if v := jsonOf(field(objs[vap], "spec")); !strings.Contains(v, "== 'edge-edns'") || strings.Contains(v, "'meshdns") {
 		t.Errorf("the admission policy does not name the renamed Service alone:\n%s", v)
 	}
 	dep := "Deployment dns-system/edge-edns"

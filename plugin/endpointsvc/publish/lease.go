@@ -18,8 +18,9 @@ const LeaseLabel = "endpointsvc.meshdns.io/publish"
 // Each replica holds a Lease (coordination.k8s.io) named after its slices
 // and renews it while it runs. The one-writer rule (plan's writer) rests on
 // it: at any instant each slice has at most one writer - its own replica
-// while that one's Lease is live by the replica's own clock (the time it
-// sent its last successful renewal), a steward only once the Lease has
+// while that one's Lease is live by the replica's own clock (counted from
+// the time it sent its last successful renewal, and a third shorter, for a
+// write still in flight), a steward only once the Lease has
 // lapsed by the steward's clock (the time it saw the renewal's change,
 // which is later). A peer judges a Lease by when it saw it change, on its
 // own clock, as the node lifecycle controller judges the kubelets'

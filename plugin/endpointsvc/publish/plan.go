@@ -34,8 +34,9 @@ type inputs struct {
 	// the lease duration (by its own clock): they reach the API and write
 	// their own slices, so no one else does (see writer).
 	live map[string]bool
-	// selfLive: this replica's own Lease was renewed within the lease
-	// duration, so that its peers count it live too.
+	// selfLive: this replica's own Lease was renewed within two thirds
+	// of the lease duration (by its own clock, from when it sent the
+	// renewal), so that its peers count it live for a while yet.
 	selfLive bool
 	// down names the peers that failed direct probes long enough while
 	// their Lease has lapsed: both signals agree that they are gone.

@@ -136,12 +136,7 @@ func (p *Publisher) Run(ctx context.Context) {
 // answered, and the peers whose Lease lapsed) and reconciles.
 func (p *Publisher) tick(ctx context.Context) {
 	in := p.inputs()
-	var self *corev1.Pod
-	for _, pod := range in.pods {
-		if pod.Name == p.cfg.Pod {
-			self = pod
-		}
-	}
+	self := findPod(in.pods, p.cfg.Pod)
 	p.checkSelf(ctx, in.service != nil && self == nil)
 	var leaseErr error
 	if !p.misfit.Load() { // a misfit holds no Lease: its peers would wait for it to steward
@@ -149,6 +144,16 @@ func (p *Publisher) tick(ctx context.Context) {
 	}
 	p.probePods(ctx)
 	p.reconcile(ctx, leaseErr)
+}
+
+// findPod is the pod named name, or nil.
+func findPod(pods []*corev1.Pod, name string) *corev1.Pod {
+	for _, pod := range pods {
+		if pod.Name == name {
+			return pod
+		}
+	}
+	return nil
 }
 
 // checkSelf reports once that this replica's own pod is not among the
@@ -234,6 +239,9 @@ func (p *Publisher) writeSelf(ctx context.Context) error {
 // selfActions is the part of the plan that concerns this replica's own
 // slices.
 func (p *Publisher) selfActions() []action {
+	if p.misfit.Load() {
+		return nil
+	}
 	var out []action
 	for _, a := range plan(p.inputs()) {
 		if slicePod(a.slice) == p.cfg.Pod {
@@ -314,7 +322,9 @@ func (p *Publisher) inputs() inputs {
 	in.serving, in.probed = p.serving(), p.selfOK
 	now := time.Now()
 	in.live = p.observeLeases(leases, now)
-	in.selfLive = now.Sub(p.renewed) < p.cfg.LeaseDuration
+	// its own Lease counts a third shorter: the spare covers a write
+	// still in flight when it lapses for the peers
+	in.selfLive = now.Sub(p.renewed) < p.cfg.LeaseDuration-p.cfg.LeaseDuration/3
 	for name, n := range p.failures {
 		if n >= p.cfg.DownAfter && !in.live[name] {
 			in.down[name] = true
@@ -346,10 +356,18 @@ func (p *Publisher) inputs() inputs {
 // Lease has lapsed (its renewal may not have reached the informer yet).
 func (p *Publisher) reconcile(ctx context.Context, pending ...error) {
 	errs := append([]error(nil), pending...)
+	in := p.inputs()
+	missing := in.service != nil && findPod(in.pods, p.cfg.Pod) == nil
+	p.mu.Lock()
+	changed := missing != p.noPod
+	p.mu.Unlock()
+	if changed { // the pod left the selected ones (or came back): misfit?
+		p.checkSelf(ctx, missing)
+	}
 	if p.misfit.Load() {
 		return // reported by checkSelf
 	}
-	for _, a := range plan(p.inputs()) {
+	for _, a := range plan(in) {
 		if pod := slicePod(a.slice); pod != p.cfg.Pod && !p.confirmLapsed(ctx, pod) {
 			continue
 		}
