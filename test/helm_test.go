@@ -97,9 +97,18 @@ func TestHelmValuesNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := range objs {
-		if !strings.Contains(k, "dns-system/edge-edns") && !strings.HasPrefix(k, "Cluster") {
+		clusterWide := strings.HasPrefix(k, "Cluster") || strings.HasPrefix(k, "ValidatingAdmissionPolicy")
+		if !strings.Contains(k, "dns-system/edge-edns") && !(clusterWide && strings.Contains(k, " edge-edns")) {
 			t.Errorf("%s is not edge-edns in dns-system", k)
 		}
+	}
+	// the admission policy pins the renamed ServiceAccount's writes to the
+	// renamed Service's slices and Leases
+	vap := "ValidatingAdmissionPolicy edge-edns-publish"
+	wantField(t, objs, vap, "spec.matchConditions.0.expression", "request.userInfo.username == 'system:serviceaccount:dns-system:edge-edns'")
+	wantField(t, objs, "ValidatingAdmissionPolicyBinding edge-edns-publish", "spec.policyName", "edge-edns-publish")
+	if v := jsonOf(field(objs[vap], "spec")); !strings.Contains(v, "== 'edge-edns'") || strings.Contains(v, "'meshdns") {
+		t.Errorf("the admission policy does not name the renamed Service alone:\n%s", v)
 	}
 	dep := "Deployment dns-system/edge-edns"
 	wantField(t, objs, dep, "spec.selector.matchLabels", "{app.kubernetes.io/name: edns}")

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -50,11 +51,14 @@ func TestManifests(t *testing.T) {
 	var crb rbacv1.ClusterRoleBinding
 	var role rbacv1.Role
 	var rb rbacv1.RoleBinding
+	var vap admissionv1.ValidatingAdmissionPolicy
+	var vapb admissionv1.ValidatingAdmissionPolicyBinding
 	readManifest(t, "deployment.yaml", &dep)
 	readManifest(t, "service.yaml", &svc)
 	readManifest(t, "pdb.yaml", &pdb)
 	readManifest(t, "configmap.yaml", &cm)
 	readManifest(t, "rbac.yaml", &sa, &cr, &crb, &role, &rb)
+	readManifest(t, "publish-policy.yaml", &vap, &vapb)
 	pods := labels.Set(dep.Spec.Template.Labels)
 
 	t.Run("Labels", func(t *testing.T) {
@@ -131,13 +135,28 @@ func TestManifests(t *testing.T) {
 				}
 			}
 		}
-		for _, want := range []string{"pods:list", "pods:watch", "endpointslices:create", "endpointslices:update", "endpointslices:delete"} {
+		for _, want := range []string{"pods:list", "pods:watch", "endpointslices:create", "endpointslices:update", "endpointslices:delete",
+			"leases:get", "leases:list", "leases:watch", "leases:create", "leases:update"} {
 			if !verbs[want] {
 				t.Errorf("Role %s lacks %s", role.Name, want)
 			}
 		}
 		if role.Namespace != svc.Namespace || rb.RoleRef.Name != role.Name {
 			t.Errorf("Role %s/%s bound by %s: want it in the Service's namespace", role.Namespace, role.Name, rb.RoleRef.Name)
+		}
+		// the admission policy narrows the Role's writes to publish's own
+		// (its effect on a real API server: TestPublishPolicy)
+		user := "system:serviceaccount:" + sa.Namespace + ":" + sa.Name
+		if len(vap.Spec.MatchConditions) != 1 || !strings.Contains(vap.Spec.MatchConditions[0].Expression, "'"+user+"'") {
+			t.Errorf("publish policy matches %+v, want the ServiceAccount %s", vap.Spec.MatchConditions, user)
+		}
+		if vapb.Spec.PolicyName != vap.Name || len(vapb.Spec.ValidationActions) != 1 || vapb.Spec.ValidationActions[0] != admissionv1.Deny {
+			t.Errorf("publish policy binding %+v: want it to deny by %s", vapb.Spec, vap.Name)
+		}
+		for _, v := range vap.Spec.Variables {
+			if (v.Name == "newOurs" || v.Name == "oldOurs") && !strings.Contains(v.Expression, "== '"+svc.Name+"'") {
+				t.Errorf("publish policy variable %s does not name the Service %s: %s", v.Name, svc.Name, v.Expression)
+			}
 		}
 	})
 }

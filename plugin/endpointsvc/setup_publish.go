@@ -66,7 +66,7 @@ func (o *options) publishOption(c *caddy.Controller) error {
 
 // podIdentity is this replica's pod name and namespace: $POD_NAME (else
 // the host name, which is the pod's name unless the pod sets another) and
-// the Service's namespace, else $POD_NAMESPACE, else the service account's.
+// the Service's namespace, else the pod's own (podNamespace).
 func (p *publishing) podIdentity() (name, namespace string) {
 	name = os.Getenv("POD_NAME")
 	if name == "" {
@@ -74,18 +74,42 @@ func (p *publishing) podIdentity() (name, namespace string) {
 	}
 	namespace = p.namespace
 	if namespace == "" {
-		namespace = os.Getenv("POD_NAMESPACE")
-	}
-	if namespace == "" {
-		b, _ := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-		namespace = strings.TrimSpace(string(b))
+		namespace = podNamespace()
 	}
 	return name, namespace
+}
+
+// podNamespace is the namespace this pod runs in, as far as it knows:
+// $POD_NAMESPACE, else the service account's, else "".
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	b, _ := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	return strings.TrimSpace(string(b))
+}
+
+// crossNamespace is the error of a Service in another namespace than the
+// pod's own (when that is known), or "": a replica publishes only in its
+// own namespace - its slices are owned by its pod, and an owner reference
+// names an object of the slice's own namespace (the garbage collector
+// would delete them), and its Role and Lease live there.
+func (p *publishing) crossNamespace() string {
+	own := podNamespace()
+	if p.namespace == "" || own == "" || own == p.namespace {
+		return ""
+	}
+	return "Service " + p.namespace + "/" + p.service + " is in another namespace than this pod (" + own +
+		"): a replica publishes only the Service of its own namespace; not publishing"
 }
 
 // start runs the publisher until stop; serving reports whether the
 // replica answers from a table.
 func (p *publishing) start(zone string, serving func() bool) {
+	if e := p.crossNamespace(); e != "" {
+		log.Errorf("Publish: %s", e)
+		return
+	}
 	name, ns := p.podIdentity()
 	if name == "" || ns == "" {
 		log.Errorf("Publish: no pod name or namespace (set POD_NAME and POD_NAMESPACE); not publishing")

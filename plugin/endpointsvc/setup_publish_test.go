@@ -52,3 +52,20 @@ func TestPublishPodIdentity(t *testing.T) {
 		t.Errorf("namespace %s, want the option's", ns)
 	}
 }
+
+// TestPublishCrossNamespace: a Service in another namespace than the
+// pod's is refused with an error that says so (a replica's slices and
+// Lease live in its own namespace), not published silently to nothing.
+func TestPublishCrossNamespace(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "kube-system")
+	for _, tc := range []struct {
+		namespace string
+		refused   bool
+	}{{"", false}, {"kube-system", false}, {"dns", true}} {
+		p := &publishing{namespace: tc.namespace, service: "meshdns"}
+		e := p.crossNamespace()
+		if (e != "") != tc.refused || (tc.refused && !strings.Contains(e, "dns/meshdns is in another namespace than this pod (kube-system)")) {
+			t.Errorf("Service namespace %q: %q, refused want %v", tc.namespace, e, tc.refused)
+		}
+	}
+}

@@ -30,8 +30,16 @@ type inputs struct {
 	service  *corev1.Service
 	pods     []*corev1.Pod
 	slices   []*discoveryv1.EndpointSlice
+	// live names the peers whose Lease this replica saw renewed within
+	// the lease duration (by its own clock): they reach the API and write
+	// their own slices, so no one else does (see writer).
+	live map[string]bool
+	// selfLive: this replica's own Lease was renewed within two thirds
+	// of the lease duration (by its own clock, from when it sent the
+	// renewal), so that its peers count it live for a while yet.
+	selfLive bool
 	// down names the peers that failed direct probes long enough while
-	// the API calls them not ready: both signals agree that they are gone.
+	// their Lease has lapsed: both signals agree that they are gone.
 	down map[string]bool
 }
 
@@ -69,8 +77,14 @@ func (o op) String() string { return [...]string{"create", "update", "delete"}[o
 //   - for a peer it only ever takes the endpoint out: terminating when the
 //     peer's pod is being deleted (the peer may be dead and unable to say
 //     so itself), not ready and not serving when it is down (see inputs);
+//     it changes nothing else of a peer's slice (the publish policy,
+//     deploy/kubernetes/publish-policy.yaml, admits no more);
 //   - a slice whose pod is gone or finished is deleted (its owner reference
-//     lets the garbage collector do the same; this covers a lagging GC).
+//     lets the garbage collector do the same; this covers a lagging GC);
+//   - one writer decides each slice (writer): its own replica while that
+//     one's Lease is live, else one steward for all the silent ones, so
+//     that a peer's verdict never fights a replica's own write; a replica
+//     whose own Lease has lapsed writes nothing of its own.
 //
 // Writes are planned only where the result differs from the slice as it is.
 func plan(in inputs) []action {
@@ -83,12 +97,22 @@ func plan(in inputs) []action {
 	}
 	var out []action
 	have := map[string]bool{}
+	steward := stewardOf(in)
 	for _, sl := range in.slices {
 		have[sl.Name] = true
 		pod := pods[slicePod(sl)]
+		if writer(in, slicePod(sl), steward) != in.self {
+			continue
+		}
 		switch {
 		case pod == nil || pod.UID != sliceOwner(sl) || finished(pod):
 			out = append(out, action{opDelete, sl})
+		case pod.Name != in.self:
+			if want := peerSlice(in, pod, sl); want == nil {
+				out = append(out, action{opDelete, sl})
+			} else if !sameSlice(sl, want) {
+				out = append(out, action{opUpdate, want})
+			}
 		default:
 			want := wantSlice(in, pod, sl.AddressType)
 			if want == nil {
@@ -103,7 +127,8 @@ func plan(in inputs) []action {
 			}
 		}
 	}
-	if self := pods[in.self]; self != nil && in.serving && in.probed && !in.stopping && !finished(self) {
+	self := pods[in.self]
+	if self != nil && writer(in, in.self, steward) == in.self && in.serving && in.probed && !in.stopping && !finished(self) {
 		for _, fam := range families(in.service) {
 			want := wantSlice(in, self, fam)
 			if want != nil && !have[want.Name] {
@@ -115,7 +140,47 @@ func plan(in inputs) []action {
 	return out
 }
 
-// wantSlice is the slice of pod for address type fam as the rules want it,
+// writer is the one replica that writes pod's slices, or "": the replica
+// itself while its Lease is live, else the steward - but never a replica
+// whose own Lease has lapsed for its own slices (its peers may already
+// count it silent). Replicas with the same view of the Leases never both
+// plan a write to one slice. Views differ by when each saw a renewal, and
+// always in the safe direction: a replica's own view of its Lease lapses
+// before any peer's does (it counts from when it sent the renewal, they
+// from when they saw it), and a steward confirms the lapse with the API
+// before it writes (Publisher.confirmLapsed).
+func writer(in inputs, pod, steward string) string {
+	switch {
+	case pod == in.self && in.selfLive, pod != in.self && in.live[pod]:
+		return pod
+	case pod == in.self && steward == in.self:
+		return ""
+	}
+	return steward
+}
+
+// stewardOf is the replica that writes the slices of the silent ones (no
+// live Lease: dead, cut off from the API, or of a version before Leases):
+// the first by name of the replicas with a live Lease whose pods are not
+// being deleted or finished (every replica's view of which agrees); this
+// replica when there is none. Several stewards (no live replica, as
+// before Leases) write alike: a steward only takes endpoints out, and
+// writes nothing of its own slices.
+func stewardOf(in inputs) string {
+	best := ""
+	for _, pod := range in.pods {
+		cand := (pod.Name == in.self && in.selfLive) || (pod.Name != in.self && in.live[pod.Name])
+		if cand && pod.DeletionTimestamp == nil && !finished(pod) && (best == "" || pod.Name < best) {
+			best = pod.Name
+		}
+	}
+	if best == "" {
+		return in.self
+	}
+	return best
+}
+
+// wantSlice is this replica's slice (pod) for address type fam as the rules want it,
 // or nil when the pod has no address of that family or the Service no
 // such family.
 func wantSlice(in inputs, pod *corev1.Pod, fam discoveryv1.AddressType) *discoveryv1.EndpointSlice {
@@ -123,7 +188,7 @@ func wantSlice(in inputs, pod *corev1.Pod, fam discoveryv1.AddressType) *discove
 	if addr == "" || !hasFamily(in.service, fam) {
 		return nil
 	}
-	ready, serving, terminating := conditions(in, pod, fam)
+	ready, serving, terminating := conditions(in, pod)
 	ep := discoveryv1.Endpoint{
 		Addresses:  []string{addr},
 		Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating},
@@ -149,31 +214,44 @@ func wantSlice(in inputs, pod *corev1.Pod, fam discoveryv1.AddressType) *discove
 	}
 }
 
-// conditions are the endpoint conditions of pod's slice of family fam.
-// For the replica itself they are its own state; for a peer they are the
-// slice's current ones, taken out where the peer is being deleted or down.
-func conditions(in inputs, pod *corev1.Pod, fam discoveryv1.AddressType) (ready, serving, terminating bool) {
-	deleting := pod.DeletionTimestamp != nil
-	if pod.Name == in.self {
-		serving = in.serving && !(in.draining && peerReady(in))
-		terminating = in.stopping || deleting
-		return serving && !terminating, serving, terminating
+// conditions are the endpoint conditions of this replica's own slice:
+// its own state.
+func conditions(in inputs, pod *corev1.Pod) (ready, serving, terminating bool) {
+	serving = in.serving && !(in.draining && peerReady(in))
+	terminating = in.stopping || pod.DeletionTimestamp != nil
+	return serving && !terminating, serving, terminating
+}
+
+// peerSlice is a peer's slice sl as this replica leaves it, or nil when
+// the Service no longer has its family: as it is, with its endpoints taken
+// out where the peer's pod is being deleted (terminating, not ready) or
+// the peer is down (not ready, not serving). A condition is never put
+// back, and nothing else changes.
+func peerSlice(in inputs, pod *corev1.Pod, sl *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	if !hasFamily(in.service, sl.AddressType) {
+		return nil
 	}
-	ready, serving = true, true
-	for _, sl := range in.slices {
-		if sl.Name == SliceName(in.service.Name, pod.Name, fam) && len(sl.Endpoints) > 0 {
-			c := sl.Endpoints[0].Conditions
-			ready, serving = c.Ready == nil || *c.Ready, c.Serving == nil || *c.Serving
-			terminating = c.Terminating != nil && *c.Terminating
+	out := sl.DeepCopy()
+	for i := range out.Endpoints {
+		c := &out.Endpoints[i].Conditions
+		if pod.DeletionTimestamp != nil {
+			setCond(&c.Ready, false, true)
+			setCond(&c.Terminating, true, false)
+		}
+		if in.down[pod.Name] && !in.live[pod.Name] {
+			setCond(&c.Ready, false, true)
+			setCond(&c.Serving, false, true)
 		}
 	}
-	if deleting {
-		ready, terminating = false, true
+	return out
+}
+
+// setCond sets the condition *c to v unless it means v already (nil means
+// def).
+func setCond(c **bool, v, def bool) {
+	if (*c == nil && v != def) || (*c != nil && **c != v) {
+		*c = &v
 	}
-	if in.down[pod.Name] {
-		ready, serving = false, false
-	}
-	return ready, serving, terminating
 }
 
 // peerReady reports whether another replica's endpoint is ready, so that

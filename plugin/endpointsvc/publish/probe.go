@@ -27,9 +27,12 @@ func probeDNS(ctx context.Context, addr, zone string) error {
 }
 
 // probePods probes this replica until it has answered once (so that it is
-// published only once its DNS server listens), and the peers whose pods
-// the API calls not ready, counting their failures in a row; a peer the
-// API calls ready is not probed and its count starts over.
+// published only once its DNS server listens), and the peers whose Lease
+// has lapsed, counting their failures in a row; a peer with a live Lease
+// is not probed and its count starts over. (A pod's Ready condition plays
+// no part: after a long API outage the node controller marks every pod
+// not ready while the replicas answer; a lapsed Lease is the API's own
+// sign that a replica is cut off.)
 func (p *Publisher) probePods(ctx context.Context) {
 	in := p.inputs()
 	if in.service == nil {
@@ -55,7 +58,7 @@ func (p *Publisher) probePods(ctx context.Context) {
 			continue
 		}
 		seen[pod.Name] = true
-		if podReady(pod) || pod.DeletionTimestamp != nil {
+		if in.live[pod.Name] || pod.DeletionTimestamp != nil {
 			p.setFailures(pod.Name, 0)
 			continue
 		}
@@ -88,16 +91,6 @@ func (p *Publisher) setFailures(pod string, n int) {
 		return
 	}
 	p.failures[pod] = n
-}
-
-// podReady reports the pod's Ready condition.
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // dnsPort is the container port behind the Service's first UDP port (the

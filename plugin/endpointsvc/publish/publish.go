@@ -26,6 +26,7 @@ import (
 
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,9 +49,12 @@ type Config struct {
 	Zone      string          // the name probes ask for (SOA): a zone the replicas serve
 	// Interval is how often the replica reconciles and probes (default 2s).
 	Interval time.Duration
-	// DownAfter is how many probes in a row a peer must fail, while the
-	// API calls its pod not ready, before it is taken out (default 3).
+	// DownAfter is how many probes in a row a peer must fail, while its
+	// Lease has lapsed, before it is taken out (default 3).
 	DownAfter int
+	// LeaseDuration is how long a replica's Lease holds after a renewal
+	// (default 15s; renewed every third of it).
+	LeaseDuration time.Duration
 }
 
 // Publisher keeps the slices. Serving tells it whether the replica answers
@@ -64,17 +68,22 @@ type Publisher struct {
 
 	stopping atomic.Bool
 	draining atomic.Bool
+	misfit   atomic.Bool // this replica's pod exists but the selector leaves it out: nothing is written
 	kick     chan struct{}
 
-	mu       sync.Mutex // guards failures, selfOK, lastErr
+	mu       sync.Mutex // guards failures, selfOK, lastErr, leases, noPod, renewed
 	failures map[string]int
 	selfOK   bool
 	lastErr  string
+	leases   map[string]leaseSeen // by holder: when its Lease last changed
+	noPod    bool                 // reported: this replica's pod is not among the selected ones
+	renewed  time.Time            // this replica's Lease was last renewed
 
 	lister struct {
 		svc    cache.Store
 		pods   cache.Store
 		slices cache.Store
+		leases cache.Store
 	}
 	synced []cache.InformerSynced
 }
@@ -91,9 +100,12 @@ func New(cfg Config, client kubernetes.Interface, serving func() bool) *Publishe
 	if cfg.Pods == nil {
 		cfg.Pods = labels.Everything()
 	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = 15 * time.Second
+	}
 	writeErrors.WithLabelValues(cfg.Service) // listed at 0, so that a rule sees the first error
 	return &Publisher{cfg: cfg, client: client, serving: serving, probe: probeDNS,
-		kick: make(chan struct{}, 1), failures: map[string]int{}}
+		kick: make(chan struct{}, 1), failures: map[string]int{}, leases: map[string]leaseSeen{}}
 }
 
 // Run reconciles until ctx is done: on every change of the Service, the
@@ -120,11 +132,59 @@ func (p *Publisher) Run(ctx context.Context) {
 	}
 }
 
-// tick probes (itself once until it answered, and the peers the API calls
-// not ready) and reconciles.
+// tick renews this replica's Lease, probes (itself once until it
+// answered, and the peers whose Lease lapsed) and reconciles.
 func (p *Publisher) tick(ctx context.Context) {
+	in := p.inputs()
+	self := findPod(in.pods, p.cfg.Pod)
+	p.checkSelf(ctx, in.service != nil && self == nil)
+	var leaseErr error
+	if !p.misfit.Load() { // a misfit holds no Lease: its peers would wait for it to steward
+		leaseErr = p.renewLease(ctx, self, time.Now())
+	}
 	p.probePods(ctx)
-	p.reconcile(ctx)
+	p.reconcile(ctx, leaseErr)
+}
+
+// findPod is the pod named name, or nil.
+func findPod(pods []*corev1.Pod, name string) *corev1.Pod {
+	for _, pod := range pods {
+		if pod.Name == name {
+			return pod
+		}
+	}
+	return nil
+}
+
+// checkSelf reports once that this replica's own pod is not among the
+// pods the publisher watches, which publishes nothing of it. When the pod
+// exists but the selector leaves it out (misfit), the replica writes
+// nothing at all: its view of the replicas is not theirs, and it would
+// take every peer it does not see for gone and delete its slice. A pod
+// that does not exist at all (not a pod, or deleted) still stewards.
+func (p *Publisher) checkSelf(ctx context.Context, missing bool) {
+	misfit := false
+	if missing {
+		l, err := p.client.CoreV1().Pods(p.cfg.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + p.cfg.Pod})
+		if err != nil {
+			return // as it was; the next round asks again
+		}
+		for _, pod := range l.Items {
+			misfit = misfit || pod.Name == p.cfg.Pod
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case misfit && !p.misfit.Load():
+		log.Errorf("Publish: pod %s/%s does not match the pod selector %q: publishing and writing nothing (the selector must select every replica, this one too)",
+			p.cfg.Namespace, p.cfg.Pod, p.cfg.Pods.String())
+	case missing && !misfit && !p.noPod:
+		log.Warningf("Publish: pod %s is not among the pods of namespace %s: nothing is published of it (the pod must run in the Service's namespace)",
+			p.cfg.Pod, p.cfg.Namespace)
+	}
+	p.noPod = missing
+	p.misfit.Store(misfit)
 }
 
 // Terminate marks this replica's endpoint terminating (not ready, still
@@ -179,6 +239,9 @@ func (p *Publisher) writeSelf(ctx context.Context) error {
 // selfActions is the part of the plan that concerns this replica's own
 // slices.
 func (p *Publisher) selfActions() []action {
+	if p.misfit.Load() {
+		return nil
+	}
 	var out []action
 	for _, a := range plan(p.inputs()) {
 		if slicePod(a.slice) == p.cfg.Pod {
@@ -199,27 +262,44 @@ func (p *Publisher) informers() multiFactory {
 	of, _ := labels.NewRequirement(discoveryv1.LabelServiceName, selection.Equals, []string{p.cfg.Service})
 	slices := informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithNamespace(p.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labels.NewSelector().Add(*mine, *of).String() }))
+	leases := informers.NewSharedInformerFactoryWithOptions(p.client, 0, informers.WithNamespace(p.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = LeaseLabel + "=" + p.cfg.Service }))
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.poke() },
 		UpdateFunc: func(any, any) { p.poke() },
 		DeleteFunc: func(any) { p.poke() },
 	}
 	for _, x := range []struct {
+		what  string
 		inf   cache.SharedIndexInformer
 		store *cache.Store
 	}{
-		{svc.Core().V1().Services().Informer(), &p.lister.svc},
-		{pods.Core().V1().Pods().Informer(), &p.lister.pods},
-		{slices.Discovery().V1().EndpointSlices().Informer(), &p.lister.slices},
+		{"services", svc.Core().V1().Services().Informer(), &p.lister.svc},
+		{"pods", pods.Core().V1().Pods().Informer(), &p.lister.pods},
+		{"endpointslices", slices.Discovery().V1().EndpointSlices().Informer(), &p.lister.slices},
+		{"leases", leases.Coordination().V1().Leases().Informer(), &p.lister.leases},
 	} {
 		// the reflectors retry on their own (through the client's gate);
-		// a failing write is what the log reports (report), once
-		_ = x.inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {})
+		// a failing write is what the log reports (report), once, and a
+		// refused watch too: nothing is published until it is granted
+		_ = x.inf.SetWatchErrorHandlerWithContext(p.watchError(x.what))
 		_, _ = x.inf.AddEventHandler(handler)
 		*x.store = x.inf.GetStore()
 		p.synced = append(p.synced, x.inf.HasSynced)
 	}
-	return multiFactory{svc, pods, slices}
+	return multiFactory{svc, pods, slices, leases}
+}
+
+// watchError reports once that the API refuses to list or watch what
+// (RBAC): the publisher waits for its caches and writes nothing meanwhile.
+func (p *Publisher) watchError(what string) cache.WatchErrorHandlerWithContext {
+	var reported atomic.Bool
+	return func(_ context.Context, _ *cache.Reflector, err error) {
+		if (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err)) && !reported.Swap(true) {
+			writeErrors.WithLabelValues(p.cfg.Service).Inc()
+			log.Errorf("Publish: cannot list and watch %s in namespace %s, nothing is published until the Role allows it: %v", what, p.cfg.Namespace, err)
+		}
+	}
 }
 
 func (p *Publisher) poke() {
@@ -232,10 +312,21 @@ func (p *Publisher) poke() {
 // inputs reads the caches.
 func (p *Publisher) inputs() inputs {
 	in := inputs{self: p.cfg.Pod, stopping: p.stopping.Load(), draining: p.draining.Load(), down: map[string]bool{}}
+	var leases []*coordinationv1.Lease
+	for _, o := range p.lister.leases.List() {
+		if l, ok := o.(*coordinationv1.Lease); ok {
+			leases = append(leases, l)
+		}
+	}
 	p.mu.Lock()
 	in.serving, in.probed = p.serving(), p.selfOK
+	now := time.Now()
+	in.live = p.observeLeases(leases, now)
+	// its own Lease counts a third shorter: the spare covers a write
+	// still in flight when it lapses for the peers
+	in.selfLive = now.Sub(p.renewed) < p.cfg.LeaseDuration-p.cfg.LeaseDuration/3
 	for name, n := range p.failures {
-		if n >= p.cfg.DownAfter {
+		if n >= p.cfg.DownAfter && !in.live[name] {
 			in.down[name] = true
 		}
 	}
@@ -260,9 +351,26 @@ func (p *Publisher) inputs() inputs {
 }
 
 // reconcile applies the plan; a failed write is retried at the next round.
-func (p *Publisher) reconcile(ctx context.Context) {
-	var errs []error
-	for _, a := range plan(p.inputs()) {
+// pending is an error of the round so far (the Lease's), reported with it.
+// A write to a peer's slice waits until the API confirms that the peer's
+// Lease has lapsed (its renewal may not have reached the informer yet).
+func (p *Publisher) reconcile(ctx context.Context, pending ...error) {
+	errs := append([]error(nil), pending...)
+	in := p.inputs()
+	missing := in.service != nil && findPod(in.pods, p.cfg.Pod) == nil
+	p.mu.Lock()
+	changed := missing != p.noPod
+	p.mu.Unlock()
+	if changed { // the pod left the selected ones (or came back): misfit?
+		p.checkSelf(ctx, missing)
+	}
+	if p.misfit.Load() {
+		return // reported by checkSelf
+	}
+	for _, a := range plan(in) {
+		if pod := slicePod(a.slice); pod != p.cfg.Pod && !p.confirmLapsed(ctx, pod) {
+			continue
+		}
 		if err := p.write(ctx, a); err != nil {
 			errs = append(errs, err)
 		}
