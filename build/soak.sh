@@ -62,10 +62,12 @@ if [ -z "$only" ] || [ "$only" = mdns ]; then
 fi
 if [ -z "$only" ] || [ "$only" = distros ]; then
   # distros: the distributions' and operators' whole Corefiles against stock
-  # CoreDNS v1.15.0, two real processes on a real kube-apiserver
+  # CoreDNS v1.15.0, two real processes a block on one real kube-apiserver
   # (test/clusterdns_distro_test.go), MESHDNS_SOAK_DISTRO_SEEDS seeds
-  # (default 5, from 100) instead of make test's one. About a minute and a
-  # half a seed on 2 cores; go test's timeout at four minutes a seed.
+  # (default 5, from 100) of the full size (clustergen.Small with 40 Pods,
+  # every question to every block, 20 changes) instead of make test's
+  # three smaller ones. DISTRO_SOAK_SEED a seed on 2 cores; go test's
+  # timeout at four minutes a seed.
   dseeds=${MESHDNS_SOAK_DISTRO_SEEDS:-5}
   build/peer-tools.sh coredns >/dev/null
   MESHDNS_BIN=$PWD/bin/meshdns MESHDNS_DISTRO_SEEDS=$dseeds MESHDNS_DISTRO_FIRST=100 MESHDNS_GEN_OUT=$out \

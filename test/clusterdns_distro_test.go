@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,99 +28,227 @@ import (
 // loopback stub that answers SERVFAIL, hosts files from the test's
 // directory, lameduck short.
 //
-// Per block: both servers start over the cluster as it is, every
-// generated question (and the block's own: rewritten names, k8s_external
-// names, autopath from client Pods, an AXFR) is asked of both over UDP;
-// then 10 random changes are made while both run, and all is asked again
-// (with the CD bit: fresh cache keys). The cluster keeps changing from
-// block to block, so each block also meets another state of it.
+// One API server serves every seed (a seed's objects are deleted before
+// the next one's are created). Per seed, the processes of every block
+// start at once over the cluster as it is; every generated question (a
+// share of them per block in make test) and the block's own (rewritten
+// names, search-list names, k8s_external names, autopath from client
+// Pods, an AXFR) are asked of both over UDP; then the cluster takes
+// random changes while all run, and all is asked again (with the CD bit:
+// fresh cache keys).
 //
 // Answers must be the same: rcode, AA and TC, and every section with its
 // TTLs, sorted (loadbalance shuffles; order is not part of an RRset). The
 // differences accepted are genAllowed's and distroAllowed's, each with its
 // reason (docs/cluster-dns.md).
 //
-// MESHDNS_DISTRO_SEEDS=n runs n seeds from MESHDNS_DISTRO_FIRST (default
-// 100) instead of seed 1 (build/soak.sh, part distros); MESHDNS_DISTRO=name
-// runs the blocks whose name contains name.
+// make test runs seeds 1-3 of distroTestSize; MESHDNS_DISTRO_SEEDS=n runs
+// n seeds of distroSoakSize from MESHDNS_DISTRO_FIRST (default 100)
+// instead (build/soak.sh, part distros); MESHDNS_DISTRO=name runs the
+// blocks whose name contains name.
 func TestDistroServerBlocksAgainstStock(t *testing.T) {
+	start := time.Now()
 	blocks := distroBlocks(t)
-	seeds := []int64{1}
+	size, seeds := distroTestSize, []int64{1, 2, 3}
 	if n := genEnvInt(t, "MESHDNS_DISTRO_SEEDS", 0); n > 0 {
-		seeds = nil
+		size, seeds = distroSoakSize, nil
 		for i, first := 0, genEnvInt(t, "MESHDNS_DISTRO_FIRST", 100); i < n; i++ {
 			seeds = append(seeds, int64(first+i))
 		}
 	}
-	coredns := peerTool(t, "coredns")
+	env := &distroEnv{coredns: peerTool(t, "coredns"), k: startKubeAPI(t), upstream: genUpstream(t)}
+	t.Logf("API server ready after %v", time.Since(start).Round(time.Millisecond))
+	var total distroCount
 	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) { distroSeed(t, seed, blocks, coredns) })
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) { total.add(distroSeed(t, env, seed, size, blocks)) })
 	}
+	t.Logf("%d seeds, %d blocks: %s; %v", len(seeds), len(blocks), total, time.Since(start).Round(time.Millisecond))
+}
+
+// distroSize is how much a seed asks.
+type distroSize struct {
+	cfg   clustergen.Config
+	steps int     // random changes between the two phases
+	share float64 // of the generated questions each block asks (a seeded draw per block)
+}
+
+var (
+	// distroTestSize keeps make test's three seeds within ~40 s: a smaller
+	// cluster (still every Service kind, Pods, and the namespaces the
+	// client Pods live in: default, shop, svc, team-a), each block a
+	// third of its questions.
+	distroTestSize = distroSize{
+		cfg:   clustergen.Config{Namespaces: 9, Services: 18, MaxSlices: 2, MaxEndpoints: 3, DualStack: true, Zone: "cluster.local", Pods: 16, External: true},
+		steps: 20, share: 1.0 / 3,
+	}
+	// distroSoakSize: clustergen.Small with Pods, every question to every block.
+	distroSoakSize = distroSize{cfg: func() clustergen.Config {
+		cfg := clustergen.Small()
+		cfg.Pods, cfg.External = 40, true
+		return cfg
+	}(), steps: 60, share: 1}
+)
+
+// distroParallel is how many blocks are asked at a time (each by
+// distroCompare's six askers): the blocks' processes are apart, and the
+// cluster holds still while a phase is asked.
+const distroParallel = 4
+
+// distroEnv is what the seeds share: the API server with the client Pods
+// (made with the first seed's namespaces), the upstream stub, the stock
+// binary, the last seed's cluster (deleted before the next is created)
+// and the marker count.
+type distroEnv struct {
+	coredns  string
+	k        *kubeAPI
+	upstream int
+	clients  []podsClient
+	last     *clustergen.Cluster
+	mark     int
+}
+
+// distroRun is one block's pair of processes in a seed.
+type distroRun struct {
+	b           distroBlock
+	ours, stock *Server
+	n           distroCount
 }
 
 // distroSeed runs every block on one generated cluster of seed.
-func distroSeed(t *testing.T, seed int64, blocks []distroBlock, coredns string) {
+func distroSeed(t *testing.T, env *distroEnv, seed int64, size distroSize, blocks []distroBlock) distroCount {
 	start := time.Now()
-	k := startKubeAPI(t)
-	cfg := clustergen.Small()
-	cfg.Pods, cfg.External = 40, true
-	c := clustergen.Generate(seed, cfg)
-	genCreate(t, k, c)
-	distroLBStatus(t, k, c)
+	if env.last != nil {
+		distroReset(t, env.k, env.last)
+	}
+	c := clustergen.Generate(seed, size.cfg)
+	env.last = c
+	genCreate(t, env.k, c)
+	distroLBStatus(t, env.k, c)
 	for _, p := range c.Pods {
-		genMust(t, k, clustergen.Change{Op: clustergen.Add, Obj: p.DeepCopy()})
+		genMust(t, env.k, clustergen.Change{Op: clustergen.Add, Obj: p.DeepCopy()})
 	}
-	clients := podsClients(t, k)
-	upstream := genUpstream(t)
+	if env.clients == nil {
+		env.clients = podsClients(t, env.k)
+	}
+	created := time.Since(start)
+	runs := distroStartAll(t, env, blocks)
+	t.Logf("seed %d: cluster created in %v, %d processes ready after %v", seed, created.Round(time.Millisecond),
+		2*len(runs), (time.Since(start) - created).Round(time.Millisecond))
 	r := rand.New(rand.NewSource(seed))
-	mark := 0
-	var total distroCount
-	t.Logf("seed %d: cluster and API server ready after %v", seed, time.Since(start).Round(time.Millisecond))
-	for _, b := range blocks {
-		t.Run(b.name, func(t *testing.T) {
-			bstart := time.Now()
-			dir := t.TempDir()
-			files := map[string]string{distroHostsFile: distroHosts}
-			oursO := Options{Dir: filepath.Join(dir, "meshdns"), Files: files, Ports: map[int]int{5301: upstream}}
-			stockO := Options{Dir: filepath.Join(dir, "coredns"), Files: files, Ports: map[int]int{5301: upstream}, Bin: coredns}
-			ours := genStart(t, distroOurs(t, b.corefile, k.Kubeconfig), oursO)
-			stock := genStart(t, distroStock(t, b.corefile, k.Kubeconfig), stockO)
-			var n distroCount
-			for phase, cd := range []bool{false, true} {
-				if phase == 1 {
-					for range 10 {
-						genMust(t, k, c.Step(r))
-					}
-				}
-				genMark(t, k, mark, "cluster.local", ours, stock)
-				mark++
-				time.Sleep(300 * time.Millisecond) // the Pod watch's last events (another watch than the marker's)
-				name := []string{"live", "patched"}[phase]
-				// the generated questions, then each group of the block's own
-				// apart: a rewritten name and its original share a cache key,
-				// and which of them the cache saw first must not depend on
-				// the order the askers ran in
-				for g, qs := range append([][]clustergen.Question{clustergen.Questions(c, cfg, r)}, b.questions(c, r)...) {
-					pname := name
-					if g > 0 {
-						pname = fmt.Sprintf("%s-own%d", name, g)
-					}
-					n.add(distroCompare(t, distroPhase{b, seed, pname, c, qs, cd}, ours.DNS(), stock.DNS()))
-				}
-				if b.autopath {
-					n.add(distroCompareAutopath(t, distroPhase{b: b, seed: seed, name: name, c: c}, clients, ours.DNS(), stock.DNS()))
-				}
-				if b.axfr != "" {
-					n.add(distroCompareAXFR(t, b.axfr, ours.DNS(), stock.DNS()))
-				}
+	for phase, name := range []string{"live", "patched"} {
+		if phase == 1 {
+			for range size.steps {
+				genMust(t, env.k, c.Step(r))
 			}
-			ours.Stop()
-			stock.Stop()
-			total.add(n)
-			t.Logf("%s, seed %d: %s; %v", b.name, seed, n, time.Since(bstart).Round(time.Millisecond))
-		})
+		}
+		distroMark(t, env, runs)
+		p := distroPhase{seed: seed, name: name, c: c, cd: phase == 1}
+		qs := clustergen.Questions(c, size.cfg, r)
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, distroParallel)
+		for _, run := range runs {
+			// every draw made here, in block order: the goroutines draw nothing
+			rb := rand.New(rand.NewSource(r.Int63()))
+			groups := append([][]clustergen.Question{distroSample(qs, size.share, rb)}, run.b.questions(c, qs, size.share, rb)...)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				distroAskBlock(t, env, run, p, groups)
+			}()
+		}
+		wg.Wait()
 	}
-	t.Logf("seed %d, %d blocks: %s; %v", seed, len(blocks), total, time.Since(start).Round(time.Millisecond))
+	var total distroCount
+	var wg sync.WaitGroup
+	for _, run := range runs {
+		total.add(run.n)
+		t.Logf("%s, seed %d: %s", run.b.name, seed, run.n)
+		wg.Add(2)
+		go func() { defer wg.Done(); run.ours.Stop() }()
+		go func() { defer wg.Done(); run.stock.Stop() }()
+	}
+	wg.Wait()
+	t.Logf("seed %d, %d blocks: %s; %v", seed, len(runs), total, time.Since(start).Round(time.Millisecond))
+	return total
+}
+
+// distroAskBlock asks one block's pair everything of a phase: the
+// generated questions, then each group of the block's own apart (rewrite
+// runs before cache, so a rewritten name and its target share a cache
+// entry, whose names are those of whichever was asked first: that must
+// not depend on the order the askers ran in), then autopath from the
+// client Pods, then the AXFR.
+func distroAskBlock(t *testing.T, env *distroEnv, run *distroRun, p distroPhase, groups [][]clustergen.Question) {
+	p.b = run.b
+	ours, stock := run.ours.DNS(), run.stock.DNS()
+	for g, qs := range groups {
+		pg := p
+		pg.qs = qs
+		if g > 0 {
+			pg.name = fmt.Sprintf("%s-own%d", p.name, g)
+		}
+		run.n.add(distroCompare(t, pg, ours, stock))
+	}
+	if run.b.autopath {
+		run.n.add(distroCompareAutopath(t, p, env.clients, ours, stock))
+	}
+	if run.b.axfr != "" {
+		run.n.add(distroCompareAXFR(t, p, ours, stock))
+	}
+}
+
+// distroStartAll starts both processes of every block at once and waits
+// until all answer.
+func distroStartAll(t *testing.T, env *distroEnv, blocks []distroBlock) []*distroRun {
+	t.Helper()
+	files := map[string]string{distroHostsFile: distroHosts}
+	var runs []*distroRun
+	for _, b := range blocks {
+		dir := t.TempDir()
+		o := Options{Dir: filepath.Join(dir, "meshdns"), Files: files, Ports: map[int]int{5301: env.upstream}, NoWait: true}
+		run := &distroRun{b: b, ours: Start(t, distroOurs(t, b.corefile, env.k.Kubeconfig), o)}
+		o.Dir, o.Bin = filepath.Join(dir, "coredns"), env.coredns
+		run.stock = Start(t, distroStock(t, b.corefile, env.k.Kubeconfig), o)
+		runs = append(runs, run)
+	}
+	for _, run := range runs {
+		for _, s := range []*Server{run.ours, run.stock} {
+			s.waitReady()
+			genWaitDNS(t, s)
+		}
+	}
+	return runs
+}
+
+// distroReset deletes the objects of a seed's cluster (its namespaces
+// stay: the next seed's are the same ones, the schema words first).
+func distroReset(t *testing.T, k *kubeAPI, c *clustergen.Cluster) {
+	t.Helper()
+	for _, sl := range c.Slices {
+		genMust(t, k, clustergen.Change{Op: clustergen.Delete, Obj: sl})
+	}
+	for _, s := range c.Services {
+		genMust(t, k, clustergen.Change{Op: clustergen.Delete, Obj: s})
+	}
+	for _, p := range c.Pods {
+		genMust(t, k, clustergen.Change{Op: clustergen.Delete, Obj: p})
+	}
+}
+
+// distroSample is each question of qs with probability share.
+func distroSample(qs []clustergen.Question, share float64, r *rand.Rand) []clustergen.Question {
+	if share >= 1 {
+		return qs
+	}
+	var out []clustergen.Question
+	for _, q := range qs {
+		if r.Float64() < share {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // distroBlock is one Corefile to compare.
@@ -127,20 +256,20 @@ type distroBlock struct {
 	name     string
 	corefile string // as the distribution or operator writes it (the kubernetes plugin)
 	autopath bool   // has autopath @kubernetes for the Pod network's clients
+	view     bool   // has a view for the Pod network (127.77.0.0/16): its own kubernetes block
 	axfr     string // a zone to transfer (AXFR over TCP), "" none
 	rewrite  bool   // asks names under cluster.old and alias.example.test too
 	external string // a k8s_external zone to ask, "" none
 	template bool   // asks the names a search list makes of full cluster names
 }
 
-// questions are the block's own questions beside the generated ones, in
+// questions are the block's own questions beside the generated ones qs, in
 // groups asked one after another: names rewritten to cluster.local from
 // cluster.old, from alias.example.test, search-list names for the
-// template, k8s_external names.
-func (b distroBlock) questions(c *clustergen.Cluster, r *rand.Rand) [][]clustergen.Question {
+// template, k8s_external names; each a share of what it could be.
+func (b distroBlock) questions(c *clustergen.Cluster, qs []clustergen.Question, share float64, r *rand.Rand) [][]clustergen.Question {
 	var old, alias, tmpl []clustergen.Question
-	gen := clustergen.Questions(c, c.Config(), rand.New(rand.NewSource(r.Int63())))
-	for i, q := range gen {
+	for i, q := range qs {
 		name := strings.ToLower(q.Name)
 		switch {
 		case b.rewrite && i%3 == 0 && strings.HasSuffix(name, ".cluster.local."):
@@ -153,14 +282,15 @@ func (b distroBlock) questions(c *clustergen.Cluster, r *rand.Rand) [][]clusterg
 			tmpl = append(tmpl, clustergen.Question{Name: name + ns + ".svc.cluster.local.", Type: q.Type})
 		}
 	}
+	var ext []clustergen.Question
+	if b.external != "" {
+		ext = clustergen.ExternalQuestions(c, b.external, r)
+	}
 	var out [][]clustergen.Question
-	for _, g := range [][]clustergen.Question{old, alias, tmpl} {
-		if len(g) > 0 {
+	for _, g := range [][]clustergen.Question{old, alias, tmpl, ext} {
+		if g = distroSample(g, share, r); len(g) > 0 {
 			out = append(out, g)
 		}
-	}
-	if b.external != "" {
-		out = append(out, clustergen.ExternalQuestions(c, b.external, r))
 	}
 	return out
 }
@@ -199,6 +329,7 @@ func distroBlocks(t *testing.T) []distroBlock {
 		}
 		d := distroBlock{name: name, corefile: cf}
 		d.autopath = strings.Contains(cf, "autopath @kubernetes")
+		d.view = strings.Contains(cf, "incidr(client_ip(), '127.77.0.0/16')")
 		if strings.Contains(cf, "\n    transfer cluster.local") {
 			d.axfr = "cluster.local."
 		}
@@ -208,6 +339,9 @@ func distroBlocks(t *testing.T) []distroBlock {
 			d.external = "k8s_external.local"
 		}
 		out = append(out, d)
+	}
+	if len(out) == 0 {
+		t.Fatalf("MESHDNS_DISTRO=%q matches no block", only)
 	}
 	return out
 }
