@@ -59,7 +59,9 @@ func distroCompareAXFR(t *testing.T, p distroPhase, ours, stock string) distroCo
 			continue
 		}
 		if distroXFRAllowed(p.c, rr) {
-			n.axfrAllowed++
+			if n.axfrAllowed++; n.axfrAllowed <= 3 {
+				t.Logf("%s, seed %d, %s: AXFR %s: accepted missing: %s", p.b.name, p.seed, p.name, zone, k)
+			}
 			continue
 		}
 		missing = append(missing, k)
