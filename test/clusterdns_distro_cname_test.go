@@ -154,9 +154,11 @@ func distroUnrewrite(name string) (string, bool) {
 // every answer record of ours is one of the stock reply's (TTLs left out
 // as genAnswer leaves them out); what the stock reply has beyond are
 // CNAMEs, and records of the names those CNAMEs meshdns did not answer
-// point to; the authority section is the same, or - a CNAME question the
-// stock plugin answered with the one CNAME it picked where meshdns has
-// none beside addresses - meshdns's is the zone's SOA of a NODATA.
+// point to (a CNAME question both answer with one CNAME: the stock
+// plugin's pick, distroPickedCNAME); the authority section is the same,
+// or - a CNAME question the stock plugin answered with the one CNAME it
+// picked where meshdns has none beside addresses - meshdns's is the
+// zone's SOA of a NODATA.
 func distroPartOf(q clustergen.Question, ours, stock *dns.Msg) bool {
 	if ours == nil || stock == nil || ours.Rcode != stock.Rcode || ours.Authoritative != stock.Authoritative || ours.Truncated != stock.Truncated {
 		return false
@@ -184,6 +186,9 @@ func distroPartOf(q clustergen.Question, ours, stock *dns.Msg) bool {
 	if section(ours.Extra) != section(stock.Extra) {
 		return false
 	}
+	if distroPickedCNAME(q, ours, stock) {
+		return section(ours.Ns) == section(stock.Ns)
+	}
 	theirs, mine := map[string]bool{}, map[string]bool{}
 	for _, rr := range stock.Answer {
 		theirs[key(rr)] = true
@@ -209,6 +214,18 @@ func distroPartOf(q clustergen.Question, ours, stock *dns.Msg) bool {
 	}
 	return q.Type == dns.TypeCNAME && len(ours.Answer) == 0 && len(stock.Ns) == 0 &&
 		len(ours.Ns) == 1 && ours.Ns[0].Header().Rrtype == dns.TypeSOA
+}
+
+// distroPickedCNAME: a CNAME question both answer with one CNAME at the
+// same name - the stock plugin's picked from a map of the candidates
+// (another from process to process), meshdns's the lexicographically first.
+func distroPickedCNAME(q clustergen.Question, ours, stock *dns.Msg) bool {
+	if q.Type != dns.TypeCNAME || len(ours.Answer) != 1 || len(stock.Answer) != 1 {
+		return false
+	}
+	a, okA := ours.Answer[0].(*dns.CNAME)
+	b, okB := stock.Answer[0].(*dns.CNAME)
+	return okA && okB && strings.EqualFold(a.Hdr.Name, b.Hdr.Name)
 }
 
 // distroOutside: m holds a record from outside the cluster zones (whose
