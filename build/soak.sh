@@ -65,9 +65,10 @@ if [ -z "$only" ] || [ "$only" = distros ]; then
   # CoreDNS v1.15.0, two real processes a block on one real kube-apiserver
   # (test/clusterdns_distro_test.go), MESHDNS_SOAK_DISTRO_SEEDS seeds
   # (default 5, from 100) of the full size (clustergen.Small with 40 Pods,
-  # every question to every block, 20 changes) instead of make test's
-  # three smaller ones. DISTRO_SOAK_SEED a seed on 2 cores; go test's
-  # timeout at four minutes a seed.
+  # every question to every block, 60 changes) instead of make test's
+  # three smaller ones. The six operator blocks alone took 47 s a seed on
+  # 2 cores (all 14 not yet timed at this size); go test's timeout at four
+  # minutes a seed.
   dseeds=${MESHDNS_SOAK_DISTRO_SEEDS:-5}
   build/peer-tools.sh coredns >/dev/null
   MESHDNS_BIN=$PWD/bin/meshdns MESHDNS_DISTRO_SEEDS=$dseeds MESHDNS_DISTRO_FIRST=100 MESHDNS_GEN_OUT=$out \
