@@ -12,7 +12,7 @@ run: build
 
 deps:
 	build/install-deps.sh
-	build/peer-tools.sh consul kube-apiserver etcd kubelet kube-proxy kube-controller-manager kube-scheduler kubectl helm
+	build/peer-tools.sh consul kube-apiserver etcd coredns kubelet kube-proxy kube-controller-manager kube-scheduler kubectl helm
 
 lint:
 	build/lint.sh

@@ -16,9 +16,10 @@
 # Consul v1.16.3 agent (test/virtualconsul_interleave_test.go), 12 bursts a
 # seed instead of 5, meshdns stopped and the agent frozen at random points,
 # every answer against Consul's DNS (~30 s a seed). Then the mdnsfallback
-# hostile-LAN generator (below), then every fuzz target for five minutes.
-# MESHDNS_SOAK_ONLY=clusterdns, =virtualconsul, =mdns or =fuzz runs one part
-# alone.
+# hostile-LAN generator (below), then the distributions' server blocks
+# (below), then every fuzz target for five minutes.
+# MESHDNS_SOAK_ONLY=clusterdns, =virtualconsul, =mdns, =distros or =fuzz runs
+# one part alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x bin/meshdns ] || build/build.sh bin/meshdns
@@ -58,6 +59,23 @@ if [ -z "$only" ] || [ "$only" = mdns ]; then
     >"$out/mdns-hostile.log" 2>&1 || status=$?
   grep -E 'lookups, |hostile_test.go|^ *(--- |ok|FAIL)' "$out/mdns-hostile.log" || true
   echo "soak mdns: $mseeds seeds of $msteps steps (full log: $out/mdns-hostile.log)"
+fi
+if [ -z "$only" ] || [ "$only" = distros ]; then
+  # distros: the distributions' and operators' whole Corefiles against stock
+  # CoreDNS v1.15.0, two real processes a block on one real kube-apiserver
+  # (test/clusterdns_distro_test.go), MESHDNS_SOAK_DISTRO_SEEDS seeds
+  # (default 5, from 100) of the full size (clustergen.Small with 40 Pods,
+  # every question to every block, 60 changes) instead of make test's
+  # three smaller ones. The six operator blocks alone took 47 s a seed on
+  # 2 cores (all 14 not yet timed at this size); go test's timeout at four
+  # minutes a seed.
+  dseeds=${MESHDNS_SOAK_DISTRO_SEEDS:-5}
+  build/peer-tools.sh coredns >/dev/null
+  MESHDNS_BIN=$PWD/bin/meshdns MESHDNS_DISTRO_SEEDS=$dseeds MESHDNS_DISTRO_FIRST=100 MESHDNS_GEN_OUT=$out \
+    go test -count=1 -timeout "$((dseeds * 4 + 5))m" -run 'TestDistroServerBlocksAgainstStock$' -v ./test/ \
+    >"$out/distros.log" 2>&1 || status=$?
+  grep -E 'answers compared|^ *(--- |ok|FAIL)' "$out/distros.log" | grep -v -- '--- PASS: TestDistroServerBlocksAgainstStock/seed[0-9]*/' || true
+  echo "soak distros: $dseeds seeds (full log: $out/distros.log)"
 fi
 if [ -z "$only" ] || [ "$only" = fuzz ]; then
   # fuzz: every fuzz target for MESHDNS_SOAK_FUZZ_SECS each (default 300);

@@ -39,6 +39,9 @@ type Options struct {
 	WaitDNS bool
 	// NoWait returns right after the process started.
 	NoWait bool
+	// Bin is the binary to run instead of meshdns (stock CoreDNS for a
+	// differential); it takes the same -conf and -dns.port flags.
+	Bin string
 }
 
 // Server is one running meshdns process started by a test.
@@ -128,7 +131,11 @@ func (s *Server) start() {
 	t.Helper()
 	s.mu.Lock()
 	s.log = &syncBuffer{}
-	cmd := exec.Command(meshdnsBin, "-conf", filepath.Join(s.Dir, "Corefile.e2e"), "-dns.port", strconv.Itoa(s.ports[53]))
+	bin := meshdnsBin
+	if s.opts.Bin != "" {
+		bin = s.opts.Bin
+	}
+	cmd := exec.Command(bin, "-conf", filepath.Join(s.Dir, "Corefile.e2e"), "-dns.port", strconv.Itoa(s.ports[53]))
 	cmd.Dir = s.Dir
 	cmd.Env = append(os.Environ(), s.opts.Env...)
 	cmd.Stdout, cmd.Stderr = s.log, s.log

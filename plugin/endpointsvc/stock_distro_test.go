@@ -8,10 +8,13 @@ import (
 	"testing"
 )
 
-// The kubernetes blocks the distributions ship (testdata/distros, each
-// with its source in its header), pasted as they are into both sides and
-// compared on generated clusters like the option cases: every question,
-// every client's search path, again after 30 steps.
+// The kubernetes blocks the distributions ship (testdata/distros: their
+// whole Corefiles, each with its source in its header), pasted as they are
+// into both sides and compared on generated clusters like the option
+// cases: every question, every client's search path, again after 30
+// steps. The whole server blocks, every other line with them, are compared
+// as two processes on a real API server in
+// test/clusterdns_distro_test.go.
 
 // distroBody is the body of the file's kubernetes block, its lines as
 // written; the block must be for cluster.local in-addr.arpa ip6.arpa.
@@ -27,7 +30,7 @@ func distroBody(t *testing.T, path string) string {
 		l = strings.TrimSpace(l)
 		switch {
 		case l == "" || strings.HasPrefix(l, "#"):
-		case l == "kubernetes cluster.local in-addr.arpa ip6.arpa {":
+		case l == "kubernetes cluster.local in-addr.arpa ip6.arpa {", l == "kubernetes cluster.local. in-addr.arpa ip6.arpa {": // kops writes the dot
 			in = true
 		case l == "}":
 			in = false
