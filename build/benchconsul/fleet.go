@@ -68,7 +68,7 @@ connect { enabled = true }
 ports { http = %d, dns = %d, grpc = %d, serf_lan = %d, serf_wan = %d, server = %d, grpc_tls = -1, https = -1 }
 performance { raft_multiplier = 1 }
 log_level = "warn"
-limits { http_max_conns_per_client = 1000000 }
+limits { http_max_conns_per_client = 15000 }
 `, filepath.Join(s.dir, "data"), s.ports[0], s.ports[1], s.ports[2], s.ports[3], s.ports[4], s.ports[5])
 		if err := os.WriteFile(filepath.Join(s.dir, "server.hcl"), []byte(hcl), 0o644); err != nil {
 			log.Fatal(err)
@@ -92,7 +92,7 @@ limits { http_max_conns_per_client = 1000000 }
 			}
 		}
 		if time.Now().After(deadline) {
-			fatalf("consul server has no leader after 60 s")
+			fatalf("consul server has no leader after 60 s; its log (tail):\n%s", tail(filepath.Join(s.dir, "consul.log"), 20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
