@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -507,13 +508,19 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() string) {
 	}
 }
 
-// freePort returns a loopback port free for both TCP and UDP right now.
+// freePort returns a loopback port free for both TCP and UDP right now,
+// drawn from [20000, 30000): below the kernel's ephemeral range (32768+
+// here), where an outgoing connection of a busy machine can take a port
+// between this check and the process's bind (TestReplicaPrivate's leader
+// port was seen refused so, beside a fleet benchmark), and below
+// Kubernetes' NodePort range (30000-32767, which the one-node cluster's
+// kube-proxy serves on loopback too).
 func freePort(t testing.TB) int {
 	t.Helper()
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for i := 0; i < 200; i++ {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(10000)))
 		if err != nil {
-			t.Fatal(err)
+			continue // taken
 		}
 		p := l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
