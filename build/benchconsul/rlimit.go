@@ -28,7 +28,7 @@ func raiseFileLimit(n int) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &next); err != nil {
 		next = syscall.Rlimit{Cur: l.Max, Max: l.Max}
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &next)
-		log.Printf("open-file limit: %d wanted for %d sources, kept at %d (%v): the proxy may refuse connections", want, n, l.Max, err)
+		log.Printf("open-file limit: %d wanted for %d sources, kept at %d (%v); the counting proxy is split over child processes to fit it", want, n, l.Max, err)
 		return
 	}
 	log.Printf("open-file limit: %d (was %d/%d) for %d sources", want, l.Cur, l.Max, n)
