@@ -716,16 +716,36 @@ func agree(leaders []*fleetNode) string {
 	paused.Store(true)
 	defer paused.Store(false)
 	time.Sleep(2 * time.Second)
-	var ds []string
-	for _, l := range leaders {
-		ds = append(ds, leaderDigest(fmt.Sprintf("http://127.0.0.1:%d%s?v=3", l.replicate, replica.Path)))
-	}
-	for i, d := range ds[1:] {
-		if d != ds[0] {
-			return "no: " + strings.Join(ds, " ") + "\n" + recordDiff(leaders[0], leaders[i+1])
+	// a difference is either one still in flight (a leader that started
+	// seconds ago, a write the API has not delivered yet) or a leader that
+	// missed a change: looked at again with the churn held, the first goes
+	// and the second stays
+	start := time.Now()
+	first := ""
+	for {
+		var ds []string
+		for _, l := range leaders {
+			ds = append(ds, leaderDigest(fmt.Sprintf("http://127.0.0.1:%d%s?v=3", l.replicate, replica.Path)))
 		}
+		differ := -1
+		for i, d := range ds[1:] {
+			if d != ds[0] {
+				differ = i + 1
+				break
+			}
+		}
+		switch {
+		case differ < 0 && first == "":
+			return "yes"
+		case differ < 0:
+			return fmt.Sprintf("yes after %v more with the churn held; at first no: %s", time.Since(start).Round(time.Second), first)
+		case first == "":
+			first = strings.Join(ds, " ") + "\n" + recordDiff(leaders[0], leaders[differ])
+		case time.Since(start) > 20*time.Second:
+			return "no, not after 20 s more with the churn held: " + strings.Join(ds, " ") + "\n" + recordDiff(leaders[0], leaders[differ])
+		}
+		time.Sleep(time.Second)
 	}
-	return "yes"
 }
 
 // recordDiff names the records two leaders hold differently (a few).
@@ -734,7 +754,13 @@ func recordDiff(a, b *fleetNode) string {
 	var out []string
 	for k, x := range ra {
 		if y := rb[k]; x != y && len(out) < 3 {
-			out = append(out, fmt.Sprintf("  %s:\n    %s: %.300s\n    %s: %.300s", k, a.name, x, b.name, y))
+			// from a little before the first byte that differs
+			i := 0
+			for i < len(x) && i < len(y) && x[i] == y[i] {
+				i++
+			}
+			i = max(0, i-80)
+			out = append(out, fmt.Sprintf("  %s (from byte %d):\n    %s: %.300s\n    %s: %.300s", k, i, a.name, x[min(i, len(x)):], b.name, y[min(i, len(y)):]))
 		}
 	}
 	for k, y := range rb {
