@@ -95,8 +95,11 @@ func TestNodeDrillConfigMapReload(t *testing.T) {
 	})
 }
 
-// reloads counts "Reloading complete" in each running meshdns container's
-// log (the kubelet's pod logs on the node).
+// reloads counts "Reloading complete" per meshdns pod, over all its
+// container logs (the kubelet's pod logs on the node: 0.log, then 1.log
+// after a restart, the earlier one kept). Counted per pod, not per file:
+// a pod whose container an earlier drill killed reloads in its newest log
+// while its first one stays as it was.
 func reloads(c *nodeCluster) map[string]int {
 	files, _ := filepath.Glob(filepath.Join(c.paths.state, "pod-logs", "kube-system_meshdns-*", "meshdns", "*.log"))
 	out := map[string]int{}
@@ -105,7 +108,7 @@ func reloads(c *nodeCluster) map[string]int {
 		if err != nil {
 			continue
 		}
-		out[f] = strings.Count(string(b), "Reloading complete")
+		out[filepath.Base(filepath.Dir(filepath.Dir(f)))] += strings.Count(string(b), "Reloading complete")
 	}
 	return out
 }
