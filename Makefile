@@ -10,21 +10,25 @@ build:
 run: build
 	$(BIN)
 
+# the real peers built from Go modules (build/peer-tools.sh)
+PEERS   := consul kube-apiserver etcd coredns kubelet kube-proxy kube-controller-manager kube-scheduler kubectl helm
+
 deps:
 	build/install-deps.sh
-	build/peer-tools.sh consul kube-apiserver etcd coredns kubelet kube-proxy kube-controller-manager kube-scheduler kubectl helm
+	build/peer-tools.sh $(PEERS)
 
 lint:
 	build/lint.sh
 
 # go vet's analyzers run inside the race build (-vet=all): one compile of the
 # module for both, where `make lint` compiles it once more without -race.
-# Every fuzz target runs 10 s here (its seed corpus also runs in go test);
-# `make soak` fuzzes each for five minutes.
-test: deps build
-	build/lint.sh fmt
-	MESHDNS_BIN=$(CURDIR)/$(BIN) $(GO) test -race -vet=all -timeout 60m -count=1 ./...
-	build/fuzz.sh 10
+# The peers build in the background while the binary, the race build and
+# the tests that need no peer run; every fuzz target runs 10 s (its seed
+# corpus also runs in go test), niced, beside the tests (build/test.sh says
+# why); `make soak` fuzzes each for five minutes.
+test:
+	build/install-deps.sh
+	MESHDNS_BIN=$(CURDIR)/$(BIN) PEERS="$(PEERS)" build/test.sh 10
 
 image: build
 	build/image.sh prebuilt

@@ -18,6 +18,11 @@
 # Cache: $MESHDNS_TOOLS_CACHE (default ~/.cache/meshdns-tools). A cold build
 # of everything takes ~25 min on 2 cores; a cached one costs nothing.
 #
+# Every peer is linked without a symbol table or DWARF (-s -w): nothing
+# debugs them here, and the debug info is the larger part of linking nine
+# binaries of 50-150 MB on a cold machine's two cores (panics still print
+# their stacks: those come from the pclntab, which stays).
+#
 # The absent tools are built in groups, each group by one `go build` of its
 # own tools module: the Kubernetes binaries together (one package graph, the
 # links side by side), Consul, etcd, CoreDNS and Helm each alone. The groups
@@ -59,17 +64,17 @@ build() {
       consul)
         out=$(path consul); mkdir -p "$(dirname "$out")"
         (cd "$tools/consul" && GONOSUMDB=github.com/hashicorp/hcp-sdk-go,github.com/hashicorp/consul/envoyextensions \
-          go build -o "$out.tmp" github.com/hashicorp/consul && mv "$out.tmp" "$out") ;;
+          go build -ldflags "-s -w" -o "$out.tmp" github.com/hashicorp/consul && mv "$out.tmp" "$out") ;;
       kube)
         local dir tmp pkgs=()
         dir=$(dirname "$(path kubelet)"); tmp=$dir/.build; mkdir -p "$tmp"
         for t in "${want[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$t"); done
-        (cd "$tools/kube" && CGO_ENABLED=0 go build -ldflags "-X k8s.io/component-base/version.gitVersion=$kubever -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
+        (cd "$tools/kube" && CGO_ENABLED=0 go build -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$kubever -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
           -o "$tmp/" "${pkgs[@]}")
         for t in "${want[@]}"; do mv "$tmp/$t" "$dir/$t"; done ;;
       etcd)
         out=$(path etcd); mkdir -p "$(dirname "$out")"
-        (cd "$tools/etcd" && go build -o "$out.tmp" go.etcd.io/etcd/server/v3 && mv "$out.tmp" "$out") ;;
+        (cd "$tools/etcd" && go build -ldflags "-s -w" -o "$out.tmp" go.etcd.io/etcd/server/v3 && mv "$out.tmp" "$out") ;;
       coredns)
         out=$(path coredns); mkdir -p "$(dirname "$out")"
         (cd "$tools/coredns" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/coredns/coredns && mv "$out.tmp" "$out") ;;
