@@ -647,7 +647,7 @@ func runFleet(dir string, api *apiServer) {
 	}
 	fmt.Println()
 
-	fmt.Printf("the leaders hold the same content (digests, churn paused 2 s): %s\n", agree(leaders))
+	fmt.Printf("the leaders hold the same content (digests, churn paused 2 s): %s\n", agree(api, leaders))
 	drill := func(name string, f func()) {
 		setPhase(name)
 		b := totals(fs)
@@ -655,7 +655,7 @@ func runFleet(dir string, api *apiServer) {
 		time.Sleep(5 * time.Second) // the followers settle
 		a := totals(fs)
 		reportDrill(name, fs, b, a, rate, whole, lat.of(name))
-		fmt.Printf("%-16s the leaders hold the same content: %s\n", name, agree(leaders))
+		fmt.Printf("%-16s the leaders hold the same content: %s\n", name, agree(api, leaders))
 	}
 	drill("rolling restart", func() {
 		for _, l := range leaders {
@@ -712,7 +712,7 @@ func runFleet(dir string, api *apiServer) {
 
 // agree pauses the churn, waits for the leaders to settle, and reports
 // whether they hold the same content (the digest of their latest state).
-func agree(leaders []*fleetNode) string {
+func agree(api *apiServer, leaders []*fleetNode) string {
 	paused.Store(true)
 	defer paused.Store(false)
 	time.Sleep(2 * time.Second)
@@ -725,7 +725,8 @@ func agree(leaders []*fleetNode) string {
 	for {
 		var ds []string
 		for _, l := range leaders {
-			ds = append(ds, leaderDigest(fmt.Sprintf("http://127.0.0.1:%d%s?v=3", l.replicate, replica.Path)))
+			d, _ := leaderView(l)
+			ds = append(ds, d)
 		}
 		differ := -1
 		for i, d := range ds[1:] {
@@ -742,15 +743,90 @@ func agree(leaders []*fleetNode) string {
 		case first == "":
 			first = strings.Join(ds, " ") + "\n" + recordDiff(leaders[0], leaders[differ])
 		case time.Since(start) > 20*time.Second:
-			return "no, not after 20 s more with the churn held: " + strings.Join(ds, " ") + "\n" + recordDiff(leaders[0], leaders[differ])
+			return "no, not after 20 s more with the churn held: " + strings.Join(ds, " ") + "\n" + recordDiff(leaders[0], leaders[differ]) +
+				"\n" + staleness(api, leaders)
 		}
 		time.Sleep(time.Second)
 	}
 }
 
+// staleness tells, for each record some leader holds unlike the API
+// (the ready conditions of its slices' endpoints, read from the API now),
+// which leaders hold it as the API does (a few records).
+func staleness(api *apiServer, leaders []*fleetNode) string {
+	recs := make([]map[string]string, len(leaders))
+	for i, l := range leaders {
+		_, recs[i] = leaderView(l)
+	}
+	var out []string
+	for k := range recs[0] {
+		var r struct{ Namespace, Name string }
+		if json.Unmarshal([]byte(k+"}"), &r) != nil || r.Name == "" {
+			continue
+		}
+		differ := false
+		for _, m := range recs[1:] {
+			differ = differ || m[k] != recs[0][k]
+		}
+		if !differ || len(out) >= 5 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		list, err := api.client.DiscoveryV1().EndpointSlices(r.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + r.Name})
+		cancel()
+		if err != nil {
+			out = append(out, fmt.Sprintf("  %s/%s: the API: %v", r.Namespace, r.Name, err))
+			continue
+		}
+		var truth []string
+		for _, sl := range list.Items {
+			c := make([]byte, 0, len(sl.Endpoints))
+			for _, e := range sl.Endpoints {
+				if e.Conditions.Ready == nil || *e.Conditions.Ready {
+					c = append(c, 'y')
+				} else {
+					c = append(c, 'n')
+				}
+			}
+			truth = append(truth, fmt.Sprintf("%s rv %s ready %s", sl.Name, sl.ResourceVersion, c))
+		}
+		var holders []string
+		for i, m := range recs {
+			held := "?"
+			if line := m[k]; line != "" {
+				held = readyOf(line)
+			}
+			holders = append(holders, fmt.Sprintf("%s %s", leaders[i].name, held))
+		}
+		out = append(out, fmt.Sprintf("  %s/%s: the API: %s; the leaders: %s", r.Namespace, r.Name, strings.Join(truth, ", "), strings.Join(holders, ", ")))
+	}
+	return strings.Join(out, "\n")
+}
+
+// readyOf is the first letter of each endpoint's conditions in a record's
+// line ("conditions":["yy-",...]: ready, serving, terminating).
+func readyOf(line string) string {
+	i := strings.Index(line, `"conditions":[`)
+	if i < 0 {
+		return "?"
+	}
+	var conds []string
+	if json.NewDecoder(strings.NewReader(line[i+len(`"conditions":`):])).Decode(&conds) != nil {
+		return "?"
+	}
+	b := make([]byte, 0, len(conds))
+	for _, c := range conds {
+		if c != "" {
+			b = append(b, c[0])
+		}
+	}
+	return string(b)
+}
+
 // recordDiff names the records two leaders hold differently (a few).
 func recordDiff(a, b *fleetNode) string {
-	ra, rb := leaderRecords(a), leaderRecords(b)
+	_, ra := leaderView(a)
+	_, rb := leaderView(b)
 	var out []string
 	for k, x := range ra {
 		if y := rb[k]; x != y && len(out) < 3 {
@@ -771,55 +847,73 @@ func recordDiff(a, b *fleetNode) string {
 	return strings.Join(out, "\n")
 }
 
-// leaderRecords are a leader's whole state's lines, by their first 80
-// bytes' name (namespace and name of a record; the line itself else).
-func leaderRecords(l *fleetNode) map[string]string {
+// leaderView reads a leader's stream (version 3) up to its latest state:
+// the opening state, which may be an older whole state the leader reuses
+// (replica/leader.go's reusable), then the change batches since, until the
+// stream is quiet for quietFor after a synced line. It returns the digest
+// of the last synced line and the records then held, by their name
+// ({"namespace":…,"name":… of a record; the line itself else). Reading
+// only up to the first synced line compared the leaders' reused whole
+// encodings, which differ by the generation each happened to encode while
+// their current states agree: every look renewed the reuse, and the fleet
+// reported leaders apart for good after the rolling restart.
+func leaderView(l *fleetNode) (string, map[string]string) {
+	const quietFor = 500 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", l.replicate, replica.Path), nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s?v=3", l.replicate, replica.Path), nil)
 	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "error", nil
+	}
+	defer resp.Body.Close()
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		br := bufio.NewReaderSize(resp.Body, 1<<16)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- line
+		}
+	}()
 	m := map[string]string{}
-	if err != nil {
-		return m
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReaderSize(resp.Body, 1<<16)
+	digest := "error"
+	synced := false
+	quiet := time.NewTimer(time.Hour)
+	defer quiet.Stop()
 	for {
-		line, err := br.ReadString('\n')
-		if err != nil || strings.Contains(line, `"synced":true`) {
-			return m
-		}
-		k := line
-		if i := strings.Index(line, `,"service"`); i > 0 {
-			k = line[:i]
-		} else if i := strings.Index(line, `,"slices"`); i > 0 {
-			k = line[:i]
-		} else if strings.HasPrefix(line, `{"epoch"`) {
-			continue
-		}
-		m[k] = line
-	}
-}
-
-// leaderDigest is the digest in the first synced line of a leader's
-// stream.
-func leaderDigest(url string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "error"
-	}
-	defer resp.Body.Close()
-	br := bufio.NewReaderSize(resp.Body, 1<<16)
-	for {
-		line, err := br.ReadBytes('\n')
-		if err != nil {
-			return "error"
-		}
-		if _, d, ok := bytes.Cut(line, []byte(`"digest":"`)); ok {
-			return string(d[:min(32, len(d))])
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				return digest, m
+			}
+			switch {
+			case strings.HasPrefix(line, `{"epoch"`):
+				if strings.Contains(line, `"full":true`) {
+					clear(m)
+				}
+			case strings.Contains(line, `"synced":true`):
+				if _, d, ok := strings.Cut(line, `"digest":"`); ok {
+					digest = d[:min(32, len(d))]
+				}
+				synced = true
+				quiet.Reset(quietFor)
+			case strings.HasPrefix(line, `{"namespace"`):
+				if i := strings.Index(line, `,"service"`); i > 0 {
+					m[line[:i]] = line
+				} else if i := strings.Index(line, `,"slices"`); i > 0 {
+					m[line[:i]] = line
+				} else {
+					delete(m, strings.TrimSuffix(strings.TrimSpace(line), "}")) // the name is gone
+				}
+			}
+		case <-quiet.C:
+			if synced {
+				return digest, m
+			}
 		}
 	}
 }
