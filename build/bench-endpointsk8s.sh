@@ -49,6 +49,17 @@
 # synced line (p50, p99). -streams and -changes (BENCH_ARGS) change the
 # counts.
 #
+# BENCH_MIX=axfr (issue 32's AXFR figure): the spec mix and stanzas, each
+# plugin with `transfer cluster.local { to * }` beside it, both processes at
+# once (core 0); per round each plugin in turn (alternating) serves -axfrs
+# (5) AXFRs of cluster.local over TCP, one at a time. Prints the records
+# transferred and whether both transfer the same (a multiset, SOA serials
+# left out; the differences if any), time per AXFR (median, max), anonymous
+# RSS before and its peak during the transfers (sampled every 20 ms), CPU
+# ticks per AXFR, and the ratios endpointsvc/kubernetes. BENCH_ARGS=
+# "-profile DIR" saves a CPU profile and allocation profiles of each plugin's
+# transfers.
+#
 # BENCH_PODS=N (spec): N Pods too (50000 for issue 24's figures), shaped
 # like a Deployment's, every twentieth hostNetwork; both plugins then run
 # with pods verified, and watch every Pod.

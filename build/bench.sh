@@ -18,3 +18,6 @@ done
 # the cluster-DNS churn phase (work per change, both plugins at once)
 echo "== build/bench-endpointsk8s.sh BENCH_MIX=churn"
 BENCH_MIX=churn build/bench-endpointsk8s.sh
+# AXFR of the cluster zone against the stock plugin's (issue 32)
+echo "== build/bench-endpointsk8s.sh BENCH_MIX=axfr"
+BENCH_MIX=axfr build/bench-endpointsk8s.sh

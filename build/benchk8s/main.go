@@ -1,7 +1,9 @@
 // Command benchk8s compares meshdns's endpointsvc (source kubernetes) with
 // the stock kubernetes plugin on the same real kube-apiserver and the same
 // objects. It is run by build/bench-endpointsk8s.sh, which passes the
-// binaries. Two object mixes (-mix):
+// binaries. The mixes (-mix) are these three, and churn, changes, replica,
+// fleet and glibc, described in their own files (churn.go, changes.go,
+// replica.go, fleet.go, pods.go):
 //
 //   - headless: endpointsvc with addresses endpoint (schema orch) against
 //     the stock plugin on headless Services only, so both answer the same
@@ -14,6 +16,11 @@
 //     anonymous RSS after sync and after the load, its peaks during the
 //     sync and during a relist forced by restarting the kube-apiserver, and
 //     dnsperf QPS on a mix of A, SRV and PTR queries.
+//   - axfr: the spec mix and stanzas with `transfer cluster.local { to * }`
+//     beside each plugin: -axfrs AXFRs of cluster.local per plugin and
+//     round over TCP; records transferred (and whether both transfer the
+//     same), time per AXFR, anonymous RSS before and its peak during the
+//     transfers, CPU ticks per AXFR (axfr.go).
 //
 // Everything runs on loopback; every process it starts is stopped by PID.
 package main
@@ -57,10 +64,10 @@ var (
 	secs      = flag.Int("secs", 6, "seconds per dnsperf run")
 	rounds    = flag.Int("rounds", 2, "rounds (each runs both plugins)")
 	hold      = flag.Duration("hold", 0, "only set up the API server and its objects, print the kubeconfig's path, and keep them this long (for experiments by hand)")
-	profile   = flag.String("profile", "", "directory to save a heap profile (after GC) of each plugin into")
+	profile   = flag.String("profile", "", "directory to save a heap profile (after GC) of each plugin into (-mix axfr: a CPU profile and allocation profiles of each plugin's transfers)")
 	logs      = flag.String("logs", "", "directory to write each meshdns log into (GODEBUG=gctrace=1 in the environment traces its GC)")
 	memstats  = flag.Bool("memstats", false, "print the Go runtime's memory statistics and the largest mappings after sync")
-	mix       = flag.String("mix", "headless", "the objects and queries: headless (endpointsvc's orch schema, headless Services), spec (schema kubernetes, a cluster-DNS mix), churn (the spec mix under endpoint churn, both plugins at once), changes (the CPU of real and no-op changes, both models with and without a snapshot against stock: changes.go), replica (the replication stream on the spec mix: replica.go), fleet (a simulated node-local fleet: fleet.go) or glibc (queries per outside lookup of a glibc client, with and without autopath: pods.go)")
+	mix       = flag.String("mix", "headless", "the objects and queries: headless (endpointsvc's orch schema, headless Services), spec (schema kubernetes, a cluster-DNS mix), churn (the spec mix under endpoint churn, both plugins at once), changes (the CPU of real and no-op changes, both models with and without a snapshot against stock: changes.go), replica (the replication stream on the spec mix: replica.go), fleet (a simulated node-local fleet: fleet.go), axfr (AXFR of the cluster zone on the spec mix: axfr.go) or glibc (queries per outside lookup of a glibc client, with and without autopath: pods.go)")
 )
 
 type proc struct {
@@ -169,8 +176,10 @@ func main() {
 		runFleet(dir, startAPI(dir, false))
 	case "changes":
 		runChanges(dir, startAPI(dir, false))
+	case "axfr":
+		runAXFR(dir, startAPI(dir, false))
 	default:
-		fail("bad -mix %q: want headless, spec, churn, changes, replica, fleet or glibc", *mix)
+		fail("bad -mix %q: want headless, spec, churn, changes, replica, fleet, axfr or glibc", *mix)
 	}
 }
 
