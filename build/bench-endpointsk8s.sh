@@ -36,7 +36,9 @@
 # CPU ticks per phase and the ratio to the stock plugin's, the snapshots'
 # whole writes, log appends and bytes, and whether the answers agree.
 # BENCH_ARGS="-meshdns-before OLD" runs OLD's endpointsvc variants too;
-# "-profile DIR" saves a CPU profile of each process per phase (round 1).
+# "-profile DIR" saves a CPU profile of each process per phase (round 1);
+# "-idle-secs N" adds a phase of N s without writes before each round's
+# changes (what each process costs when nothing happens).
 #
 # BENCH_MIX=replica: the replication stream on the spec mix (no stock
 # plugin): a leader (the cluster DNS stanza with replicate) on core 0, the

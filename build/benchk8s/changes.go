@@ -7,9 +7,10 @@ package main
 // and without its snapshot, every one its own meshdns on core 0, all at
 // once; then -flips endpoint readiness flips (real changes), then
 // -noop-patches annotation patches (Services and EndpointSlices alike)
-// and -heartbeats Node status writes, which change no answer. Prints the
-// CPU ticks (1/100 s, /proc/PID/stat) each process spent in each phase,
-// with its ratio to the stock plugin's.
+// and -heartbeats Node status writes, which change no answer (with
+// -idle-secs, a phase without writes first). Prints the CPU ticks (1/100
+// s, /proc/PID/stat) each process spent in each phase, with its ratio to
+// the stock plugin's.
 
 import (
 	"context"
@@ -37,6 +38,7 @@ var (
 	heartbeats    = flag.Int("heartbeats", 100, "-mix changes: Node status writes per round (no answer changes)")
 	changeRate    = flag.Int("change-rate", 40, "-mix changes: API writes per second")
 	meshdnsBefore = flag.String("meshdns-before", "", "-mix changes: a second meshdns binary (the build before a change), whose endpointsvc variants run in the same run")
+	idleSecs      = flag.Int("idle-secs", 0, "-mix changes: seconds of a phase without writes before each round's changes (0: none), for what a process costs when nothing happens")
 )
 
 // changeProc is one variant's process.
@@ -44,7 +46,7 @@ type changeProc struct {
 	name, bin, block string
 	port, prom, pp   int
 	p                *proc
-	real, noop       []float64 // CPU ticks per round
+	real, noop, idle []float64 // CPU ticks per round
 }
 
 // runChanges is -mix changes.
@@ -80,6 +82,9 @@ func runChanges(dir string, api *apiServer) {
 	sls, svcs := changeObjects(api)
 	for r := 1; r <= *rounds; r++ {
 		fmt.Printf("round %d: %d readiness flips at %d/s, then %d annotation patches and %d Node heartbeats at %d/s\n", r, *flips, *changeRate, *noopPatches, *heartbeats, *changeRate)
+		if *idleSecs > 0 {
+			changePhase(ps, r, "idle", func() { time.Sleep(time.Duration(*idleSecs) * time.Second) }, func(x *changeProc, t float64) { x.idle = append(x.idle, t) })
+		}
 		changePhase(ps, r, "real", func() { flipEndpoints(api, sls, r) }, func(x *changeProc, t float64) { x.real = append(x.real, t) })
 		changePhase(ps, r, "noop", func() { noopWrites(api, sls, svcs, r) }, func(x *changeProc, t float64) { x.noop = append(x.noop, t) })
 	}
@@ -153,8 +158,11 @@ func changePhase(ps []*changeProc, round int, what string, work func(), keep fun
 	var prof sync.WaitGroup
 	if *profile != "" && round == 1 {
 		secs := 3 + (*flips)/max(1, *changeRate)
-		if what == "noop" {
+		switch what {
+		case "noop":
 			secs = 3 + (*noopPatches+*heartbeats)/max(1, *changeRate)
+		case "idle":
+			secs = 3 + *idleSecs
 		}
 		for _, x := range ps {
 			prof.Add(1)
@@ -312,13 +320,22 @@ func printChanges(ps []*changeProc) {
 		return strings.Join(out, " / ")
 	}
 	k := ps[0]
-	fmt.Printf("\n| process | real changes, ticks | × stock | no-op updates, ticks | × stock | snapshot: whole writes, log appends, KiB |\n|---|---:|---:|---:|---:|---|\n")
+	// the idle phase's columns, with -idle-secs
+	idle, idleHead, idleSep := func(*changeProc) string { return "" }, "", ""
+	if len(k.idle) > 0 {
+		idle = func(x *changeProc) string {
+			return fmt.Sprintf(" %s | %.2f |", join(x.idle), sum(x.idle)/max(sum(k.idle), 1))
+		}
+		idleHead, idleSep = fmt.Sprintf(" idle %d s, ticks | × stock |", *idleSecs), "---:|---:|"
+	}
+	fmt.Printf("\n| process |%s real changes, ticks | × stock | no-op updates, ticks | × stock | snapshot: whole writes, log appends, KiB |\n|---|%s---:|---:|---:|---:|---|\n",
+		idleHead, idleSep)
 	for _, x := range ps {
 		snap := ""
 		if strings.HasSuffix(x.name, "+snapshot") {
 			snap = fmt.Sprintf("%.0f, %.0f, %.0f", metric(x.prom, "coredns_endpointsvc_snapshot_writes_total"),
 				metric(x.prom, "coredns_endpointsvc_snapshot_log_appends_total"), metric(x.prom, "coredns_endpointsvc_snapshot_written_bytes_total")/1024)
 		}
-		fmt.Printf("| %s | %s | **%.2f** | %s | **%.2f** | %s |\n", x.name, join(x.real), sum(x.real)/sum(k.real), join(x.noop), sum(x.noop)/sum(k.noop), snap)
+		fmt.Printf("| %s |%s %s | **%.2f** | %s | **%.2f** | %s |\n", x.name, idle(x), join(x.real), sum(x.real)/sum(k.real), join(x.noop), sum(x.noop)/sum(k.noop), snap)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
-	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 )
 
 // sink is a source's view of the plugin: it counts and logs results and
@@ -15,6 +14,7 @@ type sink struct {
 	ctx     context.Context // the source's: done once stop is called
 	source  string
 	lastErr string        // last failure logged, "" while healthy
+	metrics syncMetrics   // syncs_total and last_sync_timestamp_seconds, resolved once
 	age     time.Duration // SetAge's, for the next result
 	aged    bool          // SetAge was called for the next result
 }
@@ -80,7 +80,7 @@ func (k *sink) Unchanged() {
 }
 
 func (k *sink) Failed(err error) {
-	syncCount.WithLabelValues(k.e.Zones[0], k.source, "error").Inc()
+	k.metricsOf().count("error")
 	k.age, k.aged = 0, false
 	if k.e.fresh.failed(time.Now()) {
 		k.e.staleChanged()
@@ -98,8 +98,17 @@ func (k *sink) Failed(err error) {
 
 // count records a successful sync with result.
 func (k *sink) count(result string) {
-	syncCount.WithLabelValues(k.e.Zones[0], k.source, result).Inc()
-	gauges.Of(lastSync, k.e.servers, k.e.Zones[0], k.source).SetToCurrentTime()
+	m := k.metricsOf()
+	m.count(result)
+	m.synced()
+}
+
+// metricsOf returns the sink's metrics, naming them on first use.
+func (k *sink) metricsOf() *syncMetrics {
+	if !k.metrics.named {
+		k.metrics = syncMetrics{named: true, zone: k.e.Zones[0], source: k.source, servers: k.e.servers}
+	}
+	return &k.metrics
 }
 
 func (k *sink) recovered() {

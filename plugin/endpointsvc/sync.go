@@ -10,8 +10,9 @@ import (
 	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/replica"
 	"github.com/meshdns/meshdns/plugin/pkg/carry"
-	"github.com/meshdns/meshdns/plugin/pkg/gauges"
 	"github.com/meshdns/meshdns/plugin/pkg/persist"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // syncer owns the served table and everything that changes it: it applies
@@ -36,6 +37,10 @@ type syncer struct {
 
 	mu     sync.Mutex // serialises table builds; never taken by ServeDNS
 	serial uint32
+	tg     *tableGauges // resolved on the first show; e.mu
+	// programmed is programming_duration_seconds by service_kind,
+	// resolved on each kind's first observation; e.mu
+	programmed map[string]prometheus.Observer
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -95,11 +100,11 @@ func (e *Endpointsvc) applyPatch(ctx context.Context, p feed.Patch) {
 	}
 	if m, whole := e.schema.patch(cur.model, p); m != nil {
 		t = e.publish(m)
-		observeProgrammed(p, time.Now())
+		e.observeProgrammed(p, time.Now())
 		e.tap(t.model, p)
 	} else {
 		t = e.publish(e.schema.build(whole))
-		observeProgrammed(p, time.Now())
+		e.observeProgrammed(p, time.Now())
 		e.tap(t.model, nil)
 	}
 	if e.snapshot != nil {
@@ -133,10 +138,10 @@ func (e *Endpointsvc) publish(m modelTable) *table {
 func (e *Endpointsvc) show(t *table) {
 	e.tbl.Store(t)
 	e.ready.Store(true)
-	zone := e.Zones[0]
-	gauges.Of(servicesGauge, e.servers, zone).Set(float64(t.model.Services()))
-	gauges.Of(cnameConflicts, e.servers, zone).Set(float64(t.model.Conflicts()))
-	gauges.Of(endpointsGauge, e.servers, zone).Set(float64(t.model.Endpoints()))
+	g := e.tableGauges()
+	g.services.Set(float64(t.model.Services()))
+	g.conflicts.Set(float64(t.model.Conflicts()))
+	g.endpoints.Set(float64(t.model.Endpoints()))
 }
 
 // nextSerial advances the SOA serial: the time in seconds, or one more than

@@ -86,16 +86,18 @@ func (t *Table) Patched(p *Patch) *Table {
 	rev := t.rev.Edit()
 	imports := t.imports.Edit()
 	ext := t.ext.Edit()
+	var moved []addrRef // one change's addresses, reused: see patchRev
+	var rs []ref        // one address's refs, reused
 	for _, c := range p.Changes {
 		if c.Key.Import {
 			n.patchImport(imports, c)
 			continue
 		}
 		old, had := names.Get(c.Key)
-		touched := map[[16]byte]bool{}
+		moved = moved[:0]
 		if had {
 			n.count(old, -1)
-			old.eachRef(func(a [16]byte, _ ref) { touched[a] = true })
+			old.eachRef(func(a [16]byte, _ ref) { moved = append(moved, addrRef{a: a}) })
 		}
 		var e *entry
 		if c.Service != nil || len(c.Slices) > 0 {
@@ -106,30 +108,48 @@ func (t *Table) Patched(p *Patch) *Table {
 			names.Delete(c.Key)
 		}
 		patchExt(ext, c.Key, old, e)
-		added := map[[16]byte][]ref{}
 		if e != nil {
-			e.eachRef(func(a [16]byte, r ref) {
-				touched[a] = true
-				added[a] = append(added[a], r)
-			})
+			e.eachRef(func(a [16]byte, r ref) { moved = append(moved, addrRef{a, r}) })
 		}
-		for a := range touched {
-			var rs []ref
-			if cur, ok := rev.Get(a); ok {
-				rs = slices.DeleteFunc(cur.list(), func(r ref) bool { return r.key() == c.Key })
-			}
-			rs = append(rs, added[a]...)
-			if len(rs) == 0 {
-				rev.Delete(a)
-				continue
-			}
-			sortRefs(rs)
-			rev.Set(a, packRefs(rs))
-		}
+		rs = patchRev(rev, c.Key, moved, rs)
 	}
 	n.names, n.rev, n.imports, n.ext = names.Map(), rev.Map(), imports.Map(), ext.Map()
 	n.pods = patchPods(t.pods, p.Pods)
 	return n
+}
+
+// patchRev moves name k in the reverse index: moved holds every address
+// k's old entry had (with a zero ref) and every one its new entry has
+// (with its ref); at each of them k's old refs go and its new ones come,
+// the rest stay (sorted by sortRefs, as Build has them). rs is a buffer to
+// reuse; patchRev returns it.
+func patchRev(rev *pmap.Editor[[16]byte, refs], k Key, moved []addrRef, rs []ref) []ref {
+	// by address; the zero refs first at each, then the new refs in order
+	slices.SortStableFunc(moved, func(x, y addrRef) int { return compareAddr(x.a, y.a) })
+	for i := 0; i < len(moved); {
+		a := moved[i].a
+		j := i + 1
+		for j < len(moved) && moved[j].a == a {
+			j++
+		}
+		rs = rs[:0]
+		if cur, ok := rev.Get(a); ok {
+			rs = slices.DeleteFunc(cur.appendTo(rs), func(r ref) bool { return r.key() == k })
+		}
+		for _, m := range moved[i:j] {
+			if m.r.e != nil {
+				rs = append(rs, m.r)
+			}
+		}
+		if len(rs) == 0 {
+			rev.Delete(a)
+		} else {
+			sortRefs(rs)
+			rev.Set(a, packRefs(rs)) // copies rs
+		}
+		i = j
+	}
+	return rs
 }
 
 // patchImport sets (or deletes) a ServiceImport's entry, as buildImports

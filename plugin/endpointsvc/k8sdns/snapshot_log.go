@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
 )
 
 // The change log's record of a patch (the snapshot's change log, package
@@ -35,25 +37,34 @@ type logPodNS struct {
 	Namespaces []string `json:"namespaces"`
 }
 
-// AppendPatchRecord appends p's change-log record.
+// AppendPatchRecord appends p's change-log record. The head is appended
+// by hand, byte for byte what encoding/json writes for a logHead (a
+// record per patch: no reflection on the sync path).
 func AppendPatchRecord(b []byte, p *Patch) []byte {
-	h := logHead{Patch: 1, Origin: p.Origin}
+	b = append(b, `{"patch":1`...)
+	if p.Origin != "" {
+		b = append(b, `,"origin":`...)
+		b = jsonw.AppendString(b, p.Origin)
+	}
 	if p.SetNamespaces {
-		ns := p.Namespaces
-		if ns == nil {
-			ns = []string{}
-		}
-		h.Namespaces = &ns
+		b = append(b, `,"namespaces":`...)
+		b = jsonw.AppendStrings(b, p.Namespaces) // nil: []
 	}
-	for _, pa := range p.Pods {
-		nss := pa.Namespaces
-		if nss == nil {
-			nss = []string{}
+	if len(p.Pods) > 0 {
+		b = append(b, `,"pods":[`...)
+		for i, pa := range p.Pods {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"addr":`...)
+			b = jsonw.AppendString(b, pa.Addr.String())
+			b = append(b, `,"namespaces":`...)
+			b = jsonw.AppendStrings(b, pa.Namespaces)
+			b = append(b, '}')
 		}
-		h.Pods = append(h.Pods, logPodNS{Addr: pa.Addr.String(), Namespaces: nss})
+		b = append(b, ']')
 	}
-	hb, _ := json.Marshal(h) // strings and slices of strings only: cannot fail
-	b = append(b, hb...)
+	b = append(b, '}')
 	for _, c := range p.Changes {
 		b = append(b, '\n')
 		b = AppendChange(b, c)

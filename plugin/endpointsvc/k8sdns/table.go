@@ -116,6 +116,15 @@ func (p refs) list() []ref {
 	return append([]ref{p.first}, *p.more...)
 }
 
+// appendTo appends the refs to dst.
+func (p refs) appendTo(dst []ref) []ref {
+	dst = append(dst, p.first)
+	if p.more != nil {
+		dst = append(dst, *p.more...)
+	}
+	return dst
+}
+
 // Build makes the table of a cluster.
 func Build(c *Cluster) *Table {
 	t := &Table{namespaces: namespaceSet(c.Namespaces), origin: c.Origin}

@@ -6,10 +6,17 @@ import (
 	"io"
 	"net/http"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/flowcontrol"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/typed/apis/v1alpha1"
 )
 
@@ -19,28 +26,30 @@ import (
 // (endpointsvc's publish): its informers too resume the moment the API
 // server is back.
 func ClientFor(cfg Config) (kubernetes.Interface, error) {
-	c, _, _, err := newClient(cfg, "publish", false)
-	return c, err
+	c, _, err := newClient(cfg, "publish", false)
+	return c.kube, err
 }
 
-// newClient returns the configured client, whose requests pass a gate,
-// and the gate; user names the client in the gate's log. With mc it also
-// returns a client of the MCS API's ServiceImports (JSON: a custom
-// resource has no protobuf) over the same connections and gate.
-func newClient(cfg Config, user string, mc bool) (kubernetes.Interface, mcsv1alpha1.MulticlusterV1alpha1Interface, *gate, error) {
+// newClient returns the configured clients, whose requests pass a gate,
+// and the gate; user names the client in the gate's log. Besides the
+// client of the Kubernetes API it returns the watch clients of the slim
+// decoder (slimClients), and with mc a client of the MCS API's
+// ServiceImports (JSON: a custom resource has no protobuf); all over the
+// same connections and gate.
+func newClient(cfg Config, user string, mc bool) (clients, *gate, error) {
 	rc, err := restConfig(cfg)
 	if err != nil {
-		return nil, nil, nil, err
+		return clients{}, nil, err
 	}
 	// the probe goes to the same API server over the same connections (the
 	// client builds one transport per TLS setting), without the gate
 	hc, err := rest.HTTPClientFor(rc)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
+		return clients{}, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	base, _, err := rest.DefaultServerUrlFor(rc)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
+		return clients{}, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	readyz := base.JoinPath("readyz").String()
 	if n := cfg.API.MaxInflight; n > 0 { // the requests, not the probe
@@ -53,22 +62,53 @@ func newClient(cfg Config, user string, mc bool) (kubernetes.Interface, mcsv1alp
 	})
 	gated, err := rest.HTTPClientFor(rc) // builds the gate, once
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
+		return clients{}, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	c, err := kubernetes.NewForConfigAndClient(rc, gated)
 	if err != nil {
-		return nil, nil, nil, err
+		return clients{}, nil, err
+	}
+	out := clients{kube: c}
+	if out.slim, err = newSlimClients(rc, gated, c); err != nil {
+		return clients{}, nil, err
 	}
 	if !mc {
-		return c, nil, g, nil
+		return out, g, nil
 	}
 	jc := rest.CopyConfig(rc)
 	jc.ContentType, jc.AcceptContentTypes = "application/json", "application/json"
-	m, err := mcsv1alpha1.NewForConfigAndClient(jc, gated)
-	if err != nil {
-		return nil, nil, nil, err
+	if out.mcs, err = mcsv1alpha1.NewForConfigAndClient(jc, gated); err != nil {
+		return clients{}, nil, err
 	}
-	return c, m, g, nil
+	return out, g, nil
+}
+
+// newSlimClients returns the watch clients with the slim decoder
+// (slimdecode.go): EndpointSlices', and Services' and Nodes', each a
+// client-go client of its group with the slim decoder of its kinds, on
+// the same connections (hc) and the same rate limiter as kube's client of
+// the group.
+func newSlimClients(rc *rest.Config, hc *http.Client, kube kubernetes.Interface) (slimClients, error) {
+	slim := func(gv schema.GroupVersion, apiPath string, limiter flowcontrol.RateLimiter, kinds ...slimKind) (*rest.RESTClient, error) {
+		sc := rest.CopyConfig(rc)
+		sc.GroupVersion, sc.APIPath = &gv, apiPath
+		sc.NegotiatedSerializer = slimCodecs{rest.CodecFactoryForGeneratedClient(scheme.Scheme, scheme.Codecs).WithoutConversion(), kinds}
+		sc.RateLimiter = limiter
+		rl, err := rest.RESTClientForConfigAndClient(sc, hc)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes client: %w", err)
+		}
+		return rl, nil
+	}
+	d, err := slim(discoveryv1.SchemeGroupVersion, "/apis", kube.DiscoveryV1().RESTClient().GetRateLimiter(), slimSliceKind)
+	if err != nil {
+		return slimClients{}, err
+	}
+	core, err := slim(corev1.SchemeGroupVersion, "/api", kube.CoreV1().RESTClient().GetRateLimiter(), slimServiceKind, slimNodeKind)
+	if err != nil {
+		return slimClients{}, err
+	}
+	return slimClients{slices: discoveryv1client.New(d), core: corev1client.New(core)}, nil
 }
 
 // APIConfig is how the client reaches the API server besides a

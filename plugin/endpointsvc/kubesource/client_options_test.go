@@ -46,9 +46,14 @@ func TestClientRateLimits(t *testing.T) {
 
 	limiter := func(cfg Config) (float32, int) {
 		t.Helper()
-		c, _, _, err := newClient(cfg, "test", false)
+		cs, _, err := newClient(cfg, "test", false)
 		if err != nil {
 			t.Fatal(err)
+		}
+		c := cs.kube
+		if cs.slim.slices.RESTClient().GetRateLimiter() != c.DiscoveryV1().RESTClient().GetRateLimiter() ||
+			cs.slim.core.RESTClient().GetRateLimiter() != c.CoreV1().RESTClient().GetRateLimiter() {
+			t.Error("a slim watch client has a rate limiter of its own")
 		}
 		rl := c.CoreV1().RESTClient().(*rest.RESTClient).GetRateLimiter()
 		rc, _ := restConfig(cfg)
@@ -61,10 +66,11 @@ func TestClientRateLimits(t *testing.T) {
 		t.Errorf("apiserver_qps 50, apiserver_burst 100: qps %v burst %d", qps, burst)
 	}
 
-	c, _, _, err := newClient(Config{Kubeconfig: kubeconfig, API: APIConfig{QPS: 1000, Burst: 1000, MaxInflight: 2}}, "test", false)
+	cs, _, err := newClient(Config{Kubeconfig: kubeconfig, API: APIConfig{QPS: 1000, Burst: 1000, MaxInflight: 2}}, "test", false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cs.kube
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -117,10 +123,11 @@ func TestClientEndpoint(t *testing.T) {
 	}
 	writePEM(t, key, "PRIVATE KEY", keyDER)
 
-	c, _, _, err := newClient(Config{API: APIConfig{Endpoint: srv.URL, TLSCert: cert, TLSKey: key, TLSCA: ca}}, "test", false)
+	cs, _, err := newClient(Config{API: APIConfig{Endpoint: srv.URL, TLSCert: cert, TLSKey: key, TLSCA: ca}}, "test", false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := cs.kube
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := c.CoreV1().Services("x").List(ctx, metav1.ListOptions{}); err != nil {
@@ -130,10 +137,11 @@ func TestClientEndpoint(t *testing.T) {
 		t.Errorf("the API server saw client certificate %q, want the configured one", sn)
 	}
 	// without the CA the server's certificate is not trusted
-	c, _, _, err = newClient(Config{API: APIConfig{Endpoint: srv.URL}}, "test", false)
+	cs, _, err = newClient(Config{API: APIConfig{Endpoint: srv.URL}}, "test", false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c = cs.kube
 	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
 	if _, err := c.CoreV1().Services("x").List(ctx2, metav1.ListOptions{}); err == nil {

@@ -34,14 +34,15 @@ func (k *Source) loop(ctx context.Context, s feed.Sink, client kubernetes.Interf
 	r := &run{k: k, s: s, w: w, client: client, gate: g}
 	waiter := &syncWaiter{pending: w.regs}
 	syncWait := waiter.first()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
+	probe := time.NewTimer(firstProbe)
+	defer probe.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case err := <-w.errs:
 			r.fail(err)
+			probe.Reset(r.untilProbe()) // failing: the shorter interval
 		case <-w.kick:
 			if r.synced && !r.patch(ctx) {
 				return
@@ -49,11 +50,33 @@ func (k *Source) loop(ctx context.Context, s feed.Sink, client kubernetes.Interf
 		case <-syncWait:
 			if syncWait = waiter.next(); syncWait == nil {
 				r.build()
+				probe.Reset(r.untilProbe()) // synced: the longer interval
 			}
-		case <-tick.C:
+		case <-probe.C:
 			r.probe(ctx)
+			probe.Reset(r.untilProbe())
 		}
 	}
+}
+
+// firstProbe is when the first probe runs after the start.
+const firstProbe = 100 * time.Millisecond
+
+// probeEvery is the probe's interval now: short while failing or not
+// synced, long while healthy.
+func (r *run) probeEvery() time.Duration {
+	if r.synced && !r.failing {
+		return healthyProbeInterval
+	}
+	return probeInterval
+}
+
+// untilProbe is the time until the next probe is due. The loop's probe
+// timer is always armed with it after anything that moves it (a probe, a
+// failure, the first build), so that the loop wakes for probes only, not
+// on a fixed tick: an idle source costs no wake-ups between them.
+func (r *run) untilProbe() time.Duration {
+	return max(r.probeEvery()-time.Since(r.lastProbe), time.Millisecond)
 }
 
 // fail reports err, once per failure.
@@ -119,11 +142,7 @@ func (r *run) patch(ctx context.Context) bool {
 // ignores the limit: every probe decoded every Service, megabytes every
 // 2 s while the API server was away).
 func (r *run) probe(ctx context.Context) {
-	every := probeInterval
-	if r.synced && !r.failing {
-		every = healthyProbeInterval
-	}
-	if time.Since(r.lastProbe) < every {
+	if time.Since(r.lastProbe) < r.probeEvery() {
 		return
 	}
 	r.lastProbe = time.Now()

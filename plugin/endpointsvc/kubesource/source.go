@@ -22,6 +22,8 @@ import (
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/typed/apis/v1alpha1"
 )
 
@@ -119,10 +121,20 @@ const (
 )
 
 // clients are the source's API clients: the ServiceImports' with
-// multicluster only.
+// multicluster only; the slim decoder's with a real API server only.
 type clients struct {
 	kube kubernetes.Interface
 	mcs  mcsv1alpha1.MulticlusterV1alpha1Interface
+	slim slimClients
+}
+
+// slimClients are the watch clients with the slim decoder
+// (slimdecode.go): of EndpointSlices (slices), of Services and Nodes
+// (core). nil: the informers watch through the kube client (a test's
+// fake client).
+type slimClients struct {
+	slices discoveryv1client.DiscoveryV1Interface
+	core   corev1client.CoreV1Interface
 }
 
 // client returns the configured clients (newClient) and their gate, or
@@ -134,10 +146,9 @@ func (k *Source) client() (clients, *gate, error) {
 		if err == nil && k.cfg.Multicluster && k.NewMCSClient != nil {
 			m, err = k.NewMCSClient()
 		}
-		return clients{c, m}, nil, err
+		return clients{kube: c, mcs: m}, nil, err
 	}
-	c, m, g, err := newClient(k.cfg, "source", k.cfg.Multicluster)
-	return clients{c, m}, g, err
+	return newClient(k.cfg, "source", k.cfg.Multicluster)
 }
 
 // Run implements feed.Source: it watches until ctx is done.
@@ -150,7 +161,7 @@ func (k *Source) Run(ctx context.Context, s feed.Sink) {
 		}
 		client, g, err = k.client()
 	}
-	w := k.watch(client.kube, client.mcs)
+	w := k.watch(client)
 	if g != nil {
 		g.notify(func(err error) { w.report(fmt.Errorf("kubernetes API: %w", err)) })
 	}

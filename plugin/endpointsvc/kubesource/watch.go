@@ -12,12 +12,13 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	corev1informers "k8s.io/client-go/informers/core/v1"
 	discoveryv1informers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/typed/apis/v1alpha1"
 )
 
 // watcher is the source's informers and what their handlers collect.
@@ -29,22 +30,23 @@ type watcher struct {
 	kick    chan struct{} // an event came (1 buffered)
 	errs    chan error    // a list or watch failed (1 buffered)
 	denied  *deniedLog
-	pods    *podIndex // pods verified; nil without
+	pods    *podIndex   // pods verified; nil without
+	slim    slimClients // the slim decoder's watch clients; nil: the factory client's
 }
 
 // watch makes the informers of the schema's objects (not started), with
 // the transforms to slim objects and the handlers that collect changes.
-func (k *Source) watch(client kubernetes.Interface, mcs mcsv1alpha1.MulticlusterV1alpha1Interface) *watcher {
+func (k *Source) watch(cs clients) *watcher {
 	ns := k.namespace()
 	opts := []informers.SharedInformerOption{}
 	if ns != "" {
 		opts = append(opts, informers.WithNamespace(ns))
 	}
-	w := &watcher{factory: informers.NewSharedInformerFactoryWithOptions(client, 0, opts...), changed: &dirty{},
-		kick: make(chan struct{}, 1), errs: make(chan error, 1), denied: &deniedLog{}}
+	w := &watcher{factory: informers.NewSharedInformerFactoryWithOptions(cs.kube, 0, opts...), changed: &dirty{},
+		kick: make(chan struct{}, 1), errs: make(chan error, 1), denied: &deniedLog{}, slim: cs.slim}
 	infs := k.informers(w, ns)
-	if k.cfg.Multicluster && mcs != nil && !k.model.watchNodes() {
-		infs = append(infs, k.importInformer(w, mcs, ns, k.inNamespaces()))
+	if k.cfg.Multicluster && cs.mcs != nil && !k.model.watchNodes() {
+		infs = append(infs, k.importInformer(w, cs.mcs, ns, k.inNamespaces()))
 	}
 	// The handlers' registrations are synced once the stores are and every
 	// initial add has been delivered, so the first build sees them all and
@@ -73,9 +75,15 @@ func (k *Source) watch(client kubernetes.Interface, mcs mcsv1alpha1.Multicluster
 func (k *Source) informers(w *watcher, ns string) []slimInformer {
 	in := k.inNamespaces()
 	svcInf := w.factory.InformerFor(&corev1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return corev1informers.NewFilteredServiceInformer(c, ns, resync, cache.Indexers{}, func(o *metav1.ListOptions) {
-			o.LabelSelector = k.cfg.Labels
-		})
+		tweak := func(o *metav1.ListOptions) { o.LabelSelector = k.cfg.Labels }
+		if w.slim.core != nil {
+			return slimWatched(c, &corev1.Service{}, resync, cache.Indexers{}, tweak,
+				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return c.CoreV1().Services(ns).List(ctx, o)
+				},
+				w.slim.core.Services(ns).Watch)
+		}
+		return corev1informers.NewFilteredServiceInformer(c, ns, resync, cache.Indexers{}, tweak)
 	})
 	w.stores = stores{svcs: svcInf.GetStore()}
 	infs := []slimInformer{{inf: svcInf, fn: reuse(svcInf.GetStore(), transformService(in))}}
@@ -84,6 +92,13 @@ func (k *Source) informers(w *watcher, ns string) []slimInformer {
 	}
 	if k.model.watchNodes() {
 		nodeInf := w.factory.InformerFor(&corev1.Node{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			if w.slim.core != nil {
+				return slimWatched(c, &corev1.Node{}, resync, cache.Indexers{}, func(*metav1.ListOptions) {},
+					func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+						return c.CoreV1().Nodes().List(ctx, o)
+					},
+					w.slim.core.Nodes().Watch)
+			}
 			return corev1informers.NewNodeInformer(c, resync, cache.Indexers{})
 		})
 		w.stores.nodes = nodeInf.GetStore()
@@ -124,13 +139,40 @@ func (k *Source) sliceInformer(w *watcher, ns string, in map[string]bool) slimIn
 	if k.model.watchNodes() {
 		indexers[byNode] = sliceNodes // a Node's change finds its endpoints' slices without a scan
 	}
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = sliceLabels }
 	sliceInf := w.factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return discoveryv1informers.NewFilteredEndpointSliceInformer(c, ns, resync, indexers, func(o *metav1.ListOptions) {
-			o.LabelSelector = sliceLabels
-		})
+		if w.slim.slices != nil {
+			return slimWatched(c, &discoveryv1.EndpointSlice{}, resync, indexers, tweak,
+				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return c.DiscoveryV1().EndpointSlices(ns).List(ctx, o)
+				}, w.slim.slices.EndpointSlices(ns).Watch)
+		}
+		return discoveryv1informers.NewFilteredEndpointSliceInformer(c, ns, resync, indexers, tweak)
 	})
 	w.stores.slices = sliceInf.GetIndexer()
 	return slimInformer{inf: sliceInf, fn: reuse(sliceInf.GetStore(), transformSlice(in, mc))}
+}
+
+// slimWatched is client-go's informer of an object type (example) of
+// c's lists, except that it watches through watchFn, a client with the
+// slim decoder (slimdecode.go), which decodes each event's object with
+// only the fields the transform and the informer read. With watch-list
+// (client-go's default) the first sync comes through the watch too.
+func slimWatched(c kubernetes.Interface, example runtime.Object, resync time.Duration, indexers cache.Indexers, tweak func(*metav1.ListOptions),
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			tweak(&o)
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			tweak(&o)
+			return watchFn(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, c), example,
+		cache.SharedIndexInformerOptions{ResyncPeriod: resync, Indexers: indexers})
 }
 
 // reuse wraps a transform: when the store already holds a slim object

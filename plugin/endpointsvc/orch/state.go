@@ -352,7 +352,7 @@ func ValidName(s string) bool {
 	if len(s) == 0 || len(s) > 200 {
 		return false
 	}
-	for _, l := range strings.Split(s, ".") {
+	for l := range strings.SplitSeq(s, ".") {
 		if !ValidLabel(l) {
 			return false
 		}
@@ -366,6 +366,12 @@ func ValidName(s string) bool {
 func ParseAddress(s string) (ip netip.Addr, host string, err error) {
 	if s == "" {
 		return ip, "", errors.New("empty")
+	}
+	if a, err := netip.ParseAddr(s); err == nil { // the common case, without the port forms' errors
+		if a.Zone() != "" {
+			return ip, "", errors.New("zoned IPv6 address")
+		}
+		return a.Unmap(), "", nil
 	}
 	h := s
 	if ap, err := netip.ParseAddrPort(s); err == nil {

@@ -250,7 +250,7 @@ func toAddrs(ips []netip.Addr) addrs {
 	for i, ip := range ips {
 		ips[i] = ip.Unmap()
 	}
-	sort.Slice(ips, func(i, j int) bool { return ips[i].Less(ips[j]) })
+	slices.SortFunc(ips, netip.Addr.Compare)
 	n4, n6 := 0, 0
 	for i, ip := range ips {
 		switch {
@@ -276,11 +276,8 @@ func toAddrs(ips []netip.Addr) addrs {
 // sortTargets orders targets by node name then port and drops duplicates
 // (two tasks on one node reached through the same published port).
 func sortTargets(ts []srvTarget) []srvTarget {
-	sort.Slice(ts, func(i, j int) bool {
-		if ts[i].node.name != ts[j].node.name {
-			return ts[i].node.name < ts[j].node.name
-		}
-		return ts[i].port < ts[j].port
+	slices.SortFunc(ts, func(a, b srvTarget) int {
+		return cmp.Or(strings.Compare(a.node.name, b.node.name), cmp.Compare(a.port, b.port))
 	})
 	out := ts[:0]
 	for i, x := range ts {
