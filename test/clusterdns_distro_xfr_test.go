@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meshdns/meshdns/internal/clustergen"
+	"github.com/meshdns/meshdns/internal/zonexfr"
 
 	"github.com/miekg/dns"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -24,8 +25,8 @@ import (
 func distroCompareAXFR(t *testing.T, p distroPhase, ours, stock string) distroCount {
 	t.Helper()
 	zone := p.b.axfr
-	a, errA := distroAXFR(zone, ours)
-	b, errB := distroAXFR(zone, stock)
+	a, errA := zonexfr.AXFR(zone, ours, 10*time.Second)
+	b, errB := zonexfr.AXFR(zone, stock, 10*time.Second)
 	if errA != nil || errB != nil {
 		t.Errorf("%s, seed %d, %s: AXFR %s: meshdns: %v, stock: %v", p.b.name, p.seed, p.name, zone, errA, errB)
 		return distroCount{axfr: 1}
@@ -43,14 +44,14 @@ func distroCompareAXFR(t *testing.T, p distroPhase, ours, stock string) distroCo
 	}
 	count := map[string]int{}
 	for _, rr := range a {
-		count[distroXFRKey(rr)]++
+		count[zonexfr.Key(rr)]++
 	}
 	for _, rr := range b {
-		count[distroXFRKey(rr)]--
+		count[zonexfr.Key(rr)]--
 	}
 	var missing, extra []string
 	for _, rr := range b {
-		k := distroXFRKey(rr)
+		k := zonexfr.Key(rr)
 		if count[k] >= 0 {
 			continue
 		}
@@ -67,7 +68,7 @@ func distroCompareAXFR(t *testing.T, p distroPhase, ours, stock string) distroCo
 		missing = append(missing, k)
 	}
 	for _, rr := range a {
-		k := distroXFRKey(rr)
+		k := zonexfr.Key(rr)
 		if count[k] <= 0 {
 			continue
 		}
@@ -92,35 +93,6 @@ func distroCompareAXFR(t *testing.T, p distroPhase, ours, stock string) distroCo
 			p.b.name, p.seed, p.name, zone, len(a), len(b), len(missing), len(extra))
 	}
 	return n
-}
-
-// distroAXFR is the transfer of zone from addr, record by record.
-func distroAXFR(zone, addr string) ([]dns.RR, error) {
-	m := new(dns.Msg)
-	m.SetAxfr(zone)
-	tr := &dns.Transfer{DialTimeout: 3 * time.Second, ReadTimeout: 10 * time.Second}
-	ch, err := tr.In(m, addr)
-	if err != nil {
-		return nil, err
-	}
-	var out []dns.RR
-	for env := range ch {
-		if env.Error != nil {
-			return out, env.Error
-		}
-		out = append(out, env.RR...)
-	}
-	return out, nil
-}
-
-// distroXFRKey is a transferred record as compared: its text, the SOA
-// serial left out.
-func distroXFRKey(rr dns.RR) string {
-	c := dns.Copy(rr)
-	if soa, ok := c.(*dns.SOA); ok {
-		soa.Serial = 0
-	}
-	return strings.ReplaceAll(c.String(), "\t", " ")
 }
 
 // distroXFROwnAddress: rr is an A or AAAA record of ns.dns.<zone>, the

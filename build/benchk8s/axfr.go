@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/meshdns/meshdns/internal/zonexfr"
 )
 
 var axfrs = flag.Int("axfrs", 5, "-mix axfr: AXFRs of cluster.local per plugin per round")
@@ -111,7 +113,7 @@ func axfrRound(x *axfrProc, round int) {
 	var ts []time.Duration
 	for i := 0; i < *axfrs; i++ {
 		t := time.Now()
-		rrs, err := axfr(x.port)
+		rrs, err := zonexfr.AXFR("cluster.local.", fmt.Sprintf("127.0.0.1:%d", x.port), 30*time.Second)
 		if err != nil {
 			fail("%s: AXFR %d of round %d: %v (%d records)\n%s", x.name, i+1, round, err, len(rrs), tail(x.p.log.String()))
 		}
@@ -135,45 +137,16 @@ func axfrRound(x *axfrProc, round int) {
 		ticks, before, peak, n)
 }
 
-// axfr transfers cluster.local from the server at port over TCP.
-func axfr(port int) ([]dns.RR, error) {
-	m := new(dns.Msg)
-	m.SetAxfr("cluster.local.")
-	tr := &dns.Transfer{DialTimeout: 3 * time.Second, ReadTimeout: 30 * time.Second}
-	ch, err := tr.In(m, fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		return nil, err
-	}
-	var out []dns.RR
-	for env := range ch {
-		if env.Error != nil {
-			return out, env.Error
-		}
-		out = append(out, env.RR...)
-	}
-	return out, nil
-}
-
-// axfrKey is a transferred record as compared: its text with the SOA
-// serial left out (each process counts its own) and the TTL kept.
-func axfrKey(rr dns.RR) string {
-	c := dns.Copy(rr)
-	if soa, ok := c.(*dns.SOA); ok {
-		soa.Serial = 0
-	}
-	return strings.ReplaceAll(c.String(), "\t", " ")
-}
-
 // axfrCompare compares two transfers as a zone (a multiset of records: the
 // stock plugin leaves the order of ties to its informer) and prints the
 // first differences either way.
 func axfrCompare(e, k []dns.RR) {
 	count := map[string]int{}
 	for _, rr := range e {
-		count[axfrKey(rr)]++
+		count[zonexfr.Key(rr)]++
 	}
 	for _, rr := range k {
-		count[axfrKey(rr)]--
+		count[zonexfr.Key(rr)]--
 	}
 	var only [2][]string // only endpointsvc's, only the stock plugin's
 	for key, n := range count {
@@ -214,7 +187,7 @@ func axfrProfile(x *axfrProc) {
 	go func() { defer wg.Done(); cpuProfile(x.pp, secs, base+"-cpu.pprof") }()
 	n := 0
 	for end := time.Now().Add(secs * time.Second); time.Now().Before(end); n++ {
-		if _, err := axfr(x.port); err != nil {
+		if _, err := zonexfr.AXFR("cluster.local.", fmt.Sprintf("127.0.0.1:%d", x.port), 30*time.Second); err != nil {
 			fail("%s: profiled AXFR: %v", x.name, err)
 		}
 	}
