@@ -51,6 +51,26 @@ func newHostPair(t *testing.T) (a, b *netHost) {
 		mustRun(t, "ip", "-n", h.ns, "link", "set", h.veth, "multicast", "on", "up")
 		mustRun(t, "ip", "-n", h.ns, "route", "add", "224.0.0.0/4", "dev", h.veth)
 	}
+	// The links settle before a test starts: each veth's IPv6 link-local
+	// address ends duplicate address detection (a second or two after the
+	// link is up). Otherwise IPv6 comes up on meshdns's interface while a
+	// test runs, and meshdns rightly announces every record again on the
+	// new link, which a test counting announcements (or starting a peer
+	// once they are over) does not expect.
+	for _, h := range []*netHost{a, b} {
+		off, _ := exec.Command("ip", "netns", "exec", h.ns, "cat", "/proc/sys/net/ipv6/conf/"+h.veth+"/disable_ipv6").Output()
+		if strings.TrimSpace(string(off)) != "0" {
+			continue // no IPv6 on this machine's links: nothing to settle
+		}
+		Eventually(t, 10*time.Second, func() string {
+			all := mustRun(t, "ip", "-n", h.ns, "-6", "addr", "show", "dev", h.veth, "scope", "link")
+			tentative := mustRun(t, "ip", "-n", h.ns, "-6", "addr", "show", "dev", h.veth, "tentative")
+			if !strings.Contains(all, "fe80::") || strings.TrimSpace(tentative) != "" {
+				return fmt.Sprintf("%s: IPv6 link-local address not ready:\n%s", h.veth, all)
+			}
+			return ""
+		})
+	}
 	return a, b
 }
 
