@@ -14,7 +14,8 @@ package test
 //	outage      the cluster DNS scaled to 0 and the API server killed: cluster
 //	            names keep answering from the node-local's table, and a
 //	            node-local killed then answers from its hostPath snapshot
-//	            within 1 s of its start
+//	            within 1 s of its start; the restore lasts until an outside
+//	            name answers through the node-local again
 //	fail-open   the DaemonSet deleted: pods resolve through the Service again
 //
 // Run with `go test -tags nodedrill -run TestNodeLocalDrills ./test/` (~7 min
@@ -109,7 +110,24 @@ func (d *nodeLocalDrill) outage(ctx context.Context) {
 		d.kills = append(d.kills, *killNodeLocalAndTime(t, c, "node-local kill, outage"))
 		time.Sleep(time.Until(start.Add(45 * time.Second)))
 	})
-	d.run("restore", func() { restoreClusterDNS(t, c) })
+	d.run("restore", func() {
+		restoreClusterDNS(t, c)
+		// the replicas are available; the node-local's forwarding reaches
+		// them once the upstream Service's EndpointSlice lists them ready
+		// again and kube-proxy has programmed it (seconds more): part of
+		// the restore, whose outside names are counted apart
+		start := time.Now()
+		if err := waitFor(time.Minute, nil, "an outside name answered through the node-local", func() error {
+			got, err := askAt(net.JoinHostPort(nodeLocalIP, "53"), extName)
+			if err == nil && len(got) == 0 {
+				err = fmt.Errorf("no answer")
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		note(t, c, "node-local", "restore: outside names answered through the node-local %v after the replicas were available", time.Since(start).Round(time.Millisecond))
+	})
 }
 
 // restoreClusterDNS starts the API server if it is down and scales the

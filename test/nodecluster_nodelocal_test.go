@@ -86,15 +86,57 @@ func (c *nodeCluster) deployNodeLocal(t *testing.T) {
 	if n := strings.Count(strings.Join(subs, "\n"), meshdnsImage); n != 2 {
 		t.Fatalf("deploy/node-local: want the meshdns image for the init container and the server, substituted: %v", subs)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// a drill before may have left the node NotReady in the API and the
+	// replicas with it (the node controller marks them after an API
+	// outage): the upstream Service, which follows pod readiness, would
+	// have no endpoint for the stream
+	c.waitSettled(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	t.Cleanup(func() { c.removeNodeLocal(t, dir) })
 	if out, err := c.kubectl(ctx, "apply", "-f", dir); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if err := c.waitDaemonSet(ctx, 2*time.Minute); err != nil {
-		t.Fatalf("%v\n%s", err, c.nodeLocalLogs(20))
+	if err := c.waitDaemonSet(ctx, 3*time.Minute); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, c.upstreamState(ctx), c.nodeLocalLogs(20))
 	}
+}
+
+// upstreamState describes the upstream Service's EndpointSlices (each
+// endpoint's address and conditions) and the cluster DNS pods' Ready
+// condition, for the error of a node-local that did not become ready.
+func (c *nodeCluster) upstreamState(ctx context.Context) string {
+	var b strings.Builder
+	b.WriteString("upstream Service " + nodeLocalUpstream + ":")
+	slices, err := c.Client.DiscoveryV1().EndpointSlices("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + nodeLocalUpstream})
+	if err != nil {
+		return b.String() + " " + err.Error()
+	}
+	if len(slices.Items) == 0 {
+		b.WriteString(" no EndpointSlice")
+	}
+	for _, sl := range slices.Items {
+		fmt.Fprintf(&b, " slice %s:", sl.Name)
+		for _, ep := range sl.Endpoints {
+			ready := ep.Conditions.Ready != nil && *ep.Conditions.Ready
+			fmt.Fprintf(&b, " %v ready=%v", ep.Addresses, ready)
+		}
+	}
+	pods, err := c.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=meshdns"})
+	if err != nil {
+		return b.String() + "; pods: " + err.Error()
+	}
+	b.WriteString("; cluster DNS pods:")
+	for _, p := range pods.Items {
+		ready := "?"
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady {
+				ready = fmt.Sprintf("%s since %s (%s)", cond.Status, cond.LastTransitionTime.Format("15:04:05"), cond.Reason)
+			}
+		}
+		fmt.Fprintf(&b, " %s %s Ready=%s", p.Name, p.Status.PodIP, ready)
+	}
+	return b.String()
 }
 
 // removeNodeLocal deletes what deployNodeLocal applied, waits until its
@@ -158,7 +200,18 @@ func (c *nodeCluster) nodeLocalLogs(n int) string {
 	var b strings.Builder
 	for _, l := range logs {
 		data, _ := os.ReadFile(l)
-		fmt.Fprintf(&b, "%s:\n%s\n", l, tail(string(data), n))
+		// the ready plugin's line every 2 s would fill the tail and
+		// hide why the pod is not ready: count it instead
+		var kept []string
+		notReady := 0
+		for _, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+			if strings.Contains(line, "plugin/ready: Plugins not ready") {
+				notReady++
+				continue
+			}
+			kept = append(kept, line)
+		}
+		fmt.Fprintf(&b, "%s (%d \"Plugins not ready\" lines left out):\n%s\n", l, notReady, tail(strings.Join(kept, "\n"), n))
 	}
 	return b.String()
 }
