@@ -242,3 +242,43 @@ func TestBackoffReset(t *testing.T) {
 		t.Errorf("waits after a healthy stream ended: %v, want [0,20) ms, [20,40) ms, then [40,80) ms", waits)
 	}
 }
+
+// TestRefusedStreamNewConnection: a follower refused by a leader (a 503,
+// a 401) asks again on a new connection, so that behind a Service the
+// retry can reach another replica; a kept connection would carry every
+// retry to the replica that refused.
+func TestRefusedStreamNewConnection(t *testing.T) {
+	var mu sync.Mutex
+	var remotes []string
+	stream := &rawStream{scripts: [][]string{append(smallState("e1", 1, "10.96.0.20"), "WAIT")}}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		remotes = append(remotes, r.RemoteAddr)
+		n := len(remotes)
+		mu.Unlock()
+		switch {
+		case n <= 2:
+			http.Error(w, "not serving yet", http.StatusServiceUnavailable)
+		case n <= 4:
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+		default:
+			stream.ServeHTTP(w, r)
+		}
+	})
+	base, _ := serveLeader(t, h)
+	sink := &fakeSink{}
+	startFollower(t, base, "", sink)
+	waitGen(t, sink, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[string]bool{}
+	for _, r := range remotes {
+		if seen[r] {
+			t.Errorf("requests from %v: %s asked twice on one connection", remotes, r)
+		}
+		seen[r] = true
+	}
+	if len(remotes) < 5 {
+		t.Errorf("%d requests, want 5 (4 refused)", len(remotes))
+	}
+}

@@ -123,13 +123,20 @@ func (f *Source) UseTLS(files *TLSFiles) error {
 // bounded dials and headers, no overall timeout (the stream is long; the
 // silence timer ends a dead one); cfg is its TLS configuration (nil: the
 // system roots).
+//
+// Invariant: every stream opens a connection of its own. A stream is one
+// long request, so keep-alive saves nothing; a connection kept after a
+// refusal (401, a busy 503, a replica not serving yet) would carry every
+// retry to that same replica behind the Service, which balances
+// connections, not requests: a follower refused by one replica must be
+// able to reach another.
 func newClient(cfg *tls.Config) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
 		TLSClientConfig:       cfg,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: 10 * time.Second,
-		MaxIdleConns:          1,
+		DisableKeepAlives:     true,
 		DisableCompression:    true,
 	}}
 }
