@@ -119,10 +119,10 @@ func (d *nodeLocalDrill) outage(ctx context.Context) {
 		start := time.Now()
 		if err := waitFor(time.Minute, nil, "an outside name answered through the node-local", func() error {
 			got, err := askAt(net.JoinHostPort(nodeLocalIP, "53"), extName)
-			if err == nil && len(got) == 0 {
-				err = fmt.Errorf("no answer")
+			if err != nil || strings.Join(got, " ") != extAddress {
+				return fmt.Errorf("%v %v", got, err)
 			}
-			return err
+			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -103,7 +103,7 @@ func (c *nodeCluster) deployNodeLocal(t *testing.T) {
 }
 
 // upstreamState describes the upstream Service's EndpointSlices (each
-// endpoint's address and conditions) and the cluster DNS pods' Ready
+// endpoint's addresses and readiness) and the cluster DNS pods' Ready
 // condition, for the error of a node-local that did not become ready.
 func (c *nodeCluster) upstreamState(ctx context.Context) string {
 	var b strings.Builder
