@@ -48,9 +48,11 @@ func (t *Table) Describe() string {
 		x := rv{a: netip.AddrFrom16(a).Unmap()}
 		for _, r := range rs.list() {
 			if r.slice == clusterIP {
-				x.refs = append(x.refs, "svc "+r.svc().Namespace+"/"+r.svc().Name)
+				s := t.refSvc(r)
+				x.refs = append(x.refs, "svc "+s.Namespace+"/"+s.Name)
 			} else {
-				x.refs = append(x.refs, fmt.Sprintf("ep %s/%s/%s#%d", r.sl().Namespace, r.sl().Service, r.sl().Name, r.ep))
+				sl := t.refSlice(r)
+				x.refs = append(x.refs, fmt.Sprintf("ep %s/%s/%s#%d", sl.Namespace, sl.Service, sl.Name, r.ep))
 			}
 		}
 		revs = append(revs, x)

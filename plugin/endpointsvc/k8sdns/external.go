@@ -218,10 +218,13 @@ func (s *Server) ExternalAddress(t *Table, zone string, headless bool) []dns.RR 
 		}
 		var seen []*Slice
 		for _, r := range rs.list() {
-			if r.slice == clusterIP || contains(seen, r.sl()) {
+			if r.slice == clusterIP {
 				continue
 			}
-			sl := r.sl()
+			sl := t.refSlice(r)
+			if contains(seen, sl) {
+				continue
+			}
 			seen = append(seen, sl)
 			found = true
 			ips = append(ips, extAddrsOfSlice(t, sl, headless)...)

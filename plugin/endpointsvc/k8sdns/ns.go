@@ -44,10 +44,13 @@ func (q *query) nsRecords() []nsRecord {
 		}
 		var seen []*Slice // the slices holding ip, each once
 		for _, r := range rs.list() {
-			if r.slice == clusterIP || contains(seen, r.sl()) {
+			if r.slice == clusterIP {
 				continue
 			}
-			sl := r.sl()
+			sl := q.t.refSlice(r)
+			if contains(seen, sl) {
+				continue
+			}
 			seen = append(seen, sl)
 			found = true
 			out = append(out, q.nsOfSlice(sl)...)

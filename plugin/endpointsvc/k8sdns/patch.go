@@ -1,6 +1,7 @@
 package k8sdns
 
 import (
+	"cmp"
 	"io"
 	"slices"
 
@@ -75,7 +76,7 @@ func (p *Patch) Snapshot(w io.Writer) error { return p.WriteSnapshot(w) }
 
 // Patched returns a new table that is t with the patch applied. It copies
 // the paths of the changed names in the persistent maps, and the reverse
-// entries of the addresses they had or have; everything else is shared
+// entries of the addresses whose refs changed; everything else is shared
 // with t, which stays valid and unchanged for the readers that hold it.
 func (t *Table) Patched(p *Patch) *Table {
 	n := &Table{namespaces: t.namespaces, services: t.services, endpoints: t.endpoints, conflicts: t.conflicts, nimports: t.nimports, origin: p.Origin}
@@ -86,70 +87,97 @@ func (t *Table) Patched(p *Patch) *Table {
 	rev := t.rev.Edit()
 	imports := t.imports.Edit()
 	ext := t.ext.Edit()
-	var moved []addrRef // one change's addresses, reused: see patchRev
-	var rs []ref        // one address's refs, reused
+	var was, is []addrRef // one change's refs, old and new, reused: see patchRev
+	var rs []ref          // one address's refs, reused
 	for _, c := range p.Changes {
 		if c.Key.Import {
 			n.patchImport(imports, c)
 			continue
 		}
 		old, had := names.Get(c.Key)
-		moved = moved[:0]
+		was, is = was[:0], is[:0]
+		k := &c.Key
 		if had {
 			n.count(old, -1)
-			old.eachRef(func(a [16]byte, _ ref) { moved = append(moved, addrRef{a: a}) })
+			old.eachRef(func(a [16]byte, r ref) { was = append(was, addrRef{a, r}) })
+			k = old.k // the refs that stay keep naming the new entry
 		}
 		var e *entry
 		if c.Service != nil || len(c.Slices) > 0 {
-			e = newEntry(c.Service, c.Slices)
+			if !had {
+				k = new(Key)
+				*k = c.Key
+			}
+			e = newEntry(k, c.Service, c.Slices)
 			names.Set(c.Key, e)
 			n.count(e, 1)
+			e.eachRef(func(a [16]byte, r ref) { is = append(is, addrRef{a, r}) })
 		} else {
 			names.Delete(c.Key)
 		}
 		patchExt(ext, c.Key, old, e)
-		if e != nil {
-			e.eachRef(func(a [16]byte, r ref) { moved = append(moved, addrRef{a, r}) })
-		}
-		rs = patchRev(rev, c.Key, moved, rs)
+		rs = patchRev(rev, c.Key, was, is, rs)
 	}
 	n.names, n.rev, n.imports, n.ext = names.Map(), rev.Map(), imports.Map(), ext.Map()
 	n.pods = patchPods(t.pods, p.Pods)
 	return n
 }
 
-// patchRev moves name k in the reverse index: moved holds every address
-// k's old entry had (with a zero ref) and every one its new entry has
-// (with its ref); at each of them k's old refs go and its new ones come,
-// the rest stay (sorted by sortRefs, as Build has them). rs is a buffer to
-// reuse; patchRev returns it.
-func patchRev(rev *pmap.Editor[[16]byte, refs], k Key, moved []addrRef, rs []ref) []ref {
-	// by address; the zero refs first at each, then the new refs in order
-	slices.SortStableFunc(moved, func(x, y addrRef) int { return compareAddr(x.a, y.a) })
-	for i := 0; i < len(moved); {
-		a := moved[i].a
-		j := i + 1
-		for j < len(moved) && moved[j].a == a {
-			j++
+// patchRev moves name k in the reverse index from the refs its old entry
+// had (was) to those its new one has (is). Only the addresses where they
+// differ are rewritten: there k's old refs go and its new ones come, the
+// others' stay, sorted by sortRefs as Build has them. A ref names its
+// entry by name, slice and endpoint number, so one that is in both still
+// resolves, in the new entry, to an endpoint with that address. rs is a
+// buffer to reuse; patchRev returns it.
+func patchRev(rev *pmap.Editor[[16]byte, refs], k Key, was, is []addrRef, rs []ref) []ref {
+	byAddr := func(x, y addrRef) int { return cmp.Or(compareAddr(x.a, y.a), compareRef(x.r, y.r)) }
+	slices.SortFunc(was, byAddr)
+	slices.SortFunc(is, byAddr)
+	for len(was) > 0 || len(is) > 0 {
+		var a [16]byte
+		switch {
+		case len(was) == 0:
+			a = is[0].a
+		case len(is) == 0 || compareAddr(was[0].a, is[0].a) <= 0:
+			a = was[0].a
+		default:
+			a = is[0].a
 		}
-		rs = rs[:0]
-		if cur, ok := rev.Get(a); ok {
-			rs = slices.DeleteFunc(cur.appendTo(rs), func(r ref) bool { return r.key() == k })
-		}
-		for _, m := range moved[i:j] {
-			if m.r.e != nil {
+		i, j := run(was, a), run(is, a)
+		if !sameRefs(was[:i], is[:j]) {
+			rs = rs[:0]
+			if cur, ok := rev.Get(a); ok {
+				rs = slices.DeleteFunc(cur.appendTo(rs), func(r ref) bool { return *r.k == k })
+			}
+			for _, m := range is[:j] {
 				rs = append(rs, m.r)
 			}
+			if len(rs) == 0 {
+				rev.Delete(a)
+			} else {
+				sortRefs(rs)
+				rev.Set(a, packRefs(rs)) // copies rs
+			}
 		}
-		if len(rs) == 0 {
-			rev.Delete(a)
-		} else {
-			sortRefs(rs)
-			rev.Set(a, packRefs(rs)) // copies rs
-		}
-		i = j
+		was, is = was[i:], is[j:]
 	}
 	return rs
+}
+
+// run is the length of the prefix of xs at address a.
+func run(xs []addrRef, a [16]byte) int {
+	n := 0
+	for n < len(xs) && xs[n].a == a {
+		n++
+	}
+	return n
+}
+
+// sameRefs reports whether two runs of one name's refs at one address
+// are the same refs.
+func sameRefs(x, y []addrRef) bool {
+	return slices.EqualFunc(x, y, func(a, b addrRef) bool { return a.r.slice == b.r.slice && a.r.ep == b.r.ep })
 }
 
 // patchImport sets (or deletes) a ServiceImport's entry, as buildImports
@@ -162,7 +190,8 @@ func (t *Table) patchImport(imports *pmap.Editor[Key, *entry], c Change) {
 		imports.Delete(c.Key)
 		return
 	}
-	imports.Set(c.Key, newEntry(c.Service, c.Slices))
+	k := c.Key
+	imports.Set(c.Key, newEntry(&k, c.Service, c.Slices))
 	if c.Service != nil {
 		t.nimports++
 	}

@@ -29,12 +29,12 @@ func (q *query) ptr(name, owner string) ([]dns.RR, error) {
 	}
 	primary := q.s.Zones[q.s.Primary]
 	if r := rs.first; r.slice == clusterIP {
-		s := r.svc()
+		s := q.t.refSvc(r)
 		return []dns.RR{&dns.PTR{Hdr: q.hdr(owner, dns.TypePTR), Ptr: s.Name + "." + s.Namespace + ".svc." + primary}}, nil
 	}
 	var out []dns.RR
 	for _, r := range rs.list() {
-		sl := r.sl()
+		sl := q.t.refSlice(r)
 		target := sl.label(int(r.ep), q.s.EndpointPodNames, ip.Unmap().String()) + "." + sl.Service + "." + sl.Namespace + ".svc." + primary
 		if !hasPTR(out, target) {
 			out = append(out, &dns.PTR{Hdr: q.hdr(owner, dns.TypePTR), Ptr: target})

@@ -60,6 +60,7 @@ func compareAddr(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) }
 // the name: their addresses still have PTR records, as the kubernetes
 // plugin's endpoint index has them) and its slices, by slice name.
 type entry struct {
+	k      *Key // the name; the same pointer in every entry of it a patch makes (the reverse refs hold it)
 	svc    *Service
 	slices []*Slice
 
@@ -74,23 +75,32 @@ type entry struct {
 	conflict bool // more than one CNAME candidate: several FQDNs, or FQDNs beside IPs
 }
 
-// ref is what an address is: a cluster IP of entry e's Service (slice
-// clusterIP), or an address of endpoint ep of e's slice number slice.
-// 16 bytes: the reverse index holds one per address.
+// ref is what an address is: a cluster IP of the Service of name k
+// (slice clusterIP), or an address of endpoint ep of the slice number
+// slice of k's entry. It names the entry rather than pointing at it, so
+// that a patch that replaces an entry rewrites only the refs that
+// changed: a readiness flip in a slice of ten endpoints one address, not
+// ten. Invariant: every ref in a table's reverse index resolves in that
+// table's names (patchRev keeps it). 16 bytes: the reverse index holds one
+// per address.
 type ref struct {
-	e         *entry
+	k         *Key
 	slice, ep uint32
 }
 
 const clusterIP = ^uint32(0)
 
-func (r ref) svc() *Service { return r.e.svc }
+// entryOf is the entry r is in.
+func (t *Table) entryOf(r ref) *entry {
+	e, _ := t.names.Get(*r.k)
+	return e
+}
 
-// sl is the slice of an endpoint's ref.
-func (r ref) sl() *Slice { return r.e.slices[r.slice] }
+// refSvc is the Service of a cluster IP's ref.
+func (t *Table) refSvc(r ref) *Service { return t.entryOf(r).svc }
 
-// key is the name whose entry holds r.
-func (r ref) key() Key { return r.e.key() }
+// refSlice is the slice of an endpoint's ref.
+func (t *Table) refSlice(r ref) *Slice { return t.entryOf(r).slices[r.slice] }
 
 // refs are the refs of one address, in sortRefs's order: the first
 // inline (most addresses have one), any others in more.
@@ -137,8 +147,11 @@ func Build(c *Cluster) *Table {
 	}
 	keys := make([]Key, 0, len(c.Services)+len(bySvc))
 	entries := make([]*entry, 0, len(c.Services)+len(bySvc))
-	add := func(k Key, e *entry) {
-		keys, entries = append(keys, k), append(entries, e)
+	held := make([]Key, 0, cap(keys)) // the entries' names (pmap.Of sorts keys in place); never grown
+	add := func(k Key, svc *Service, sls []*Slice) {
+		keys, held = append(keys, k), append(held, k)
+		e := newEntry(&held[len(held)-1], svc, sls)
+		entries = append(entries, e)
 		t.count(e, 1)
 	}
 	seen := make(map[Key]bool, len(c.Services))
@@ -148,11 +161,11 @@ func Build(c *Cluster) *Table {
 			continue // the first of a name wins (a valid cluster has one)
 		}
 		seen[k] = true
-		add(k, newEntry(s, bySvc[k]))
+		add(k, s, bySvc[k])
 		delete(bySvc, k)
 	}
 	for k, sls := range bySvc {
-		add(k, newEntry(nil, sls))
+		add(k, nil, sls)
 	}
 	refs := 0
 	for _, e := range entries {
@@ -191,12 +204,12 @@ func (t *Table) buildImports(c *Cluster) *pmap.Map[Key, *entry] {
 			continue
 		}
 		seen[k] = true
-		keys, entries = append(keys, k), append(entries, newEntry(s, byImport[k]))
+		keys, entries = append(keys, k), append(entries, newEntry(&k, s, byImport[k]))
 		t.nimports++
 		delete(byImport, k)
 	}
 	for k, sls := range byImport {
-		keys, entries = append(keys, k), append(entries, newEntry(nil, sls))
+		keys, entries = append(keys, k), append(entries, newEntry(&k, nil, sls))
 	}
 	return pmap.Of(Key.compare, keys, entries)
 }
@@ -266,9 +279,10 @@ func (t *Table) Conflicts() int { return t.conflicts }
 // Imports is the number of ServiceImports (multicluster).
 func (t *Table) Imports() int { return t.nimports }
 
-// newEntry makes the entry of Service svc (nil: none) and its slices.
-func newEntry(svc *Service, sls []*Slice) *entry {
-	e := &entry{svc: svc, slices: slices.Clone(sls)}
+// newEntry makes the entry of name k, Service svc (nil: none) and its
+// slices.
+func newEntry(k *Key, svc *Service, sls []*Slice) *entry {
+	e := &entry{k: k, svc: svc, slices: slices.Clone(sls)}
 	slices.SortFunc(e.slices, func(a, b *Slice) int { return cmp.Compare(a.Name, b.Name) })
 	var ips []netip.Addr
 	var fqdns []string
@@ -326,7 +340,7 @@ func (e *entry) hasReady() bool { return len(e.v4) > 0 || len(e.v6) > 0 || e.fqd
 func (e *entry) eachRef(f func([16]byte, ref)) {
 	if e.svc != nil && e.svc.Kind == ClusterIP {
 		for _, a := range e.svc.ClusterIPs {
-			f(a.As16(), ref{e: e, slice: clusterIP})
+			f(a.As16(), ref{k: e.k, slice: clusterIP})
 		}
 	}
 	for si, sl := range e.slices {
@@ -339,15 +353,16 @@ func (e *entry) eachRef(f func([16]byte, ref)) {
 				continue
 			}
 			for j := range ep.Len() {
-				f(sl.ips[int(ep.first)+j], ref{e: e, slice: uint32(si), ep: uint32(i)})
+				f(sl.ips[int(ep.first)+j], ref{k: e.k, slice: uint32(si), ep: uint32(i)})
 			}
 		}
 	}
 }
 
 // sortRefs orders an address's refs: cluster IPs first, by Service; then
-// endpoints by namespace, Service label, slice and endpoint. A table built
-// whole and one patched order them alike.
+// endpoints by namespace, Service label, slice and endpoint (an entry's
+// slices are in name order, so by slice number is by slice name). A table
+// built whole and one patched order them alike.
 func sortRefs(rs []ref) { slices.SortFunc(rs, compareRef) }
 
 // compareRef is the order of sortRefs.
@@ -358,18 +373,12 @@ func compareRef(a, b ref) int {
 		}
 		return 1
 	}
-	ka, kb := a.key(), b.key()
-	c := cmp.Or(cmp.Compare(ka.Namespace, kb.Namespace), cmp.Compare(ka.Name, kb.Name))
+	c := cmp.Or(cmp.Compare(a.k.Namespace, b.k.Namespace), cmp.Compare(a.k.Name, b.k.Name))
 	if c != 0 || a.slice == clusterIP {
 		return c
 	}
-	return cmp.Or(cmp.Compare(a.sl().Name, b.sl().Name), cmp.Compare(a.ep, b.ep))
+	return cmp.Or(cmp.Compare(a.slice, b.slice), cmp.Compare(a.ep, b.ep))
 }
 
-// key is the name of the entry: its Service's, or its slices' label.
-func (e *entry) key() Key {
-	if e.svc != nil {
-		return Key{Namespace: e.svc.Namespace, Name: e.svc.Name}
-	}
-	return Key{Namespace: e.slices[0].Namespace, Name: e.slices[0].Service}
-}
+// key is the name of the entry.
+func (e *entry) key() Key { return *e.k }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
@@ -102,6 +103,47 @@ func BenchmarkPatchOne(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPatchFlip is issue 32's real change: one endpoint of a
+// Service's slice of ten turns unready or ready again, in the store as the
+// informer puts it, then the Service is mapped and the table patched, for
+// each schema (a cluster of 1,500 Services as the churn bench has).
+func BenchmarkPatchFlip(b *testing.B) {
+	const services = 1500
+	flip := func(st stores, i int) changes {
+		id := fmt.Sprintf("ns-%d/svc-%d", i%50, i%services)
+		old := st.slicesOf(id)[0]
+		n := &kSlice{kMeta: old.kMeta, sl: old.sl}
+		n.sl.Endpoints = slices.Clone(old.sl.Endpoints)
+		ep := &n.sl.Endpoints[(i/services)%len(n.sl.Endpoints)]
+		if ep.Ready == k8sdns.True {
+			ep.Ready = k8sdns.False
+		} else {
+			ep.Ready = k8sdns.True
+		}
+		_ = st.slices.Update(n)
+		return changes{names: map[string]bool{id: true}}
+	}
+	b.Run("schema=kubernetes", func(b *testing.B) {
+		st := benchStores(services, 10)
+		m := &dnsModel{}
+		tbl := k8sdns.Build(m.whole(st).(*k8sdns.Cluster))
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			tbl = tbl.Patched(m.patch(st, flip(st, i), nil).(*k8sdns.Patch))
+		}
+	})
+	b.Run("schema=orch", func(b *testing.B) {
+		st := benchStores(services, 10)
+		m := &orchModel{}
+		zones := []string{"cluster.local."}
+		tbl := orch.BuildTable(m.whole(st).(*orch.State), zones, false, true, nil)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			tbl = tbl.Patched(m.patch(st, flip(st, i), nil).(*orch.Patch), zones, false, true, nil)
+		}
+	})
 }
 
 // byteCounter discards what is written and counts it.
