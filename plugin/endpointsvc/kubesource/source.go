@@ -53,7 +53,7 @@ type Source struct {
 	// (and NewMCSClient the ServiceImports' client, with multicluster).
 	NewClient    func() (kubernetes.Interface, error)
 	NewMCSClient func() (mcsv1alpha1.MulticlusterV1alpha1Interface, error)
-	// Debounce is the shortest time between two patches (0: 50 ms).
+	// Debounce is the shortest time between two patches (0: 10 ms).
 	Debounce time.Duration
 
 	Stats Stats
@@ -113,7 +113,7 @@ func (k *Source) Key() string {
 
 // Settings of the kubernetes source.
 const (
-	defaultDebounce      = 50 * time.Millisecond
+	defaultDebounce      = 10 * time.Millisecond
 	probeInterval        = 2 * time.Second  // while failing or not synced
 	healthyProbeInterval = 10 * time.Second // while healthy
 	retryConfig          = 5 * time.Second

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
+	"github.com/meshdns/meshdns/plugin/pkg/pause"
 )
 
 // ServeHTTP serves the stream: GET Path?v=V&epoch=E&gen=G&digest=D&buckets=B
@@ -167,6 +168,7 @@ func (l *Leader) stream(ctx context.Context, w writer, q query, s step) {
 	hb := time.NewTimer(l.Idle)
 	defer hb.Stop()
 	var head, tail []byte
+	var sent time.Time // when the last state or change was written
 	for first := true; ; first = false {
 		if !first {
 			s = l.next(epoch, gen, zeroDigest, nil, false)
@@ -193,6 +195,7 @@ func (l *Leader) stream(ctx context.Context, w writer, q query, s step) {
 			s.body = nil // a whole state is dropped once every stream has written it
 			l.count(first, s.full, s.moved, s.buckets != nil)
 			epoch, gen = s.epoch, s.to
+			sent = time.Now()
 			hb.Reset(l.Idle)
 			if s.to < s.latest {
 				continue // a reused whole state: the changes since it now
@@ -218,6 +221,11 @@ func (l *Leader) stream(ctx context.Context, w writer, q query, s step) {
 				}
 				hb.Reset(l.Idle)
 			}
+		}
+		// At most one change line per Pace: the changes that come
+		// meanwhile go out together in the next.
+		if d := l.Pace - time.Since(sent); d > 0 && !pause.Sleep(ctx, d) {
+			return
 		}
 	}
 }

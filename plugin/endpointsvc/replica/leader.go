@@ -43,9 +43,10 @@ type Leader struct {
 	// KeepWhole how long the latest whole encoding is kept (KeepWhole);
 	// WholeWait how long a stream waits for a slot to send a whole state
 	// (WholeWait); FirstSync how long streams wait for the source's
-	// first result after a snapshot's table (FirstSync). Tests shorten
-	// them.
-	Idle, WriteTimeout, KeepWhole, WholeWait, FirstSync time.Duration
+	// first result after a snapshot's table (FirstSync); Pace the
+	// shortest time between a stream's change lines (Pace). Tests
+	// shorten them.
+	Idle, WriteTimeout, KeepWhole, WholeWait, FirstSync, Pace time.Duration
 
 	slots chan struct{} // whole sends under way (WholeSends)
 
@@ -85,7 +86,7 @@ func NewLeader(zone, tokenFile string) *Leader {
 		token = NewToken(tokenFile)
 	}
 	return &Leader{zone: zone, token: token, epoch: newEpoch(), wake: make(chan struct{}), poke: make(chan struct{}),
-		Idle: Heartbeat, WriteTimeout: WriteTimeout, KeepWhole: KeepWhole, WholeWait: WholeWait, FirstSync: FirstSync, slots: make(chan struct{}, WholeSends)}
+		Idle: Heartbeat, WriteTimeout: WriteTimeout, KeepWhole: KeepWhole, WholeWait: WholeWait, FirstSync: FirstSync, Pace: Pace, slots: make(chan struct{}, WholeSends)}
 }
 
 // Provisional says the table is (about to be) a snapshot's, read at

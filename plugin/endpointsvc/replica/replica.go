@@ -100,6 +100,12 @@ const (
 	ContentType = "application/x-ndjson"
 	// Heartbeat is how often an idle stream says it is alive.
 	Heartbeat = 10 * time.Second
+	// Pace is the shortest time between two change lines of one stream:
+	// the changes that come meanwhile go out in the next line together.
+	// The table takes every change at once (the kubernetes source patches
+	// at most every 10 ms); a thousand streams write at most 20 lines a
+	// second each, under any churn.
+	Pace = 50 * time.Millisecond
 	// Silence is how long a follower waits for a line before it takes the
 	// stream for broken (three heartbeats).
 	Silence = 30 * time.Second

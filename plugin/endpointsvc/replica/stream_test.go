@@ -547,3 +547,40 @@ func TestPodLinesBounded(t *testing.T) {
 		t.Errorf("the follower has %d pod addresses, want %d", got, len(c.Pods))
 	}
 }
+
+// TestStreamPaced: a stream writes at most one change line per Pace. A
+// change after a quiet spell goes out at once; changes that come faster
+// than the pace go out together in the next line, so that the table can
+// take every change at once without a thousand streams writing a line for
+// each.
+func TestStreamPaced(t *testing.T) {
+	const pace = time.Second
+	c := clustergen.Generate(9, clustergen.Small())
+	r := rand.New(rand.NewSource(9))
+	l := NewLeader("cluster.local.", "")
+	l.Pace = pace
+	l.Rebuilt(k8sdns.Build(model(c)))
+	base, _ := serveLeader(t, l)
+	sink := &fakeSink{}
+	startFollower(t, base, "", sink)
+	waitGen(t, sink, 1)
+	time.Sleep(pace + 100*time.Millisecond) // quiet since the first state
+
+	start, lines := time.Now(), l.Stats.Changes.Load()
+	stepped(l, c, r, 1)
+	waitGen(t, sink, l.Gen())
+	if d := time.Since(start); d > pace/2 {
+		t.Errorf("a change after a quiet spell reached the follower after %v: held for the pace (%v)", d, pace)
+	}
+	for range 5 { // within the pace of the line just written
+		time.Sleep(20 * time.Millisecond)
+		stepped(l, c, r, 1)
+	}
+	waitGen(t, sink, l.Gen())
+	if n := l.Stats.Changes.Load() - lines; n != 2 {
+		t.Errorf("6 changes, the last 5 within the pace: %d change lines, want 2", n)
+	}
+	if g, w := sink.tbl.Load().Describe(), l.cur.table.Describe(); g != w {
+		t.Errorf("the follower's table differs from the leader's:\n%s\nwant:\n%s", g, w)
+	}
+}
