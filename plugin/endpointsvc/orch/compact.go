@@ -141,12 +141,7 @@ type CompactWriter struct {
 func NewCompactWriter(w io.Writer, nodes []Node, namespaces []string) (*CompactWriter, error) {
 	cw := &CompactWriter{Writer: jsonw.NewWriter(w)}
 	cw.Buf = append(cw.Buf, `{"format":"`+compactFormat+`","nodes":`...)
-	if nodes == nil {
-		nodes = []Node{}
-	}
-	if err := cw.json(nodes); err != nil {
-		return nil, err
-	}
+	cw.Buf = appendNodes(cw.Buf, nodes)
 	if len(namespaces) > 0 {
 		cw.Buf = append(cw.Buf, `,"namespaces":`...)
 		if err := cw.json(namespaces); err != nil {
@@ -155,6 +150,28 @@ func NewCompactWriter(w io.Writer, nodes []Node, namespaces []string) (*CompactW
 	}
 	cw.Buf = append(cw.Buf, `,"services":[`...)
 	return cw, nil
+}
+
+// appendNodes appends nodes as encoding/json writes them (a change
+// log record carries a few: written by hand, not by reflection).
+func appendNodes(b []byte, nodes []Node) []byte {
+	b = append(b, '[')
+	for i := range nodes {
+		n := &nodes[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = jsonw.AppendString(b, n.ID)
+		b = append(b, `,"name":`...)
+		b = jsonw.AppendString(b, n.Name)
+		b = append(b, `,"address":`...)
+		b = jsonw.AppendString(b, n.Address)
+		b = append(b, `,"status":`...)
+		b = jsonw.AppendString(b, n.Status)
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 // json appends v's encoding.

@@ -47,8 +47,8 @@ func TestCompactRoundTrip(t *testing.T) {
 	}
 }
 
-// TestCompactHandWrittenJSON: the hand-written encodings of services and
-// task ports are json.Marshal's, byte for byte.
+// TestCompactHandWrittenJSON: the hand-written encodings of services,
+// task ports and nodes are json.Marshal's, byte for byte.
 func TestCompactHandWrittenJSON(t *testing.T) {
 	for _, path := range []string{"testdata/state.json", "../k8sdns/testdata/spec-state.json"} {
 		st := loadState(t, path)
@@ -65,6 +65,15 @@ func TestCompactHandWrittenJSON(t *testing.T) {
 					t.Errorf("task port:\n got %s\nwant %s", got, want)
 				}
 			}
+		}
+	}
+	for _, nodes := range [][]Node{nil, loadState(t, "testdata/state.json").Nodes, {{ID: "n\"1<&>", Name: "é\u2028", Address: "10.0.0.1", Status: "down"}}} {
+		want, _ := json.Marshal(nodes)
+		if nodes == nil {
+			want = []byte("[]")
+		}
+		if got := appendNodes(nil, nodes); string(got) != string(want) {
+			t.Errorf("nodes:\n got %s\nwant %s", got, want)
 		}
 	}
 	odd := Service{ID: "a\"b<", Name: "x", Status: "active", Ports: []ServicePort{{TargetPort: 1}}, ClusterIPs: []string{"::1", "10.0.0.1"}, Headless: true, ExternalName: "é.example."}

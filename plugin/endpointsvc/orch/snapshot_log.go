@@ -13,7 +13,7 @@ import (
 // The change log's record of a patch (the snapshot's change log, package
 // persist, frames it): a head line, then the patch's State in the
 // snapshot's compact form (compact.go: the services that changed with all
-// their tasks, ~25 bytes a task, and the nodes of those tasks):
+// their tasks, ~25 bytes a task, and the nodes that changed):
 //
 //	{"patch":1,"removed":[["shop","web"]],"dirty_nodes":["n1"]}
 //	{"format":"meshdns-state-compact/1","nodes":[…],"services":[…]}
@@ -21,7 +21,11 @@ import (
 // "removed" lists the services gone ([namespace, name]), "dirty_nodes"
 // the names of the nodes that changed (their entries are the state's, or
 // gone). Each part is the whole new content of what it names, so a record
-// replayed onto a snapshot that holds it already changes nothing.
+// replayed onto a snapshot that holds it already changes nothing. A task
+// may run on a node the record does not carry: a node that did not change
+// is the state's the record is replayed onto (every node a patch does not
+// mark dirty is in the table already, as the source maps nodes), and the
+// replayed state is validated whole.
 
 type logHead struct {
 	Patch      int         `json:"patch"`
@@ -57,13 +61,22 @@ func AppendPatchRecord(b []byte, p *Patch) []byte {
 		b = append(b, ']')
 	}
 	b = append(b, "}\n"...)
+	st := *p.State
+	st.Nodes = nil // the nodes that changed only: the others are on disk already
+	for _, n := range p.State.Nodes {
+		if p.DirtyNodes[n.Name] {
+			st.Nodes = append(st.Nodes, n)
+		}
+	}
 	buf := bytes.NewBuffer(b)
-	_ = p.State.Snapshot(buf) // a bytes.Buffer takes every write
+	_ = st.Snapshot(buf) // a bytes.Buffer takes every write
 	return buf.Bytes()
 }
 
 // DecodePatchRecord reads a change-log record into a patch (its State,
-// Removed and DirtyNodes); its State is checked as a snapshot is.
+// Removed and DirtyNodes); its State is checked as a snapshot is, but for
+// its tasks' nodes, which may be outside it (Replay validates the
+// replayed state whole).
 func DecodePatchRecord(b []byte) (*Patch, error) {
 	head, doc, ok := bytes.Cut(b, []byte{'\n'})
 	if !ok {
@@ -76,7 +89,10 @@ func DecodePatchRecord(b []byte) (*Patch, error) {
 	if h.Patch != 1 {
 		return nil, fmt.Errorf("patch record: version %d, want 1", h.Patch)
 	}
-	st, err := DecodeSnapshot(doc)
+	st, err := DecodeDocument(doc)
+	if err == nil {
+		err = st.validate(true)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("patch record: %w", err)
 	}

@@ -130,3 +130,30 @@ func TestLogReplayStopsAtBadRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordCarriesChangedNodesOnly: a record carries the nodes the patch
+// marks dirty, not every node its tasks run on (those are on disk
+// already); it decodes, and replays onto a state that has the others.
+func TestRecordCarriesChangedNodesOnly(t *testing.T) {
+	nodes := []Node{{ID: "n1", Name: "n1", Address: "10.0.0.1", Status: "ready"}, {ID: "n2", Name: "n2", Address: "10.0.0.2", Status: "down"}}
+	svc := Service{ID: "ns/web", Name: "web", Namespace: "ns", Status: "active"}
+	tasks := []Task{{ID: "t1", ServiceID: "ns/web", NodeID: "n1", DesiredStatus: StatusRunning, ActualStatus: StatusHealthy, Address: "10.1.0.1"},
+		{ID: "t2", ServiceID: "ns/web", NodeID: "n2", DesiredStatus: StatusRunning, ActualStatus: StatusHealthy, Address: "10.1.0.2"}}
+	base := &State{Nodes: []Node{nodes[0], {ID: "n2", Name: "n2", Address: "10.0.0.2", Status: "ready"}}, Services: []Service{svc}, Tasks: tasks[:1]}
+	rec := AppendPatchRecord(nil, &Patch{State: &State{Nodes: nodes, Services: []Service{svc}, Tasks: tasks}, DirtyNodes: map[string]bool{"n2": true}})
+	p, err := DecodePatchRecord(rec)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, rec)
+	}
+	if len(p.State.Nodes) != 1 || p.State.Nodes[0].Name != "n2" {
+		t.Errorf("the record carries nodes %+v, want n2 (dirty) only", p.State.Nodes)
+	}
+	out, n, err := Replay(base, [][]byte{rec})
+	if err != nil || n != 1 {
+		t.Fatalf("replay: %d applied, %v", n, err)
+	}
+	want := BuildTable(&State{Nodes: nodes, Services: []Service{svc}, Tasks: tasks}, logZones, false, true, nil)
+	if g, w := contents(BuildTable(out, logZones, false, true, nil)), contents(want); !reflect.DeepEqual(g, w) {
+		t.Errorf("replayed:\n%+v\nwant:\n%+v", g, w)
+	}
+}

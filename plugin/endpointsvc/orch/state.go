@@ -156,10 +156,18 @@ func strictJSON(b []byte, v any) error {
 
 // Validate checks every part of st and normalises it in place (lowercased
 // names, default namespace and protocol). It returns the first problem found.
-func (st *State) Validate() error {
+func (st *State) Validate() error { return st.validate(false) }
+
+// validate is Validate; with outside, a task's node need not be one of
+// st's (a change log record carries the nodes that changed only: the
+// others are the state's it is replayed onto, whose whole is validated).
+func (st *State) validate(outside bool) error {
 	nodeIDs, err := st.validateNodes()
 	if err != nil {
 		return err
+	}
+	if outside {
+		nodeIDs = nil
 	}
 	for i, ns := range st.Namespaces {
 		st.Namespaces[i] = strings.ToLower(ns)
@@ -262,7 +270,8 @@ func (s *Service) validate(ids map[string]bool, names map[SvcKey]bool) error {
 }
 
 // validate checks and normalises task t; ids holds the tasks' ids before
-// it and gets its own, svcIDs and nodeIDs are the state's.
+// it and gets its own, svcIDs and nodeIDs are the state's (nodeIDs nil:
+// any node).
 func (t *Task) validate(ids, svcIDs, nodeIDs map[string]bool) error {
 	if t.ID == "" {
 		return errors.New("empty id")
@@ -274,7 +283,7 @@ func (t *Task) validate(ids, svcIDs, nodeIDs map[string]bool) error {
 	if !svcIDs[t.ServiceID] {
 		return fmt.Errorf("unknown service_id %q", t.ServiceID)
 	}
-	if t.NodeID != "" && !nodeIDs[t.NodeID] {
+	if t.NodeID != "" && nodeIDs != nil && !nodeIDs[t.NodeID] {
 		return fmt.Errorf("unknown node_id %q", t.NodeID)
 	}
 	if !taskStatuses[t.DesiredStatus] {
