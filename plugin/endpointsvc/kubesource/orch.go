@@ -244,6 +244,11 @@ func services(ks []*kService, kl []*kSlice, known map[string]bool) *orch.State {
 	}
 	slices.SortFunc(st.Services, func(a, b orch.Service) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(kl, func(a, b *kSlice) int { return a.compare(&b.kMeta) })
+	n := 0
+	for _, sl := range kl {
+		n += len(sl.sl.Endpoints)
+	}
+	st.Tasks = make([]orch.Task, 0, n) // a Task is ~160 bytes: no growth by doubling
 	for _, sl := range kl {
 		id := strings.ToLower(sl.Namespace + "/" + sl.sl.Service)
 		if !ids[id] {
@@ -340,16 +345,19 @@ func (m *orchModel) snapshot(w io.Writer, st stores) error {
 	if err != nil {
 		return err
 	}
-	var svcs []*kService
+	type keyed struct {
+		id string // lowercased "namespace/name", the order
+		s  *kService
+	}
+	var svcs []keyed
 	for _, o := range st.svcs.List() {
 		if s, ok := o.(*kService); ok {
-			svcs = append(svcs, s)
+			svcs = append(svcs, keyed{strings.ToLower(s.Namespace + "/" + s.Name), s})
 		}
 	}
-	slices.SortFunc(svcs, func(a, b *kService) int {
-		return strings.Compare(strings.ToLower(a.Namespace+"/"+a.Name), strings.ToLower(b.Namespace+"/"+b.Name))
-	})
-	for _, s := range svcs {
+	slices.SortFunc(svcs, func(a, b keyed) int { return strings.Compare(a.id, b.id) }) // keys made once, not per comparison
+	for _, k := range svcs {
+		s := k.s
 		mapped, ok := orchService(s)
 		if !ok {
 			continue
