@@ -1,5 +1,7 @@
 // Package pmap is a persistent (immutable) ordered map: a B+ tree whose
-// updates copy only the nodes on the path to the changed entry, so that a
+// updates copy only the nodes on the path to the changed entry (and of
+// those, when only a value changes, the values and children: the copies
+// share their keys with the old nodes), so that a
 // new version of a map of any size costs a few small allocations and
 // every older version stays valid and unchanged for the readers that hold
 // it. The tables of endpointsvc keep their names and their reverse index
@@ -42,6 +44,10 @@ type node[K any, V any] struct {
 	keys []K
 	vals []V
 	kids []*node[K, V]
+	// sharedKeys: keys is the array of the node this one copies (a batch
+	// copies a node's values or children, and its keys only once it
+	// changes them: an update of a value copies no key)
+	sharedKeys bool
 }
 
 // token identifies one batch of an Editor.
@@ -158,24 +164,14 @@ func (e *Editor[K, V]) Len() int { return e.m.n }
 // Get reads the map being edited.
 func (e *Editor[K, V]) Get(k K) (V, bool) { return e.m.Get(k) }
 
-// own returns n, with room for extra more entries or children, if this
-// batch may change it (growing its arrays as append does), else a copy
-// that it may.
+// own returns n if this batch may change it, else a copy that it may:
+// the values or children copied, with room for extra more, the keys
+// shared with n until ownKeys.
 func (e *Editor[K, V]) own(n *node[K, V], extra int) *node[K, V] {
 	if n.edit == e.tok {
-		if want := len(n.keys) + extra; want > cap(n.keys) {
-			size := max(2*cap(n.keys), want)
-			n.keys = slices.Grow(n.keys, size-len(n.keys))
-			if n.kids != nil {
-				n.kids = slices.Grow(n.kids, size-len(n.kids))
-			} else {
-				n.vals = slices.Grow(n.vals, size-len(n.vals))
-			}
-		}
 		return n
 	}
-	c := e.made(&node[K, V]{keys: make([]K, len(n.keys), len(n.keys)+extra)})
-	copy(c.keys, n.keys)
+	c := e.made(&node[K, V]{keys: n.keys, sharedKeys: true})
 	if n.kids != nil {
 		c.kids = make([]*node[K, V], len(n.kids), len(n.kids)+extra)
 		copy(c.kids, n.kids)
@@ -184,6 +180,23 @@ func (e *Editor[K, V]) own(n *node[K, V], extra int) *node[K, V] {
 		copy(c.vals, n.vals)
 	}
 	return c
+}
+
+// ownKeys makes the keys of n (this batch's) its own before they change,
+// with room for extra more.
+func (e *Editor[K, V]) ownKeys(n *node[K, V], extra int) {
+	if n.sharedKeys {
+		n.keys = append(make([]K, 0, len(n.keys)+extra), n.keys...)
+		n.sharedKeys = false
+	}
+}
+
+// setKey sets key i of n (this batch's) to k, unless it is k already.
+func (e *Editor[K, V]) setKey(n *node[K, V], i int, k K) {
+	if e.m.cmp(n.keys[i], k) != 0 {
+		e.ownKeys(n, 0)
+		n.keys[i] = k
+	}
 }
 
 // made marks n as this batch's.
@@ -216,6 +229,7 @@ func (e *Editor[K, V]) set(n *node[K, V], k K, v V) (*node[K, V], *node[K, V], b
 			return n, nil, false
 		}
 		n = e.own(n, 1)
+		e.ownKeys(n, 1)
 		n.keys, n.vals = slices.Insert(n.keys, i, k), slices.Insert(n.vals, i, v)
 		left, right := e.split(n)
 		return left, right, true
@@ -227,8 +241,10 @@ func (e *Editor[K, V]) set(n *node[K, V], k K, v V) (*node[K, V], *node[K, V], b
 		extra = 1
 	}
 	n = e.own(n, extra)
-	n.kids[i], n.keys[i] = c, c.keys[0]
+	n.kids[i] = c
+	e.setKey(n, i, c.keys[0])
 	if right != nil {
+		e.ownKeys(n, 1)
 		n.keys, n.kids = slices.Insert(n.keys, i+1, right.keys[0]), slices.Insert(n.kids, i+1, right)
 	}
 	left, r := e.split(n)
@@ -278,6 +294,7 @@ func (e *Editor[K, V]) del(n *node[K, V], k K) (*node[K, V], bool) {
 			return n, false
 		}
 		n = e.own(n, 0)
+		e.ownKeys(n, 0)
 		n.keys, n.vals = slices.Delete(n.keys, i, i+1), slices.Delete(n.vals, i, i+1)
 		return n, true
 	}
@@ -288,10 +305,12 @@ func (e *Editor[K, V]) del(n *node[K, V], k K) (*node[K, V], bool) {
 	}
 	n = e.own(n, 0)
 	if len(c.keys) == 0 {
+		e.ownKeys(n, 0)
 		n.keys, n.kids = slices.Delete(n.keys, i, i+1), slices.Delete(n.kids, i, i+1)
 		return n, true
 	}
-	n.kids[i], n.keys[i] = c, c.keys[0]
+	n.kids[i] = c
+	e.setKey(n, i, c.keys[0])
 	if len(c.keys) < minEntries {
 		e.merge(n, i)
 	}
@@ -316,6 +335,7 @@ func (e *Editor[K, V]) merge(n *node[K, V], i int) {
 		m.vals = slices.Concat(a.vals, b.vals)
 	}
 	n.kids[i] = m
+	e.ownKeys(n, 0)
 	n.keys, n.kids = slices.Delete(n.keys, j, j+1), slices.Delete(n.kids, j, j+1)
 }
 

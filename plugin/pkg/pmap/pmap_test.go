@@ -180,3 +180,33 @@ func TestFromSorted(t *testing.T) {
 		check(t, e.Map(), want)
 	}
 }
+
+// TestUpdateSharesKeys: setting a key that is there copies the values
+// (and children) on its path, not the keys: every node on the path of the
+// new version shares its keys with the old one's, which stays as it was.
+func TestUpdateSharesKeys(t *testing.T) {
+	m := New[int, int](cmp.Compare[int])
+	want := map[int]int{}
+	for i := range 5000 {
+		m = m.Set(i, i)
+		want[i] = i
+	}
+	m2 := m.Set(2500, -1)
+	a, b := m.root, m2.root
+	for depth := 0; ; depth++ {
+		if a == b {
+			t.Fatalf("depth %d: the new version shares the node itself", depth)
+		}
+		if &a.keys[0] != &b.keys[0] {
+			t.Errorf("depth %d: the update copied the keys", depth)
+		}
+		if a.kids == nil {
+			break
+		}
+		i := m.child(a, 2500)
+		a, b = a.kids[i], b.kids[i]
+	}
+	check(t, m, want)
+	want[2500] = -1
+	check(t, m2, want)
+}
