@@ -146,6 +146,25 @@ func BenchmarkPatchFlip(b *testing.B) {
 	})
 }
 
+// BenchmarkNodeChange finds the Services with an endpoint on a changed
+// Node (schema orch), by a look through 5,000 and 50,000 slices of ten
+// endpoints on 500 nodes.
+func BenchmarkNodeChange(b *testing.B) {
+	for _, services := range []int{5000, 50000} {
+		st := benchStores(services, 10)
+		b.Run(fmt.Sprintf("slices=%d", services), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				names := map[string]bool{}
+				onNodes(st, map[string]bool{fmt.Sprintf("node-%d", i%500): true}, names)
+				if len(names) == 0 {
+					b.Fatal("no Service on the node")
+				}
+			}
+		})
+	}
+}
+
 // byteCounter discards what is written and counts it.
 type byteCounter struct{ n *int64 }
 

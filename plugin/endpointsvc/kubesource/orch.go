@@ -132,64 +132,37 @@ func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Pa
 	return p
 }
 
-// onNodes adds to names the Services with an endpoint on one of nodes:
-// through the slices' node index (a Node's change costs the slices of its
-// endpoints), or a look through every slice when the store has none.
+// onNodes adds to names the Services with an endpoint on one of nodes, by
+// a look through every slice. A Node's change that DNS reads (its Ready
+// condition, its addresses) is rare - heartbeats change neither and are
+// skipped before this - so the slices carry no index by node, which every
+// slice's change would pay for (an update of ten endpoints rewrote ten
+// index sets: 10 us of a flip, in perf); a look through 50,000 slices is
+// BenchmarkNodeChange's (10-18 ms on this machine).
 func onNodes(st stores, nodes, names map[string]bool) {
+	handles := make([]unique.Handle[string], 0, len(nodes))
 	for n := range nodes {
-		objs, err := st.slices.ByIndex(byNode, n)
-		if err != nil {
-			scanNodes(st, nodes, names)
-			return
-		}
-		for _, o := range objs {
-			if sl, ok := o.(*kSlice); ok && !sl.skip && sl.sl.Service != "" {
-				names[sl.Namespace+"/"+sl.sl.Service] = true
-			}
-		}
+		handles = append(handles, unique.Make(n))
 	}
-}
-
-// scanNodes is onNodes by a look through every slice.
-func scanNodes(st stores, nodes, names map[string]bool) {
-	handles := make(map[unique.Handle[string]]bool, len(nodes))
-	for n := range nodes {
-		handles[unique.Make(n)] = true
+	var set map[unique.Handle[string]]bool // nil: few nodes, and a look through handles beats a map
+	if len(handles) > 8 {
+		set = make(map[unique.Handle[string]]bool, len(handles))
+		for _, h := range handles {
+			set[h] = true
+		}
 	}
 	for _, o := range st.slices.List() {
 		sl, ok := o.(*kSlice)
 		if !ok || sl.skip || sl.sl.Service == "" {
 			continue
 		}
-		id := sl.Namespace + "/" + sl.sl.Service
-		if names[id] {
-			continue
-		}
 		for i := range sl.sl.Endpoints {
-			if handles[sl.sl.Endpoints[i].NodeName] {
-				names[id] = true
+			if h := sl.sl.Endpoints[i].NodeName; (set == nil && slices.Contains(handles, h)) || set[h] {
+				names[sl.Namespace+"/"+sl.sl.Service] = true
 				break
 			}
 		}
 	}
-}
-
-// byNode is the slice indexer's index (schema orch) of the nodes a
-// slice's endpoints run on, each name once, as written.
-const byNode = "node"
-
-func sliceNodes(obj any) ([]string, error) {
-	sl, ok := obj.(*kSlice)
-	if !ok || sl.skip || sl.sl.Service == "" {
-		return nil, nil
-	}
-	var out []string
-	for i := range sl.sl.Endpoints {
-		if n := sl.sl.Endpoints[i].Node(); n != "" && !slices.Contains(out, n) {
-			out = append(out, n)
-		}
-	}
-	return out, nil
 }
 
 // nodes maps nodes (sorted by name in place) and returns the names of

@@ -123,8 +123,8 @@ func (k *Source) informers(w *watcher, ns string) []slimInformer {
 
 // sliceInformer makes the EndpointSlice informer. No namespace index (the
 // stock informers' costs a set entry per object); slices are indexed by
-// their Service, which a patch reads, and with schema orch by the nodes
-// of their endpoints, which a Node's change reads. Schema kubernetes selects slices
+// their Service, which a patch reads (a Node's change looks through them:
+// onNodes). Schema kubernetes selects slices
 // with the labels too, as the kubernetes plugin does.
 func (k *Source) sliceInformer(w *watcher, ns string, in map[string]bool) slimInformer {
 	sliceLabels := ""
@@ -135,9 +135,6 @@ func (k *Source) sliceInformer(w *watcher, ns string, in map[string]bool) slimIn
 	indexers := cache.Indexers{byService: sliceService}
 	if mc {
 		indexers[byImport] = sliceImport
-	}
-	if k.model.watchNodes() {
-		indexers[byNode] = sliceNodes // a Node's change finds its endpoints' slices without a scan
 	}
 	tweak := func(o *metav1.ListOptions) { o.LabelSelector = sliceLabels }
 	sliceInf := w.factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
