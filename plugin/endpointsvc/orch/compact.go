@@ -97,13 +97,25 @@ func (st *State) Len() int { return len(st.Services) }
 
 // Snapshot writes st in the compact form.
 func (st *State) Snapshot(w io.Writer) error {
-	byService := make(map[string][]int, len(st.Services))
-	for i := range st.Tasks {
-		byService[st.Tasks[i].ServiceID] = append(byService[st.Tasks[i].ServiceID], i)
-	}
 	cw, err := NewCompactWriter(w, st.Nodes, st.Namespaces)
 	if err != nil {
 		return err
+	}
+	return st.compact(cw)
+}
+
+// appendSnapshot appends st's snapshot (Snapshot's) to b.
+func (st *State) appendSnapshot(b []byte) []byte {
+	cw, _ := newCompactWriter(jsonw.Appender(b), st.Nodes, st.Namespaces) // appending fails on nothing
+	_ = st.compact(cw)
+	return cw.Buf
+}
+
+// compact writes st's services and tasks with cw and ends it.
+func (st *State) compact(cw *CompactWriter) error {
+	byService := make(map[string][]int, len(st.Services))
+	for i := range st.Tasks {
+		byService[st.Tasks[i].ServiceID] = append(byService[st.Tasks[i].ServiceID], i)
 	}
 	for i := range st.Services {
 		if err := cw.Service(&st.Services[i]); err != nil {
@@ -139,7 +151,11 @@ type CompactWriter struct {
 // NewCompactWriter starts the compact form of a state with nodes and
 // namespaces; its services and tasks follow.
 func NewCompactWriter(w io.Writer, nodes []Node, namespaces []string) (*CompactWriter, error) {
-	cw := &CompactWriter{Writer: jsonw.NewWriter(w)}
+	return newCompactWriter(jsonw.NewWriter(w), nodes, namespaces)
+}
+
+func newCompactWriter(jw *jsonw.Writer, nodes []Node, namespaces []string) (*CompactWriter, error) {
+	cw := &CompactWriter{Writer: jw}
 	cw.Buf = append(cw.Buf, `{"format":"`+compactFormat+`","nodes":`...)
 	cw.Buf = appendNodes(cw.Buf, nodes)
 	if len(namespaces) > 0 {

@@ -68,9 +68,7 @@ func AppendPatchRecord(b []byte, p *Patch) []byte {
 			st.Nodes = append(st.Nodes, n)
 		}
 	}
-	buf := bytes.NewBuffer(b)
-	_ = st.Snapshot(buf) // a bytes.Buffer takes every write
-	return buf.Bytes()
+	return st.appendSnapshot(b)
 }
 
 // DecodePatchRecord reads a change-log record into a patch (its State,

@@ -23,9 +23,15 @@ type Writer struct {
 // NewWriter returns a Writer to w.
 func NewWriter(w io.Writer) *Writer { return &Writer{w: w, Buf: make([]byte, 0, 2*chunk)} }
 
-// Flush writes what was collected: once it is a chunk, or always.
+// Appender returns a Writer that appends to b and writes nowhere: Buf
+// holds b and everything appended (a small document, such as a change
+// log record, built in place).
+func Appender(b []byte) *Writer { return &Writer{Buf: b} }
+
+// Flush writes what was collected: once it is a chunk, or always. An
+// Appender keeps it.
 func (w *Writer) Flush(always bool) error {
-	if !always && len(w.Buf) < chunk {
+	if w.w == nil || (!always && len(w.Buf) < chunk) {
 		return nil
 	}
 	_, err := w.w.Write(w.Buf)
