@@ -66,9 +66,12 @@ func logHeader(base Base) []byte {
 	return fmt.Appendf(nil, "%s %s %d %08x\n", LogFormat, strconv.Quote(base.Name), base.Size, base.CRC)
 }
 
+// recordHead is a record's framing: its length and CRC.
+const recordHead = 8
+
 // AppendRecord appends payload framed as a log record to dst.
 func AppendRecord(dst, payload []byte) []byte {
-	var head [8]byte
+	var head [recordHead]byte
 	binary.BigEndian.PutUint32(head[:4], uint32(len(payload)))
 	crc := crc32.Update(crc32.Checksum(head[:4], castagnoli), castagnoli, payload)
 	binary.BigEndian.PutUint32(head[4:], crc)

@@ -426,7 +426,11 @@ func (f *fileStates) commit(path string, at time.Time, rename func(s *fileState)
 // the snapshot's size after (done). An append that fails leaves the log
 // to no one: its tail may be torn, so the next write is whole.
 func (f *fileStates) appendLog(w *Writer, at time.Time, recs [][]byte) (size int64, done bool, err error) {
-	var b []byte
+	n := 0
+	for _, r := range recs {
+		n += recordHead + len(r)
+	}
+	b := make([]byte, 0, n) // a second's records: no growth by doubling
 	for _, r := range recs {
 		b = AppendRecord(b, r)
 	}
