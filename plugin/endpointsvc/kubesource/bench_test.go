@@ -21,7 +21,7 @@ func benchStores(services, perSvc int) stores {
 	}
 	for n := range 500 {
 		_ = st.nodes.Add(&kNode{kMeta: kMeta{Name: fmt.Sprintf("node-%d", n), ResourceVersion: "1"},
-			addresses: map[string]string{"internalip": netip.AddrFrom4([4]byte{10, 0, byte(n >> 8), byte(n)}).String()}})
+			addresses: [nodeAddressTypes]string{netip.AddrFrom4([4]byte{10, 0, byte(n >> 8), byte(n)}).String()}})
 	}
 	ep := 0
 	for i := range services {

@@ -1,7 +1,6 @@
 package kubesource
 
 import (
-	"maps"
 	"slices"
 )
 
@@ -21,7 +20,7 @@ func sameSlim(old, cur any) bool {
 		return ok && o.Name == c.Name && o.Namespace == c.Namespace && o.skip == c.skip && o.sl.Equal(&c.sl)
 	case *kNode:
 		c, ok := cur.(*kNode)
-		return ok && o.Name == c.Name && o.readyFalse == c.readyFalse && maps.Equal(o.addresses, c.addresses)
+		return ok && o.Name == c.Name && o.readyFalse == c.readyFalse && o.addresses == c.addresses
 	case *kImport:
 		c, ok := cur.(*kImport)
 		return ok && o.Name == c.Name && o.Namespace == c.Namespace && o.skip == c.skip && o.svc.Equal(&c.svc)

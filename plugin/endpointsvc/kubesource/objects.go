@@ -50,7 +50,7 @@ type kSlice struct {
 type kNode struct {
 	kMeta
 	readyFalse bool              // the Ready condition is False
-	addresses  map[string]string // address type (lowercased) → first address of that type
+	addresses  [nodeAddressTypes]string // the first address of each of NodeAddressTypes ("": none); others are never read
 }
 
 // kNamespace is the slim form of a v1.Namespace: its name.
@@ -233,16 +233,20 @@ func transformNode(obj any) (any, error) {
 		}
 	}
 	for _, a := range n.Status.Addresses {
-		t := strings.ToLower(string(a.Type))
-		if _, ok := k.addresses[t]; ok || a.Address == "" {
-			continue
+		if i := slices.Index(NodeAddressTypes, strings.ToLower(string(a.Type))); i >= 0 && k.addresses[i] == "" {
+			k.addresses[i] = a.Address
 		}
-		if k.addresses == nil {
-			k.addresses = make(map[string]string, 2)
-		}
-		k.addresses[t] = a.Address
 	}
 	return k, nil
+}
+
+// address is the node's first address of type t (one of
+// NodeAddressTypes), or "".
+func (k *kNode) address(t string) string {
+	if i := slices.Index(NodeAddressTypes, t); i >= 0 {
+		return k.addresses[i]
+	}
+	return ""
 }
 
 // transformNamespace converts a *v1.Namespace into a *kNamespace.

@@ -43,6 +43,10 @@ var DefaultNodeAddress = []string{"internalip", "externalip", "hostname"}
 // NodeAddressTypes are the address types a node can report (lowercased).
 var NodeAddressTypes = []string{"internalip", "externalip", "hostname", "internaldns", "externaldns"}
 
+// nodeAddressTypes is len(NodeAddressTypes): a kNode holds an address of
+// each (TestNodeAddressTypes).
+const nodeAddressTypes = 5
+
 func (m *orchModel) name() string { return "orch" }
 
 func (m *orchModel) watchNodes() bool { return true }
@@ -182,7 +186,7 @@ func (m *orchModel) nodes(nodes []*kNode) ([]orch.Node, map[string]bool) {
 		}
 		addr := ""
 		for _, t := range pref {
-			if a := n.addresses[t]; a != "" {
+			if a := n.address(t); a != "" {
 				if _, _, err := orch.ParseAddress(a); err == nil {
 					addr = a
 					break

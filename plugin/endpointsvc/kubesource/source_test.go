@@ -173,6 +173,24 @@ func TestNodeAddressPreference(t *testing.T) {
 	}
 }
 
+// TestNodeAddressTypes: a kNode holds one address of each type a node
+// can report, the first of each, whatever the case the API wrote it in.
+func TestNodeAddressTypes(t *testing.T) {
+	if len(NodeAddressTypes) != nodeAddressTypes {
+		t.Fatalf("%d node address types, kNode holds %d", len(NodeAddressTypes), nodeAddressTypes)
+	}
+	n := kubefix.Node("n1", "10.0.0.1", corev1.ConditionTrue)
+	n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: "INTERNALIP", Address: "10.0.0.2"},
+		corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: "n1.example.net"}, corev1.NodeAddress{Type: "Other", Address: "x"})
+	o, _ := transformNode(n)
+	k := o.(*kNode)
+	for typ, want := range map[string]string{"internalip": "10.0.0.1", "externaldns": "n1.example.net", "externalip": "", "other": ""} {
+		if got := k.address(typ); got != want {
+			t.Errorf("%s: %q, want %q", typ, got, want)
+		}
+	}
+}
+
 // TestTransformsAreSlim: the slim objects keep what DNS reads as the API
 // wrote it - every address of every endpoint, hostnames, nodes, target
 // Pods, conditions, port names and protocols - and nothing else.
