@@ -383,7 +383,7 @@ func TestHelmValuesClusterSize(t *testing.T) {
 	const c = "spec.template.spec.containers.0."
 	objs := mustRender(t, "--set", "clusterSize.endpoints=500000")
 	wantField(t, objs, helmDeployment, c+"resources.limits.memory", "1284Mi")
-	wantField(t, objs, helmDeployment, "spec.template.spec.volumes.1.emptyDir.sizeLimit", "96Mi")
+	wantField(t, objs, helmDeployment, "spec.template.spec.volumes.1.emptyDir.sizeLimit", "144Mi")
 	objs = mustRender(t, "--set", "clusterSize.endpoints=500000,resources.limits.memory=2Gi,stateVolume.sizeLimit=1Gi")
 	wantField(t, objs, helmDeployment, c+"resources.limits.memory", "2Gi")
 	wantField(t, objs, helmDeployment, "spec.template.spec.volumes.1.emptyDir.sizeLimit", "1Gi")

@@ -377,7 +377,7 @@ func (l *logged) records() (lg []byte, ends []int) {
 
 // TestSnapshotLogEqualsState: for random changes in both schemas, each
 // flushed as the writer would (appended to the log, or the snapshot
-// written whole when the log passes half its size), the snapshot with its
+// written whole when the log passes its size), the snapshot with its
 // log replayed is the source's state after every change, across
 // compactions; a clean stop compacts the log and keeps the state.
 func TestSnapshotLogEqualsState(t *testing.T) {

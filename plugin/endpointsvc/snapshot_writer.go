@@ -8,8 +8,8 @@ import (
 // newSnapshotWriter returns the writer of this instance's snapshot: off the
 // sync path, coalesced to at most one write a second (persist.Writer), a
 // patch's change appended to the change log <snapshot>.log instead of the
-// whole state written (compacted when the log passes half the snapshot's
-// size, and at a clean stop), and
+// whole state written (compacted when the log passes the snapshot's size,
+// and at a clean stop), and
 // following the empty-sync rule with e.emptyGrace. Its entries are the
 // table's services: a state with no service is empty.
 func (e *Endpointsvc) newSnapshotWriter() *persist.Writer {

@@ -299,12 +299,14 @@ kept as given. Call with (dict "res" MAP "root" $ "base" MiB "tenthsKiB" N).
 {{- end }}
 
 {{/*
-meshdns.stateSize is the state emptyDir's sizeLimit: room for two
-snapshots (the new one is written beside the old), ~100 bytes an endpoint
-each, at least 64Mi; a sizeLimit given in Mi below that is raised.
+meshdns.stateSize is the state emptyDir's sizeLimit: room for three
+snapshots' worth, ~100 bytes an endpoint each (the snapshot, the new one
+written beside it at a compaction, and the change log, which grows to
+one snapshot's size at most), at least 64Mi; a sizeLimit given in Mi
+below that is raised.
 */}}
 {{- define "meshdns.stateSize" -}}
-{{- $min := max 64 (div (add (mul (int .Values.clusterSize.endpoints) 200) 1048575) 1048576) -}}
+{{- $min := max 64 (div (add (mul (int .Values.clusterSize.endpoints) 300) 1048575) 1048576) -}}
 {{- $cur := toString (.Values.stateVolume.sizeLimit | default "") -}}
 {{- if or (eq $cur "") (and (hasSuffix "Mi" $cur) (lt (trimSuffix "Mi" $cur | int) (int $min))) -}}
 {{- printf "%dMi" (int $min) -}}

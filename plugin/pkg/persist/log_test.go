@@ -188,7 +188,7 @@ func (lw *logWriter) replayed(t *testing.T) string {
 
 // TestChangeLogAppends: a change appends its record to the log (the file
 // grows by the record and its 8-byte frame) and leaves the snapshot file
-// as it was; once the log would pass half the snapshot's size the whole
+// as it was; once the log would pass the snapshot's size the whole
 // state is written and the log starts again empty.
 func TestChangeLogAppends(t *testing.T) {
 	lw := newLogWriter(t)
@@ -222,8 +222,8 @@ func TestChangeLogAppends(t *testing.T) {
 		if !os.SameFile(now, base) || now.ModTime() != base.ModTime() || now.Size() != base.Size() {
 			t.Fatalf("change %d: the snapshot file was rewritten", i)
 		}
-		if fi.Size()-int64(len(logHeader(BaseOf(lw.Path, make([]byte, base.Size()))))) > base.Size()/2 {
-			t.Fatalf("log of %d bytes past half the snapshot's %d", fi.Size(), base.Size())
+		if fi.Size()-int64(len(logHeader(BaseOf(lw.Path, make([]byte, base.Size()))))) > base.Size() {
+			t.Fatalf("log of %d bytes past the snapshot's %d", fi.Size(), base.Size())
 		}
 		if got, want := lw.replayed(t), fmt.Sprint(big)+"+"+joinPlus(added); got != want {
 			t.Fatalf("change %d: on disk %q, want %q", i, got, want)

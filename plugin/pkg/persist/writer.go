@@ -60,7 +60,7 @@ type Writer struct {
 	// and the whole state is written (and a new, empty log started) only
 	// when a whole state was offered (Offer), when the writer has not
 	// written the snapshot the log follows itself (its first write), when
-	// the log would grow past half the snapshot's size, and at a clean
+	// the log would grow past the snapshot's size, and at a clean
 	// stop (the end of Run) when the log has records. OnAppend is called
 	// after every append with the bytes appended; may be nil.
 	ChangeLog bool
@@ -422,8 +422,11 @@ func (f *fileStates) commit(path string, at time.Time, rename func(s *fileState)
 }
 
 // appendLog appends recs, the changes that led to the claimed state
-// applied at at, to w's log, when w owns the log and it stays within half
-// the snapshot's size after (done). An append that fails leaves the log
+// applied at at, to w's log, when w owns the log and it stays within the
+// snapshot's size after (done): a compaction rewrites the snapshot whole,
+// so its cost spread over the records appended since is at most what
+// writing them cost (half the size: twice), and a start-up replays at
+// most one snapshot's worth of records. An append that fails leaves the log
 // to no one: its tail may be torn, so the next write is whole.
 func (f *fileStates) appendLog(w *Writer, at time.Time, recs [][]byte) (size int64, done bool, err error) {
 	n := 0
@@ -437,7 +440,7 @@ func (f *fileStates) appendLog(w *Writer, at time.Time, recs [][]byte) (size int
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.get(w.Path)
-	if s.owner != w || !s.newest.Equal(at) || s.recBytes+int64(len(b)) > s.baseSize/2 {
+	if s.owner != w || !s.newest.Equal(at) || s.recBytes+int64(len(b)) > s.baseSize {
 		return 0, false, nil
 	}
 	lf, err := os.OpenFile(LogPath(w.Path), os.O_WRONLY|os.O_APPEND, 0)
