@@ -49,7 +49,7 @@ type kSlice struct {
 // kNode is the slim form of a v1.Node (schema orch).
 type kNode struct {
 	kMeta
-	readyFalse bool              // the Ready condition is False
+	readyFalse bool                     // the Ready condition is False
 	addresses  [nodeAddressTypes]string // the first address of each of NodeAddressTypes ("": none); others are never read
 }
 
