@@ -21,3 +21,7 @@ BENCH_MIX=churn build/bench-endpointsk8s.sh
 # AXFR of the cluster zone against the stock plugin's (issue 32)
 echo "== build/bench-endpointsk8s.sh BENCH_MIX=axfr"
 BENCH_MIX=axfr build/bench-endpointsk8s.sh
+# work per change (issue 32's bill): both models, with and without the
+# snapshot, against the stock plugin, all at once
+echo "== build/bench-endpointsk8s.sh BENCH_MIX=changes"
+BENCH_MIX=changes BENCH_SERVICES=1500 BENCH_NODES=100 BENCH_ROUNDS=3 build/bench-endpointsk8s.sh
