@@ -94,26 +94,28 @@ func (t *Table) Patched(p *Patch) *Table {
 			n.patchImport(imports, c)
 			continue
 		}
-		old, had := names.Get(c.Key)
+		var e, old *entry
+		var had bool
+		if c.Service != nil || len(c.Slices) > 0 {
+			e = newEntry(nil, c.Service, c.Slices)
+			old, had = names.Swap(c.Key, e)
+		} else {
+			old, had = names.Take(c.Key)
+		}
 		was, is = was[:0], is[:0]
-		k := &c.Key
 		if had {
 			n.count(old, -1)
 			old.eachRef(func(a [16]byte, r ref) { was = append(was, addrRef{a, r}) })
-			k = old.k // the refs that stay keep naming the new entry
 		}
-		var e *entry
-		if c.Service != nil || len(c.Slices) > 0 {
-			if !had {
-				k = new(Key)
-				*k = c.Key
+		if e != nil {
+			if had {
+				e.k = old.k // the refs that stay keep naming the new entry
+			} else {
+				k := c.Key
+				e.k = &k
 			}
-			e = newEntry(k, c.Service, c.Slices)
-			names.Set(c.Key, e)
 			n.count(e, 1)
 			e.eachRef(func(a [16]byte, r ref) { is = append(is, addrRef{a, r}) })
-		} else {
-			names.Delete(c.Key)
 		}
 		patchExt(ext, c.Key, old, e)
 		rs = patchRev(rev, c.Key, was, is, rs)

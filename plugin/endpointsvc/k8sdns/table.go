@@ -286,6 +286,13 @@ func newEntry(k *Key, svc *Service, sls []*Slice) *entry {
 	slices.SortFunc(e.slices, func(a, b *Slice) int { return cmp.Compare(a.Name, b.Name) })
 	var ips []netip.Addr
 	var fqdns []string
+	if svc != nil && svc.Kind == Headless {
+		n := 0
+		for _, sl := range e.slices {
+			n += len(sl.ips)
+		}
+		ips = make([]netip.Addr, 0, n) // every address at most: no growth by doubling
+	}
 	for _, sl := range e.slices {
 		for i := range sl.Endpoints {
 			ep := &sl.Endpoints[i]

@@ -71,18 +71,15 @@ func (t *Table) Patched(p *Patch, zones []string, includeUnhealthy, endpointMode
 	}
 	services := t.services.Edit()
 	for _, k := range p.Removed {
-		if old, ok := services.Get(k); ok {
+		if old, ok := services.Take(k); ok {
 			n.add(old, -1)
-			services.Delete(k)
 		}
 	}
 	for _, se := range EndpointSet(st, includeUnhealthy) {
-		k := SvcKey{se.Service.Namespace, se.Service.Name}
-		if old, ok := services.Get(k); ok {
+		e := newSvcEntry(se, byID, endpointMode)
+		if old, ok := services.Swap(SvcKey{se.Service.Namespace, se.Service.Name}, e); ok {
 			n.add(old, -1)
 		}
-		e := newSvcEntry(se, byID, endpointMode)
-		services.Set(k, e)
 		n.add(e, 1)
 	}
 	n.services, n.nodes = services.Map(), nodes.Map()

@@ -207,35 +207,42 @@ func (e *Editor[K, V]) made(n *node[K, V]) *node[K, V] {
 }
 
 // Set sets k to v.
-func (e *Editor[K, V]) Set(k K, v V) {
-	n, right, added := e.set(e.m.root, k, v)
+func (e *Editor[K, V]) Set(k K, v V) { e.Swap(k, v) }
+
+// Swap sets k to v and returns the value it had, if it was there: Get
+// and Set in one descent.
+func (e *Editor[K, V]) Swap(k K, v V) (old V, had bool) {
+	n, right, old, had := e.set(e.m.root, k, v)
 	if right != nil { // the root split: a new root above the two halves
 		n = e.made(&node[K, V]{keys: []K{n.keys[0], right.keys[0]}, kids: []*node[K, V]{n, right}})
 	}
 	e.m.root = n
-	if added {
+	if !had {
 		e.m.n++
 	}
+	return old, had
 }
 
-// set sets k to v below n; it returns n's new version and, when that
-// overflowed, the right half it split off.
-func (e *Editor[K, V]) set(n *node[K, V], k K, v V) (*node[K, V], *node[K, V], bool) {
+// set sets k to v below n; it returns n's new version, when that
+// overflowed the right half it split off, and k's old value if it had one.
+func (e *Editor[K, V]) set(n *node[K, V], k K, v V) (*node[K, V], *node[K, V], V, bool) {
 	if n.kids == nil {
 		i, found := slices.BinarySearchFunc(n.keys, k, e.m.cmp)
 		if found {
 			n = e.own(n, 0)
+			old := n.vals[i]
 			n.vals[i] = v
-			return n, nil, false
+			return n, nil, old, true
 		}
 		n = e.own(n, 1)
 		e.ownKeys(n, 1)
 		n.keys, n.vals = slices.Insert(n.keys, i, k), slices.Insert(n.vals, i, v)
 		left, right := e.split(n)
-		return left, right, true
+		var zero V
+		return left, right, zero, false
 	}
 	i := e.m.child(n, k)
-	c, right, added := e.set(n.kids[i], k, v)
+	c, right, old, had := e.set(n.kids[i], k, v)
 	extra := 0
 	if right != nil {
 		extra = 1
@@ -248,7 +255,7 @@ func (e *Editor[K, V]) set(n *node[K, V], k K, v V) (*node[K, V], *node[K, V], b
 		n.keys, n.kids = slices.Insert(n.keys, i+1, right.keys[0]), slices.Insert(n.kids, i+1, right)
 	}
 	left, r := e.split(n)
-	return left, r, added
+	return left, r, old, had
 }
 
 // split halves a node this batch owns when it holds more than maxEntries,
@@ -270,9 +277,15 @@ func (e *Editor[K, V]) split(n *node[K, V]) (*node[K, V], *node[K, V]) {
 
 // Delete removes k and reports whether it was there.
 func (e *Editor[K, V]) Delete(k K) bool {
-	n, ok := e.del(e.m.root, k)
+	_, had := e.Take(k)
+	return had
+}
+
+// Take removes k and returns the value it had, if it was there.
+func (e *Editor[K, V]) Take(k K) (old V, had bool) {
+	n, old, ok := e.del(e.m.root, k)
 	if !ok {
-		return false
+		return old, false
 	}
 	for n.kids != nil && len(n.kids) == 1 { // a root with one child: the child is the root
 		n = n.kids[0]
@@ -282,39 +295,42 @@ func (e *Editor[K, V]) Delete(k K) bool {
 	}
 	e.m.root = n
 	e.m.n--
-	return true
+	return old, true
 }
 
 // del removes k below n and returns n's new version, which may be left
-// with no entry (its parent drops it) or few (its parent merges it).
-func (e *Editor[K, V]) del(n *node[K, V], k K) (*node[K, V], bool) {
+// with no entry (its parent drops it) or few (its parent merges it), and
+// k's value.
+func (e *Editor[K, V]) del(n *node[K, V], k K) (*node[K, V], V, bool) {
+	var old V
 	if n.kids == nil {
 		i, found := slices.BinarySearchFunc(n.keys, k, e.m.cmp)
 		if !found {
-			return n, false
+			return n, old, false
 		}
+		old = n.vals[i]
 		n = e.own(n, 0)
 		e.ownKeys(n, 0)
 		n.keys, n.vals = slices.Delete(n.keys, i, i+1), slices.Delete(n.vals, i, i+1)
-		return n, true
+		return n, old, true
 	}
 	i := e.m.child(n, k)
-	c, ok := e.del(n.kids[i], k)
+	c, old, ok := e.del(n.kids[i], k)
 	if !ok {
-		return n, false
+		return n, old, false
 	}
 	n = e.own(n, 0)
 	if len(c.keys) == 0 {
 		e.ownKeys(n, 0)
 		n.keys, n.kids = slices.Delete(n.keys, i, i+1), slices.Delete(n.kids, i, i+1)
-		return n, true
+		return n, old, true
 	}
 	n.kids[i] = c
 	e.setKey(n, i, c.keys[0])
 	if len(c.keys) < minEntries {
 		e.merge(n, i)
 	}
-	return n, true
+	return n, old, true
 }
 
 // merge joins child i of n (owned by this batch) with a neighbour when

@@ -59,9 +59,10 @@ func check(t *testing.T, m *Map[int, int], want map[int]int) {
 	walk(m.root, 0, true)
 }
 
-// TestRandomOps: random sets and deletes, single and in batches, agree
-// with a Go map after every step, and every earlier version stays as it
-// was (persistence).
+// TestRandomOps: random sets, swaps, deletes and takes, single and in
+// batches, agree with a Go map after every step (the old values Swap and
+// Take return too), and every earlier version stays as it was
+// (persistence).
 func TestRandomOps(t *testing.T) {
 	for seed := range uint64(5) {
 		r := rand.New(rand.NewPCG(seed, 1))
@@ -77,13 +78,25 @@ func TestRandomOps(t *testing.T) {
 			e := m.Edit()
 			for range 1 + r.IntN(40) {
 				k := r.IntN(keys)
-				if r.IntN(3) == 0 {
-					_, had := want[k]
+				w, had := want[k]
+				switch r.IntN(6) {
+				case 0:
 					if e.Delete(k) != had {
 						t.Fatalf("Delete(%d) reported %v", k, !had)
 					}
 					delete(want, k)
-				} else {
+				case 1:
+					if old, ok := e.Take(k); ok != had || old != w {
+						t.Fatalf("Take(%d) = %v, %v; want %v, %v", k, old, ok, w, had)
+					}
+					delete(want, k)
+				case 2:
+					v := r.Int()
+					if old, ok := e.Swap(k, v); ok != had || old != w {
+						t.Fatalf("Swap(%d) = %v, %v; want %v, %v", k, old, ok, w, had)
+					}
+					want[k] = v
+				default:
 					v := r.Int()
 					e.Set(k, v)
 					want[k] = v
