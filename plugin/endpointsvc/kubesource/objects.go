@@ -78,7 +78,7 @@ func transformService(namespaces map[string]bool) func(any) (any, error) {
 			k.skip = true
 			return k, nil
 		}
-		k.svc = modelService(s)
+		k.svc = modelService(s, k.Namespace)
 		k.selector = len(s.Spec.Selector) > 0
 		for i, p := range s.Spec.Ports {
 			if p.NodePort != 0 && k.nodePorts == nil {
@@ -94,9 +94,9 @@ func transformService(namespaces map[string]bool) func(any) (any, error) {
 
 // modelService is a Service as the model keeps it: the kubernetes plugin's
 // reading (type ExternalName first; headless when the first cluster IP is
-// None; otherwise its cluster IPs).
-func modelService(s *corev1.Service) k8sdns.Service {
-	m := k8sdns.Service{Namespace: intern(s.Namespace), Name: s.Name, PublishNotReady: s.Spec.PublishNotReadyAddresses}
+// None; otherwise its cluster IPs). ns is its namespace, interned.
+func modelService(s *corev1.Service, ns string) k8sdns.Service {
+	m := k8sdns.Service{Namespace: ns, Name: s.Name, PublishNotReady: s.Spec.PublishNotReadyAddresses}
 	ips := s.Spec.ClusterIPs
 	if len(ips) == 0 && s.Spec.ClusterIP != "" {
 		ips = []string{s.Spec.ClusterIP}
@@ -156,7 +156,7 @@ func transformSlice(namespaces map[string]bool, mc bool) func(any) (any, error) 
 			k.skip = true
 			return k, nil
 		}
-		k.sl = modelSlice(s)
+		k.sl = modelSlice(s, k.Namespace)
 		k.trigger = triggerTime(&s.ObjectMeta)
 		if mc {
 			k.sl.Import, k.sl.Cluster = s.Labels[mcsapi.LabelServiceName], s.Labels[mcsapi.LabelSourceCluster]
@@ -166,9 +166,10 @@ func transformSlice(namespaces map[string]bool, mc bool) func(any) (any, error) 
 }
 
 // modelSlice is a slice as the model keeps it: every endpoint, with the
-// addresses that fit its address type (the API admits no other).
-func modelSlice(s *discoveryv1.EndpointSlice) k8sdns.Slice {
-	m := k8sdns.Slice{Namespace: intern(s.Namespace), Name: s.Name, Service: s.Labels[discoveryv1.LabelServiceName]}
+// addresses that fit its address type (the API admits no other). ns is
+// its namespace, interned (slimMeta's: one unique.Make an event).
+func modelSlice(s *discoveryv1.EndpointSlice, ns string) k8sdns.Slice {
+	m := k8sdns.Slice{Namespace: ns, Name: s.Name, Service: s.Labels[discoveryv1.LabelServiceName]}
 	t, ok := k8sdns.ParseAddressType(string(s.AddressType))
 	if !ok {
 		return m // an address type we cannot answer with
