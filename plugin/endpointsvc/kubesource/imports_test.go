@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/internal/kubefix"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
@@ -69,6 +71,17 @@ func TestMulticlusterSource(t *testing.T) {
 	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", ResourceVersion: "1"}})
 	kubefix.Create(t, client, mcsSlice("db-c1", "db", "c1", "10.8.0.1"))
 	mcs := mcsfake.NewSimpleClientset(serviceImport("db", mcsapi.Headless), serviceImport("web", mcsapi.ClusterSetIP, "10.100.0.9"))
+	// The fake's watch sees only what is created after it starts, and the
+	// informer lists before it watches: an import created between the two
+	// was never seen (the test failed now and then, api missing). The
+	// import below is created once the watch has started.
+	watching := make(chan struct{})
+	var once sync.Once
+	mcs.PrependWatchReactor("serviceimports", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := mcs.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		once.Do(func() { close(watching) })
+		return true, w, err
+	})
 	src := NewDNS(Config{Multicluster: true})
 	src.NewMCSClient = func() (mcsv1alpha1.MulticlusterV1alpha1Interface, error) {
 		return fakeMCS{mcs.MulticlusterV1alpha1()}, nil
@@ -86,6 +99,11 @@ func TestMulticlusterSource(t *testing.T) {
 	tbl := k8sdns.Build(whole)
 
 	ctx := context.Background()
+	select {
+	case <-watching:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the ServiceImports are not watched")
+	}
 	if _, err := mcs.MulticlusterV1alpha1().ServiceImports("shop").Create(ctx, serviceImport("api", mcsapi.ClusterSetIP, "10.100.0.10"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

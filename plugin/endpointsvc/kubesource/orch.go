@@ -142,18 +142,11 @@ func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Pa
 // skipped before this - so the slices carry no index by node, which every
 // slice's change would pay for (an update of ten endpoints rewrote ten
 // index sets: 10 us of a flip, in perf); a look through 50,000 slices is
-// BenchmarkNodeChange's (10-18 ms on this machine).
+// BenchmarkNodeChange's (10-20 ms on this machine).
 func onNodes(st stores, nodes, names map[string]bool) {
-	handles := make([]unique.Handle[string], 0, len(nodes))
+	handles := make(map[unique.Handle[string]]bool, len(nodes))
 	for n := range nodes {
-		handles = append(handles, unique.Make(n))
-	}
-	var set map[unique.Handle[string]]bool // nil: few nodes, and a look through handles beats a map
-	if len(handles) > 8 {
-		set = make(map[unique.Handle[string]]bool, len(handles))
-		for _, h := range handles {
-			set[h] = true
-		}
+		handles[unique.Make(n)] = true
 	}
 	for _, o := range st.slices.List() {
 		sl, ok := o.(*kSlice)
@@ -161,7 +154,7 @@ func onNodes(st stores, nodes, names map[string]bool) {
 			continue
 		}
 		for i := range sl.sl.Endpoints {
-			if h := sl.sl.Endpoints[i].NodeName; (set == nil && slices.Contains(handles, h)) || set[h] {
+			if handles[sl.sl.Endpoints[i].NodeName] {
 				names[sl.Namespace+"/"+sl.sl.Service] = true
 				break
 			}
