@@ -187,9 +187,26 @@ func (s *Slice) Add(e EndpointSpec) error {
 	if len(e.Addresses) == 0 || len(e.Addresses) > maxAddresses {
 		return fmt.Errorf("endpoint with %d addresses: want 1 to %d", len(e.Addresses), maxAddresses)
 	}
-	for _, a := range e.Addresses {
-		if err := s.Type.check(a); err != nil {
-			return err
+	ep := Endpoint{Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating, n: uint8(len(e.Addresses))}
+	if s.Type == FQDN {
+		for _, a := range e.Addresses {
+			if err := s.Type.check(a); err != nil {
+				return err
+			}
+		}
+		ep.first = int32(len(s.fqdns))
+		s.fqdns = append(s.fqdns, e.Addresses...)
+	} else {
+		// each address parsed once, appended as it passes; on an error
+		// the ones appended go again
+		ep.first = int32(len(s.ips))
+		for _, a := range e.Addresses {
+			ip, err := s.Type.parse(a)
+			if err != nil {
+				s.ips = s.ips[:ep.first]
+				return err
+			}
+			s.ips = append(s.ips, ip.As16())
 		}
 	}
 	if s.text != "" && s.build == nil { // adding after Compact
@@ -197,18 +214,8 @@ func (s *Slice) Add(e EndpointSpec) error {
 		s.build.WriteString(s.text)
 		s.text = ""
 	}
-	ep := Endpoint{Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating, n: uint8(len(e.Addresses))}
 	if e.NodeName != "" {
 		ep.NodeName = unique.Make(e.NodeName)
-	}
-	if s.Type == FQDN {
-		ep.first = int32(len(s.fqdns))
-		s.fqdns = append(s.fqdns, e.Addresses...)
-	} else {
-		ep.first = int32(len(s.ips))
-		for _, a := range e.Addresses {
-			s.ips = append(s.ips, netip.MustParseAddr(a).As16())
-		}
 	}
 	if (e.Hostname != "" || e.TargetRef != "") && s.ends == nil {
 		s.ends = make([]uint32, 2*len(s.Endpoints), 2*cap(s.Endpoints))
@@ -234,11 +241,17 @@ func (a AddressType) check(address string) error {
 		}
 		return nil
 	}
+	_, err := a.parse(address)
+	return err
+}
+
+// parse parses an address of an IPv4 or IPv6 slice.
+func (a AddressType) parse(address string) (netip.Addr, error) {
 	ip, err := netip.ParseAddr(address)
 	if err != nil || ip.Zone() != "" || ip.Unmap().Is4() != (a == IPv4) {
-		return fmt.Errorf("bad %s address %q", a, address)
+		return netip.Addr{}, fmt.Errorf("bad %s address %q", a, address)
 	}
-	return nil
+	return ip, nil
 }
 
 // Reserve makes room for endpoints more endpoints with addresses

@@ -44,6 +44,18 @@ type kSlice struct {
 	sl      k8sdns.Slice
 	skip    bool  // outside the configured namespaces
 	trigger int64 // last-change-trigger-time, unix nanoseconds; 0: none (programmed.go)
+	// initialEventsEnd: a watch-list's closing bookmark (the slim
+	// decoder's), which the reflector knows by its annotation
+	initialEventsEnd bool
+}
+
+// GetAnnotations is the one annotation the informer reads of a slice: the
+// closing bookmark's of a watch-list.
+func (k *kSlice) GetAnnotations() map[string]string {
+	if k.initialEventsEnd {
+		return map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+	}
+	return nil
 }
 
 // kNode is the slim form of a v1.Node (schema orch).
@@ -144,9 +156,14 @@ func externalIPs(s *corev1.Service) []string {
 }
 
 // transformSlice converts a *discoveryv1.EndpointSlice into a *kSlice;
-// with mc (multicluster) it keeps the slice's multicluster labels.
+// with mc (multicluster) it keeps the slice's multicluster labels. A
+// *kSlice (the slim decoder's, which keeps them and every namespace) gets
+// the same filter and labels; anything else passes unchanged.
 func transformSlice(namespaces map[string]bool, mc bool) func(any) (any, error) {
 	return func(obj any) (any, error) {
+		if k, ok := obj.(*kSlice); ok {
+			return filterSlice(k, namespaces, mc), nil
+		}
 		s, ok := obj.(*discoveryv1.EndpointSlice)
 		if !ok {
 			return obj, nil
@@ -163,6 +180,22 @@ func transformSlice(namespaces map[string]bool, mc bool) func(any) (any, error) 
 		}
 		return k, nil
 	}
+}
+
+// filterSlice is transformSlice of a slim decoder's kSlice: skipped
+// outside the namespaces, without its multicluster labels unless mc. It
+// changes k only where k is the decoder's own, not yet stored (a stored
+// kSlice has been filtered already: nothing to change).
+func filterSlice(k *kSlice, namespaces map[string]bool, mc bool) *kSlice {
+	switch {
+	case k.skip:
+		return k
+	case namespaces != nil && !namespaces[strings.ToLower(k.Namespace)]:
+		return &kSlice{kMeta: k.kMeta, skip: true}
+	case !mc && (k.sl.Import != "" || k.sl.Cluster != ""):
+		k.sl.Import, k.sl.Cluster = "", ""
+	}
+	return k
 }
 
 // modelSlice is a slice as the model keeps it: every endpoint, with the
@@ -202,16 +235,23 @@ func modelSlice(s *discoveryv1.EndpointSlice, ns string) k8sdns.Slice {
 		if ep.TargetRef != nil {
 			e.TargetRef = ep.TargetRef.Name
 		}
-		if m.Add(e) != nil {
-			// keep the addresses that fit (one that does not cannot pass the API's validation)
-			e.Addresses = slices.DeleteFunc(slices.Clone(ep.Addresses), func(a string) bool {
-				return (&k8sdns.Slice{Type: t}).Add(k8sdns.EndpointSpec{Addresses: []string{a}}) != nil
-			})
-			_ = m.Add(e) // an endpoint with none left is left out
-		}
+		addEndpointSpec(&m, e)
 	}
 	m.Compact()
 	return m
+}
+
+// addEndpointSpec adds e to sl with the addresses that fit its type (one
+// that does not cannot pass the API's validation); an endpoint with none
+// left is left out.
+func addEndpointSpec(sl *k8sdns.Slice, e k8sdns.EndpointSpec) {
+	if sl.Add(e) == nil {
+		return
+	}
+	e.Addresses = slices.DeleteFunc(slices.Clone(e.Addresses), func(a string) bool {
+		return (&k8sdns.Slice{Type: sl.Type}).Add(k8sdns.EndpointSpec{Addresses: []string{a}}) != nil
+	})
+	_ = sl.Add(e)
 }
 
 func deref(s *string) string {

@@ -33,12 +33,18 @@ type trigger struct {
 // logged and counts as none (the slice itself is served as ever).
 func triggerTime(m *metav1.ObjectMeta) int64 {
 	v, ok := m.Annotations[corev1.EndpointsLastChangeTriggerTime]
+	return parseTrigger(v, ok, m.Namespace, m.Name)
+}
+
+// parseTrigger is triggerTime of the annotation's value v (ok: present)
+// of slice namespace/name.
+func parseTrigger(v string, ok bool, namespace, name string) int64 {
 	if !ok {
 		return 0
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil || t.UnixNano() <= 0 {
-		log.Warningf("No DNS programming latency for EndpointSlice %s/%s: bad %s annotation %q", m.Namespace, m.Name, corev1.EndpointsLastChangeTriggerTime, v)
+		log.Warningf("No DNS programming latency for EndpointSlice %s/%s: bad %s annotation %q", namespace, name, corev1.EndpointsLastChangeTriggerTime, v)
 		return 0
 	}
 	return t.UnixNano()

@@ -37,6 +37,9 @@ type slimKind struct {
 	gvk        schema.GroupVersionKind
 	apiVersion string // gvk's, as the envelope writes it
 	parse      func(raw []byte) (runtime.Object, error)
+	// convert, when set, makes client-go's object of the kind (one parse
+	// could not read) what parse returns; ok false: not of the kind
+	convert func(runtime.Object) (obj runtime.Object, ok bool)
 }
 
 func newSlimKind(gvk schema.GroupVersionKind, parse func(raw []byte) (runtime.Object, error)) slimKind {
@@ -70,12 +73,25 @@ type slimDecoder struct {
 // Decode decodes the object of a watch event (into nil) slim when it is
 // of one of d's kinds, anything else as before.
 func (d slimDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
-	if into == nil {
-		if obj, gvk, ok := decodeSlim(data, d.kinds); ok {
-			return obj, &gvk, nil
+	if into != nil {
+		return d.Serializer.Decode(data, defaults, into)
+	}
+	if obj, gvk, ok := decodeSlim(data, d.kinds); ok {
+		return obj, &gvk, nil
+	}
+	obj, gvk, err := d.Serializer.Decode(data, defaults, nil)
+	if err != nil {
+		return obj, gvk, err
+	}
+	for _, k := range d.kinds {
+		if k.convert == nil {
+			continue
+		}
+		if c, ok := k.convert(obj); ok {
+			return c, gvk, nil
 		}
 	}
-	return d.Serializer.Decode(data, defaults, into)
+	return obj, gvk, nil
 }
 
 // protoPrefix begins every object the API server encodes in protobuf
@@ -147,17 +163,27 @@ var errNotSlim = errors.New("not a form the slim decoder reads")
 // and its bytes (length-delimited) or varint value.
 func fields(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error) error {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+		// one-byte tags, lengths and varints (most of an object's) are
+		// read here, anything else by protowire, which reads these alike
+		var num protowire.Number
+		var typ protowire.Type
+		n := 1
+		if c := b[0]; c < 0x80 && c>>3 != 0 {
+			num, typ = protowire.Number(c>>3), protowire.Type(c&7)
+		} else if num, typ, n = protowire.ConsumeTag(b); n < 0 {
 			return protowire.ParseError(n)
 		}
 		b = b[n:]
 		var v []byte
 		var x uint64
-		switch typ {
-		case protowire.BytesType:
+		switch {
+		case typ == protowire.BytesType && len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b):
+			v, n = b[1:1+int(b[0])], 1+int(b[0])
+		case typ == protowire.BytesType:
 			v, n = protowire.ConsumeBytes(b)
-		case protowire.VarintType:
+		case typ == protowire.VarintType && len(b) > 0 && b[0] < 0x80:
+			x, n = uint64(b[0]), 1
+		case typ == protowire.VarintType:
 			x, n = protowire.ConsumeVarint(b)
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)

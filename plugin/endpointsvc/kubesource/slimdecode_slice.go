@@ -1,163 +1,314 @@
 package kubesource
 
 import (
+	"strings"
+	"unsafe"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	mcsapi "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 )
 
-// slimSliceKind is the slim decoder's EndpointSlice (slimdecode.go).
-var slimSliceKind = newSlimKind(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"), func(b []byte) (runtime.Object, error) { return parseSlice(b) })
-
-// parseSlice reads an EndpointSlice's protobuf form: metadata (1),
-// endpoints (2), ports (3), addressType (4). Its endpoints' pointers
-// share one array per type, sized once the endpoints are counted.
-func parseSlice(b []byte) (*discoveryv1.EndpointSlice, error) {
-	sl := &discoveryv1.EndpointSlice{}
-	eps, ports := 0, 0
-	if err := fields(b, func(num protowire.Number, typ protowire.Type, _ []byte, _ uint64) error {
-		switch {
-		case num == 2 && typ == protowire.BytesType:
-			eps++
-		case num == 3 && typ == protowire.BytesType:
-			ports++
+// slimSliceKind is the slim decoder's EndpointSlice (slimdecode.go). It
+// reads an event's slice straight into the kSlice the informer stores -
+// no API object in between - with the multicluster labels and every
+// namespace: the informer's transform then applies the namespace filter
+// and drops the multicluster labels when they are off (transformSlice).
+// A slice it cannot read, decoded by client-go, is made a kSlice alike,
+// so that the informer (whose objects are kSlices) receives no other type.
+var slimSliceKind = slimKind{
+	gvk:        discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"),
+	apiVersion: discoveryv1.SchemeGroupVersion.String(),
+	parse:      func(b []byte) (runtime.Object, error) { return parseSlice(b) },
+	convert: func(o runtime.Object) (runtime.Object, bool) {
+		s, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return o, false
 		}
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	a := &sliceArrays{}
-	if eps > 0 {
-		sl.Endpoints = make([]discoveryv1.Endpoint, 0, eps)
-		a.bools = make([]bool, 0, 3*eps)
-		a.strs = make([]string, 0, 2*eps)
-		a.refs = make([]corev1.ObjectReference, 0, eps)
-	}
-	if ports > 0 {
-		sl.Ports = make([]discoveryv1.EndpointPort, 0, ports)
-	}
+		k, _ := transformSlice(nil, true)(s)
+		ks := k.(*kSlice)
+		ks.initialEventsEnd = s.Annotations[metav1.InitialEventsAnnotationKey] == "true"
+		return ks, true
+	},
+}
+
+// parseSlice reads an EndpointSlice's protobuf form - metadata (1),
+// endpoints (2), ports (3), addressType (4) - into a kSlice, as
+// transformSlice(nil, true) maps client-go's object (slimdecode_test.go
+// holds them equal). A first pass reads the metadata and the last
+// addressType and counts what the slice's arrays will hold, so that each
+// is allocated once; the second adds the ports and the endpoints.
+func parseSlice(b []byte) (*kSlice, error) {
+	k := &kSlice{}
+	var m sliceMeta
+	var at []byte
+	eps, ports, addresses, text := 0, 0, 0, 0
 	err := fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if typ != protowire.BytesType {
 			return wrongType(num <= 4)
 		}
 		switch num {
 		case 1:
-			return parseMeta(v, &sl.ObjectMeta)
+			return m.parse(v)
 		case 2:
-			ep, err := a.endpoint(v)
-			sl.Endpoints = append(sl.Endpoints, ep)
-			return err
+			eps++
+			return countEndpoint(v, &addresses, &text)
+		case 3:
+			ports++
+		case 4:
+			at = v
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	ns := intern(view(m.namespace))
+	k.kMeta = kMeta{Name: string(m.name), Namespace: ns, ResourceVersion: string(m.resourceVersion)}
+	k.initialEventsEnd = string(m.initialEventsEnd) == "true"
+	k.trigger = parseTrigger(view(m.trigger), m.trigger != nil, k.Namespace, k.Name)
+	k.sl = k8sdns.Slice{Namespace: ns, Name: k.Name, Service: string(m.service), Import: string(m.importName), Cluster: string(m.cluster)}
+	sl := &k.sl
+	t, known := k8sdns.ParseAddressType(view(at))
+	if !known {
+		// an address type we cannot answer with: the slice has no
+		// endpoints and no ports, which are read to be checked only
+		sl = &k8sdns.Slice{}
+	}
+	sl.Type = t
+	if ports > 0 {
+		sl.Ports = make([]k8sdns.Port, 0, ports)
+	}
+	sl.Reserve(eps, addresses, text)
+	var scratch [4]string // an endpoint's addresses, most have one
+	err = fields(b, func(num protowire.Number, _ protowire.Type, v []byte, _ uint64) error {
+		switch num {
+		case 2:
+			return addEndpoint(sl, v, scratch[:0])
 		case 3:
 			p, err := parsePort(v)
 			sl.Ports = append(sl.Ports, p)
 			return err
-		case 4:
-			sl.AddressType = discoveryv1.AddressType(v)
 		}
 		return nil
 	})
-	return sl, err
-}
-
-// sliceArrays back the pointers of a slice's endpoints: conditions,
-// hostnames and node names, target references. An append past their
-// room (a field given twice) moves an array: earlier pointers keep the
-// old one, whose values stay.
-type sliceArrays struct {
-	bools []bool
-	strs  []string
-	refs  []corev1.ObjectReference
-}
-
-func (a *sliceArrays) boolPtr(typ protowire.Type, x uint64) (*bool, error) {
-	if typ != protowire.VarintType {
-		return nil, errNotSlim
+	if err != nil {
+		return nil, err
 	}
-	a.bools = append(a.bools, x != 0)
-	return &a.bools[len(a.bools)-1], nil
+	k.sl.Compact()
+	return k, nil
 }
 
-func (a *sliceArrays) strPtr(typ protowire.Type, v []byte) (*string, error) {
+// view is b as a string without a copy, for a string that is not kept:
+// parsed, compared, looked up, or copied by its callee. b must not change
+// while the string is in use.
+func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// sliceMeta is what a slice's metadata says that the informer and the
+// mapping read, as views of the event's bytes (the last value of each,
+// as client-go reads a field or a map key given twice).
+type sliceMeta struct {
+	name, namespace, resourceVersion []byte
+	service, importName, cluster     []byte // labels
+	trigger, initialEventsEnd        []byte // annotations; nil: none
+}
+
+// parse reads name (1), namespace (3), resourceVersion (6), labels (11)
+// and annotations (12).
+func (m *sliceMeta) parse(b []byte) error {
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		switch num {
+		case 1, 3, 6:
+			if typ != protowire.BytesType {
+				return errNotSlim
+			}
+			switch num {
+			case 1:
+				m.name = v
+			case 3:
+				m.namespace = v
+			default:
+				m.resourceVersion = v
+			}
+		case 11, 12:
+			key, val, err := rawEntry(typ, v)
+			if err != nil {
+				return err
+			}
+			m.entry(num == 11, view(key), val)
+		}
+		return nil
+	})
+}
+
+// entry keeps a label (or annotation) the mapping reads.
+func (m *sliceMeta) entry(label bool, key string, val []byte) {
+	if val == nil {
+		val = []byte{} // present, empty
+	}
+	switch {
+	case label && key == discoveryv1.LabelServiceName:
+		m.service = val
+	case label && key == mcsapi.LabelServiceName:
+		m.importName = val
+	case label && key == mcsapi.LabelSourceCluster:
+		m.cluster = val
+	case !label && key == corev1.EndpointsLastChangeTriggerTime:
+		m.trigger = val
+	case !label && key == metav1.InitialEventsAnnotationKey:
+		m.initialEventsEnd = val
+	}
+}
+
+// rawEntry reads a map<string, string> entry: key (1), value (2), the
+// last of each.
+func rawEntry(typ protowire.Type, b []byte) (key, val []byte, err error) {
 	if typ != protowire.BytesType {
-		return nil, errNotSlim
+		return nil, nil, errNotSlim
 	}
-	a.strs = append(a.strs, string(v))
-	return &a.strs[len(a.strs)-1], nil
+	err = fields(b, func(num protowire.Number, typ protowire.Type, x []byte, _ uint64) error {
+		switch num {
+		case 1, 2:
+			if typ != protowire.BytesType {
+				return errNotSlim
+			}
+			if num == 1 {
+				key = x
+			} else {
+				val = x
+			}
+		}
+		return nil
+	})
+	return key, val, err
 }
 
-// endpoint reads an Endpoint: addresses (1), conditions (2: ready 1,
-// serving 2, terminating 3), hostname (3), targetRef (4: its name, 3),
-// nodeName (6); not deprecatedTopology (5), zone (7), hints (8).
-func (a *sliceArrays) endpoint(b []byte) (discoveryv1.Endpoint, error) {
-	var ep discoveryv1.Endpoint
-	err := fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		var err error
+// countEndpoint adds an endpoint's addresses and the bytes of its
+// hostnames and target names to the counts (for Reserve).
+func countEndpoint(b []byte, addresses, text *int) error {
+	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if typ != protowire.BytesType {
+			return nil // addEndpoint tells
+		}
 		switch num {
 		case 1:
-			var s string
-			err = str(typ, v, &s)
-			ep.Addresses = append(ep.Addresses, s)
+			*addresses++
+		case 3:
+			*text += len(v)
+		case 4:
+			return fields(v, func(num protowire.Number, typ protowire.Type, x []byte, _ uint64) error {
+				if num == 3 && typ == protowire.BytesType {
+					*text += len(x)
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+}
+
+// addEndpoint reads an Endpoint - addresses (1), conditions (2: ready 1,
+// serving 2, terminating 3), hostname (3), targetRef (4: its name, 3),
+// nodeName (6); not deprecatedTopology (5), zone (7), hints (8) - and
+// adds it to sl as modelSlice adds client-go's. addrs is room for its
+// addresses. The strings handed to Add are views of the event's bytes:
+// Add keeps none of them (it parses IP addresses, copies names into the
+// slice's text, and unique.Make clones what it interns), except an FQDN
+// slice's addresses, copied here.
+func addEndpoint(sl *k8sdns.Slice, b []byte, addrs []string) error {
+	var e k8sdns.EndpointSpec
+	err := fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		switch num {
+		case 1, 3, 6:
+			if typ != protowire.BytesType {
+				return errNotSlim
+			}
+			switch num {
+			case 1:
+				a := view(v)
+				if sl.Type == k8sdns.FQDN {
+					a = string(v)
+				}
+				addrs = append(addrs, a)
+			case 3:
+				e.Hostname = view(v)
+			default:
+				e.NodeName = view(v)
+			}
 		case 2:
 			if typ != protowire.BytesType {
 				return errNotSlim
 			}
-			err = fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) error {
-				var err error
+			return fields(v, func(num protowire.Number, typ protowire.Type, _ []byte, x uint64) error {
+				if num < 1 || num > 3 {
+					return nil
+				}
+				if typ != protowire.VarintType {
+					return errNotSlim
+				}
+				c := k8sdns.False
+				if x != 0 {
+					c = k8sdns.True
+				}
 				switch num {
 				case 1:
-					ep.Conditions.Ready, err = a.boolPtr(typ, x)
+					e.Ready = c
 				case 2:
-					ep.Conditions.Serving, err = a.boolPtr(typ, x)
-				case 3:
-					ep.Conditions.Terminating, err = a.boolPtr(typ, x)
+					e.Serving = c
+				default:
+					e.Terminating = c
 				}
-				return err
+				return nil
 			})
-		case 3:
-			ep.Hostname, err = a.strPtr(typ, v)
 		case 4:
 			if typ != protowire.BytesType {
 				return errNotSlim
 			}
-			if ep.TargetRef == nil {
-				a.refs = append(a.refs, corev1.ObjectReference{})
-				ep.TargetRef = &a.refs[len(a.refs)-1]
-			}
-			err = fields(v, func(num protowire.Number, typ protowire.Type, x []byte, _ uint64) error {
-				if num == 3 {
-					return str(typ, x, &ep.TargetRef.Name)
+			return fields(v, func(num protowire.Number, typ protowire.Type, x []byte, _ uint64) error {
+				if num != 3 {
+					return nil
 				}
+				if typ != protowire.BytesType {
+					return errNotSlim
+				}
+				e.TargetRef = view(x)
 				return nil
 			})
-		case 6:
-			ep.NodeName, err = a.strPtr(typ, v)
 		}
-		return err
+		return nil
 	})
-	return ep, err
+	if err != nil {
+		return err
+	}
+	e.Addresses = addrs
+	addEndpointSpec(sl, e)
+	return nil
 }
 
-// parsePort reads an EndpointPort: name (1), protocol (2), port (3); not
-// appProtocol (4).
-func parsePort(b []byte) (discoveryv1.EndpointPort, error) {
-	var p discoveryv1.EndpointPort
+// parsePort reads an EndpointPort as modelSlice maps it: name (1),
+// protocol (2), port (3; -1 when absent); not appProtocol (4).
+func parsePort(b []byte) (k8sdns.Port, error) {
+	p := k8sdns.Port{Port: -1}
 	err := fields(b, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
 		switch num {
 		case 1:
-			p.Name = new(string)
-			return str(typ, v, p.Name)
+			return str(typ, v, &p.Name)
 		case 2:
-			var s string
-			if err := str(typ, v, &s); err != nil {
-				return err
+			if typ != protowire.BytesType {
+				return errNotSlim
 			}
-			proto := corev1.Protocol(s)
-			p.Protocol = &proto
+			v := view(v)
+			if p.Protocol = k8sdns.Protocol(v); unsafe.StringData(p.Protocol) == unsafe.StringData(v) {
+				p.Protocol = strings.Clone(v) // not one of the usual three: Protocol returned the view
+			}
 		case 3:
-			p.Port = new(int32)
-			return varint32(typ, x, p.Port)
+			return varint32(typ, x, &p.Port)
 		}
 		return nil
 	})

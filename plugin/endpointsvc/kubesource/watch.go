@@ -139,7 +139,8 @@ func (k *Source) sliceInformer(w *watcher, ns string, in map[string]bool) slimIn
 	tweak := func(o *metav1.ListOptions) { o.LabelSelector = sliceLabels }
 	sliceInf := w.factory.InformerFor(&discoveryv1.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		if w.slim.slices != nil {
-			return slimWatched(c, &discoveryv1.EndpointSlice{}, resync, indexers, tweak,
+			// the slim decoder's events carry kSlices (slimSliceKind)
+			return slimWatched(c, &kSlice{}, resync, indexers, tweak,
 				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 					return c.DiscoveryV1().EndpointSlices(ns).List(ctx, o)
 				}, w.slim.slices.EndpointSlices(ns).Watch)
