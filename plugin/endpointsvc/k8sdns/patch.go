@@ -85,12 +85,17 @@ func (t *Table) Patched(p *Patch) *Table {
 	}
 	names := t.names.Edit()
 	rev := t.rev.Edit()
-	imports := t.imports.Edit()
-	ext := t.ext.Edit()
-	var was, is []addrRef // one change's refs, old and new, reused: see patchRev
-	var rs []ref          // one address's refs, reused
+	var imports *pmap.Editor[Key, *entry] // made when a change needs it, as ext
+	var ext *pmap.Editor[string, []Key]
+	// one change's refs, old and new, reused (see patchRev): room for a
+	// Service of a slice of ten endpoints or so without growing
+	was, is := make([]addrRef, 0, 16), make([]addrRef, 0, 16)
+	var rs []ref // one address's refs, reused
 	for _, c := range p.Changes {
 		if c.Key.Import {
+			if imports == nil {
+				imports = t.imports.Edit()
+			}
 			n.patchImport(imports, c)
 			continue
 		}
@@ -117,10 +122,21 @@ func (t *Table) Patched(p *Patch) *Table {
 			n.count(e, 1)
 			e.eachRef(func(a [16]byte, r ref) { is = append(is, addrRef{a, r}) })
 		}
-		patchExt(ext, c.Key, old, e)
+		if hasExt(old) || hasExt(e) {
+			if ext == nil {
+				ext = t.ext.Edit()
+			}
+			patchExt(ext, c.Key, old, e)
+		}
 		rs = patchRev(rev, c.Key, was, is, rs)
 	}
-	n.names, n.rev, n.imports, n.ext = names.Map(), rev.Map(), imports.Map(), ext.Map()
+	n.names, n.rev, n.imports, n.ext = names.Map(), rev.Map(), t.imports, t.ext
+	if imports != nil {
+		n.imports = imports.Map()
+	}
+	if ext != nil {
+		n.ext = ext.Map()
+	}
 	n.pods = patchPods(t.pods, p.Pods)
 	return n
 }
@@ -199,18 +215,18 @@ func (t *Table) patchImport(imports *pmap.Editor[Key, *entry], c Change) {
 	}
 }
 
+// hasExt reports whether e (nil: none) has a Service with external IPs.
+func hasExt(e *entry) bool { return e != nil && e.svc != nil && len(e.svc.ExternalIPs) > 0 }
+
 // patchExt moves key k in the external IP index from the external IPs of
 // its old entry (nil: none) to those of its new one (nil: gone).
 func patchExt(ext *pmap.Editor[string, []Key], k Key, old, cur *entry) {
 	var was, is []string
-	if old != nil && old.svc != nil {
+	if hasExt(old) {
 		was = old.svc.ExternalIPs
 	}
-	if cur != nil && cur.svc != nil {
+	if hasExt(cur) {
 		is = cur.svc.ExternalIPs
-	}
-	if len(was) == 0 && len(is) == 0 {
-		return
 	}
 	for _, ip := range was {
 		ks, _ := ext.Get(ip)

@@ -152,9 +152,15 @@ func newSvcEntry(se ServiceEndpoints, byID map[string]*nodeEntry, endpointMode b
 	svc := se.Service
 	e := &svcEntry{admitted: int32(len(se.Endpoints))}
 	var ips []netip.Addr
+	if endpointMode {
+		ips = make([]netip.Addr, 0, len(se.Endpoints)) // an address each, at most: no growth by doubling
+	}
 	var fqdns []string
 	for _, sp := range svc.Ports {
 		if sp.Name != "" {
+			if e.ports == nil {
+				e.ports = make([]namedPort, 0, len(svc.Ports))
+			}
 			e.ports = append(e.ports, namedPort{key: portKey{sp.Name, sp.Protocol}})
 		}
 	}

@@ -124,11 +124,16 @@ type Editor[K any, V any] struct {
 	m     Map[K, V]
 	tok   *token
 	owned []*node[K, V] // the nodes this batch made: they may grow with room, trimmed by Map
+	// room for owned: a change copies a path of a few nodes, so a batch
+	// of one change appends to owned without allocating
+	ownedRoom [8]*node[K, V]
 }
 
 // Edit starts a batch of changes to m; m itself is not changed.
 func (m *Map[K, V]) Edit() *Editor[K, V] {
-	return &Editor[K, V]{m: *m, tok: new(token)}
+	e := &Editor[K, V]{m: *m, tok: new(token)}
+	e.owned = e.ownedRoom[:0]
+	return e
 }
 
 // Map returns the map with the changes so far. The editor may go on: its
