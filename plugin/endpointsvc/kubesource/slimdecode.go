@@ -19,17 +19,21 @@ import (
 // annotation), instead of client-go's decoding of every field (managed
 // fields, owner references, each endpoint's target kind, namespace and
 // UID, a Node's images and resources, ...) that the transform then drops.
-// The kubernetes plugin decodes and drops them on every event.
+// An EndpointSlice, the object of most events, goes further: it is read
+// straight into the slim kSlice the informer stores (slimdecode_slice.go),
+// with no API object in between. The kubernetes plugin decodes and drops
+// every field on every event.
 //
 // Invariant: for every object of these kinds the API server sends, the
 // transform of the slim object equals the transform of client-go's, and
 // the informer reads the same name, namespace, resourceVersion, labels
 // and annotations (slimdecode_test.go compares them on generated
-// objects). Anything else (another kind, a Status in an ERROR event, a
-// list, an encoding it does not know, bytes it cannot parse) goes to
-// client-go's decoder as before. A field given twice is read as
-// client-go reads it: the last value of a scalar, the values of a list
-// appended, a message merged.
+// objects; FuzzSlimSlice on mutated slices). Anything else (another kind,
+// a Status in an ERROR event, a list, an encoding it does not know, bytes
+// it cannot parse) goes to client-go's decoder as before (and a slice it
+// decodes is made a kSlice). A field given twice is read as client-go
+// reads it: the last value of a scalar, the values of a list appended, a
+// message merged.
 
 // slimKind is a kind the slim decoder reads: its group version kind and
 // the parser of its protobuf form.
