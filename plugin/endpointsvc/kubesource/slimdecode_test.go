@@ -195,17 +195,25 @@ func TestSlimSliceAsClientGo(t *testing.T) {
 		}
 		for _, mc := range []bool{false, true} {
 			for _, nss := range []map[string]bool{nil, {"shop": true}} {
-				c := *got
-				a, _ := transformSlice(nss, mc)(&c)
-				e, _ := transformSlice(nss, mc)(w)
-				ka, ke := a.(*kSlice), e.(*kSlice)
-				if !sameSlim(ka, ke) || ka.kMeta != ke.kMeta || ka.trigger != ke.trigger || ka.sl.Import != ke.sl.Import || ka.sl.Cluster != ke.sl.Cluster ||
-					!slices.Equal(ka.sl.Ports, ke.sl.Ports) {
+				if ka, ke, ok := transformedAlike(got, w, nss, mc); !ok {
 					t.Fatalf("slice %d (mc %v, namespaces %v): transformed\n%+v\nwant\n%+v", i, mc, nss, ka, ke)
 				}
 			}
 		}
 	}
+}
+
+// transformedAlike transforms the slim decoder's kSlice (a copy: the
+// transform may drop its multicluster labels) and client-go's object of
+// the same slice alike, and reports whether the informer and the mappings
+// read the two the same.
+func transformedAlike(got *kSlice, w *discoveryv1.EndpointSlice, nss map[string]bool, mc bool) (slim, want *kSlice, ok bool) {
+	c := *got
+	a, _ := transformSlice(nss, mc)(&c)
+	e, _ := transformSlice(nss, mc)(w)
+	slim, want = a.(*kSlice), e.(*kSlice)
+	return slim, want, sameSlim(slim, want) && slim.kMeta == want.kMeta && slim.trigger == want.trigger &&
+		slim.sl.Import == want.sl.Import && slim.sl.Cluster == want.sl.Cluster && slices.Equal(slim.sl.Ports, want.sl.Ports)
 }
 
 // TestSlimDecoderPassesOthers: what is not of the decoder's kinds in
@@ -473,12 +481,7 @@ func FuzzSlimSlice(f *testing.F) {
 			t.Fatalf("closing bookmark %v, annotations %v", k.initialEventsEnd, w.Annotations)
 		}
 		for _, mc := range []bool{false, true} {
-			c := *k
-			a, _ := transformSlice(nil, mc)(&c)
-			e, _ := transformSlice(nil, mc)(w)
-			ka, ke := a.(*kSlice), e.(*kSlice)
-			if !sameSlim(ka, ke) || ka.kMeta != ke.kMeta || ka.trigger != ke.trigger || ka.sl.Import != ke.sl.Import || ka.sl.Cluster != ke.sl.Cluster ||
-				!slices.Equal(ka.sl.Ports, ke.sl.Ports) {
+			if ka, ke, ok := transformedAlike(k, w, nil, mc); !ok {
 				t.Fatalf("mc %v: slim\n%+v\nclient-go\n%+v", mc, ka, ke)
 			}
 		}
