@@ -214,10 +214,18 @@ func wrongType(read bool) error {
 
 // str reads a string field (wire type bytes).
 func str(typ protowire.Type, v []byte, dst *string) error {
+	var b []byte
+	err := bytesField(typ, v, &b)
+	*dst = string(b)
+	return err
+}
+
+// bytesField reads a bytes field (wire type bytes), without a copy.
+func bytesField(typ protowire.Type, v []byte, dst *[]byte) error {
 	if typ != protowire.BytesType {
 		return errNotSlim
 	}
-	*dst = string(v)
+	*dst = v
 	return nil
 }
 

@@ -110,6 +110,14 @@ func parseSlice(b []byte) (*kSlice, error) {
 // while the string is in use.
 func view(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
+// viewField reads a string field as a view of the event's bytes (view).
+func viewField(typ protowire.Type, v []byte, dst *string) error {
+	var b []byte
+	err := bytesField(typ, v, &b)
+	*dst = view(b)
+	return err
+}
+
 // sliceMeta is what a slice's metadata says that the informer and the
 // mapping read, as views of the event's bytes (the last value of each,
 // as client-go reads a field or a map key given twice).
@@ -124,18 +132,12 @@ type sliceMeta struct {
 func (m *sliceMeta) parse(b []byte) error {
 	return fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		switch num {
-		case 1, 3, 6:
-			if typ != protowire.BytesType {
-				return errNotSlim
-			}
-			switch num {
-			case 1:
-				m.name = v
-			case 3:
-				m.namespace = v
-			default:
-				m.resourceVersion = v
-			}
+		case 1:
+			return bytesField(typ, v, &m.name)
+		case 3:
+			return bytesField(typ, v, &m.namespace)
+		case 6:
+			return bytesField(typ, v, &m.resourceVersion)
 		case 11, 12:
 			key, val, err := rawEntry(typ, v)
 			if err != nil {
@@ -174,15 +176,10 @@ func rawEntry(typ protowire.Type, b []byte) (key, val []byte, err error) {
 	}
 	err = fields(b, func(num protowire.Number, typ protowire.Type, x []byte, _ uint64) error {
 		switch num {
-		case 1, 2:
-			if typ != protowire.BytesType {
-				return errNotSlim
-			}
-			if num == 1 {
-				key = x
-			} else {
-				val = x
-			}
+		case 1:
+			return bytesField(typ, x, &key)
+		case 2:
+			return bytesField(typ, x, &val)
 		}
 		return nil
 	})
@@ -225,22 +222,18 @@ func addEndpoint(sl *k8sdns.Slice, b []byte, addrs []string) error {
 	var e k8sdns.EndpointSpec
 	err := fields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		switch num {
-		case 1, 3, 6:
-			if typ != protowire.BytesType {
-				return errNotSlim
+		case 1:
+			var a string
+			err := viewField(typ, v, &a)
+			if sl.Type == k8sdns.FQDN {
+				a = strings.Clone(a)
 			}
-			switch num {
-			case 1:
-				a := view(v)
-				if sl.Type == k8sdns.FQDN {
-					a = string(v)
-				}
-				addrs = append(addrs, a)
-			case 3:
-				e.Hostname = view(v)
-			default:
-				e.NodeName = view(v)
-			}
+			addrs = append(addrs, a)
+			return err
+		case 3:
+			return viewField(typ, v, &e.Hostname)
+		case 6:
+			return viewField(typ, v, &e.NodeName)
 		case 2:
 			if typ != protowire.BytesType {
 				return errNotSlim
@@ -274,11 +267,7 @@ func addEndpoint(sl *k8sdns.Slice, b []byte, addrs []string) error {
 				if num != 3 {
 					return nil
 				}
-				if typ != protowire.BytesType {
-					return errNotSlim
-				}
-				e.TargetRef = view(x)
-				return nil
+				return viewField(typ, x, &e.TargetRef)
 			})
 		}
 		return nil
