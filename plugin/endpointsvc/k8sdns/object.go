@@ -6,7 +6,13 @@ import (
 	"slices"
 	"strings"
 	"unique"
+
+	"github.com/meshdns/meshdns/plugin/pkg/intern"
 )
+
+// nodeNames interns the endpoints' node names: a cluster has a few
+// hundred or thousand, and every slice event names ten or more.
+var nodeNames intern.Table
 
 // The model: the parts of Kubernetes objects that the DNS specification
 // reads, kept as the API server gives them (names, port names and
@@ -215,7 +221,7 @@ func (s *Slice) Add(e EndpointSpec) error {
 		s.text = ""
 	}
 	if e.NodeName != "" {
-		ep.NodeName = unique.Make(e.NodeName)
+		ep.NodeName = nodeNames.Handle(e.NodeName)
 	}
 	if (e.Hostname != "" || e.TargetRef != "") && s.ends == nil {
 		s.ends = make([]uint32, 2*len(s.Endpoints), 2*cap(s.Endpoints))

@@ -5,9 +5,9 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"unique"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+	itab "github.com/meshdns/meshdns/plugin/pkg/intern"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -73,8 +73,12 @@ func slimMeta(m *metav1.ObjectMeta) kMeta {
 }
 
 // intern returns the canonical copy of s, so that the namespace names of
-// thousands of objects share their bytes.
-func intern(s string) string { return unique.Make(s).Value() }
+// thousands of objects share their bytes (through a table: one event,
+// one lookup).
+func intern(s string) string { return namespaceNames.String(s) }
+
+// namespaces interns the objects' namespace names.
+var namespaceNames itab.Table
 
 // transformService converts a *v1.Service into a *kService; anything else
 // (already slim, a tombstone) passes unchanged. skip marks namespaces
@@ -200,7 +204,7 @@ func filterSlice(k *kSlice, namespaces map[string]bool, mc bool) *kSlice {
 
 // modelSlice is a slice as the model keeps it: every endpoint, with the
 // addresses that fit its address type (the API admits no other). ns is
-// its namespace, interned (slimMeta's: one unique.Make an event).
+// its namespace, interned (slimMeta's: one lookup an event).
 func modelSlice(s *discoveryv1.EndpointSlice, ns string) k8sdns.Slice {
 	m := k8sdns.Slice{Namespace: ns, Name: s.Name, Service: s.Labels[discoveryv1.LabelServiceName]}
 	t, ok := k8sdns.ParseAddressType(string(s.AddressType))

@@ -216,7 +216,7 @@ func countEndpoint(b []byte, addresses, text *int) error {
 // adds it to sl as modelSlice adds client-go's. addrs is room for its
 // addresses. The strings handed to Add are views of the event's bytes:
 // Add keeps none of them (it parses IP addresses, copies names into the
-// slice's text, and unique.Make clones what it interns), except an FQDN
+// slice's text, and the intern table keeps its own copy), except an FQDN
 // slice's addresses, copied here.
 func addEndpoint(sl *k8sdns.Slice, b []byte, addrs []string) error {
 	var e k8sdns.EndpointSpec
