@@ -22,12 +22,13 @@ type schema interface {
 	// decodeSnapshot the snapshot file.
 	decode(b []byte) (feed.State, error)
 	decodeSnapshot(b []byte) (feed.State, error)
-	// logRecord is p's record in the snapshot's change log (the source's
-	// patch as sent, whatever the table keeps of it), and replay applies
+	// logRecord appends p's record in the snapshot's change log (the
+	// source's patch as sent, whatever the table keeps of it) to its
+	// argument; nil when the schema has none for p. replay applies
 	// such records in order to a state of the snapshot: it returns the
 	// state and how many it applied (all, or those before the first bad
 	// one, which err names).
-	logRecord(p feed.Patch) []byte
+	logRecord(p feed.Patch) func([]byte) []byte
 	replay(st feed.State, recs [][]byte) (feed.State, int, error)
 	// build makes the table of a whole state.
 	build(st feed.State) modelTable

@@ -26,9 +26,9 @@ func (d *dnsSchema) decode(b []byte) (feed.State, error) { return k8sdns.DecodeS
 
 func (d *dnsSchema) decodeSnapshot(b []byte) (feed.State, error) { return k8sdns.DecodeSnapshot(b) }
 
-func (d *dnsSchema) logRecord(p feed.Patch) []byte {
+func (d *dnsSchema) logRecord(p feed.Patch) func([]byte) []byte {
 	if kp, ok := p.(*k8sdns.Patch); ok {
-		return k8sdns.AppendPatchRecord(nil, kp)
+		return kp.AppendRecord
 	}
 	return nil
 }

@@ -40,9 +40,9 @@ func (o *orchSchema) decode(b []byte) (feed.State, error) { return orch.DecodeSt
 
 func (o *orchSchema) decodeSnapshot(b []byte) (feed.State, error) { return orch.DecodeSnapshot(b) }
 
-func (o *orchSchema) logRecord(p feed.Patch) []byte {
+func (o *orchSchema) logRecord(p feed.Patch) func([]byte) []byte {
 	if op, ok := p.(*orch.Patch); ok {
-		return orch.AppendPatchRecord(nil, op)
+		return op.AppendRecord
 	}
 	return nil
 }

@@ -109,7 +109,7 @@ func (e *Endpointsvc) applyPatch(ctx context.Context, p feed.Patch) {
 	}
 	if e.snapshot != nil {
 		if rec := e.schema.logRecord(p); rec != nil {
-			e.snapshot.OfferChange(rec, p.Snapshot, t.model.Services(), start) // appended to the change log, coalesced
+			e.snapshot.AppendChange(rec, p.Snapshot, t.model.Services(), start) // appended to the change log, coalesced
 		} else {
 			e.snapshot.Offer(p.Snapshot, t.model.Services(), start)
 		}

@@ -37,6 +37,9 @@ type logPodNS struct {
 	Namespaces []string `json:"namespaces"`
 }
 
+// AppendRecord appends p's change-log record (AppendPatchRecord).
+func (p *Patch) AppendRecord(b []byte) []byte { return AppendPatchRecord(b, p) }
+
 // AppendPatchRecord appends p's change-log record. The head is appended
 // by hand, byte for byte what encoding/json writes for a logHead (a
 // record per patch: no reflection on the sync path).

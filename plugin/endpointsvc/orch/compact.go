@@ -113,20 +113,68 @@ func (st *State) appendSnapshot(b []byte) []byte {
 
 // compact writes st's services and tasks with cw and ends it.
 func (st *State) compact(cw *CompactWriter) error {
-	byService := make(map[string][]int, len(st.Services))
-	for i := range st.Tasks {
-		byService[st.Tasks[i].ServiceID] = append(byService[st.Tasks[i].ServiceID], i)
+	if len(st.Services) == 1 { // a change log record, most often: no index
+		if err := cw.Service(&st.Services[0]); err != nil {
+			return err
+		}
+		for j := range st.Tasks {
+			if st.Tasks[j].ServiceID == st.Services[0].ID {
+				cw.task(&st.Tasks[j])
+			}
+		}
+		return cw.End()
 	}
+	group, order, end := st.tasksByService()
 	for i := range st.Services {
 		if err := cw.Service(&st.Services[i]); err != nil {
 			return err
 		}
-		for _, j := range byService[st.Services[i].ID] {
-			t := &st.Tasks[j]
-			cw.Task(CompactTask{Node: t.NodeID, Address: t.Address, Hostname: t.Hostname, Desired: t.DesiredStatus, Actual: t.ActualStatus, Ports: t.Ports})
+		g, start := group[st.Services[i].ID], 0
+		if g > 0 {
+			start = end[g-1]
+		}
+		for _, j := range order[start:end[g]] {
+			cw.task(&st.Tasks[j])
 		}
 	}
 	return cw.End()
+}
+
+// tasksByService orders st's tasks by service, with one counting sort
+// (two arrays, not one growing per service): group numbers the services'
+// IDs, and group g's tasks are order[end[g-1]:end[g]] (from 0 for the
+// first), indexes in st.Tasks in their order.
+func (st *State) tasksByService() (group map[string]int, order, end []int) {
+	group = make(map[string]int, len(st.Services))
+	for i := range st.Services {
+		if _, ok := group[st.Services[i].ID]; !ok {
+			group[st.Services[i].ID] = len(group)
+		}
+	}
+	end = make([]int, len(group)) // counts, then where each group starts, then where it ends
+	for j := range st.Tasks {
+		if g, ok := group[st.Tasks[j].ServiceID]; ok {
+			end[g]++
+		}
+	}
+	sum := 0
+	for g, n := range end {
+		end[g] = sum
+		sum += n
+	}
+	order = make([]int, sum)
+	for j := range st.Tasks {
+		if g, ok := group[st.Tasks[j].ServiceID]; ok {
+			order[end[g]] = j
+			end[g]++
+		}
+	}
+	return group, order, end
+}
+
+// task writes t with Task.
+func (cw *CompactWriter) task(t *Task) {
+	cw.Task(CompactTask{Node: t.NodeID, Address: t.Address, Hostname: t.Hostname, Desired: t.DesiredStatus, Actual: t.ActualStatus, Ports: t.Ports})
 }
 
 // CompactTask is a task as the compact form writes it: its address is

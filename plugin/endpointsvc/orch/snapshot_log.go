@@ -33,6 +33,9 @@ type logHead struct {
 	DirtyNodes []string    `json:"dirty_nodes,omitempty"`
 }
 
+// AppendRecord appends p's change-log record (AppendPatchRecord).
+func (p *Patch) AppendRecord(b []byte) []byte { return AppendPatchRecord(b, p) }
+
 // AppendPatchRecord appends p's change-log record.
 func AppendPatchRecord(b []byte, p *Patch) []byte {
 	b = append(b, `{"patch":1`...)

@@ -71,12 +71,20 @@ const recordHead = 8
 
 // AppendRecord appends payload framed as a log record to dst.
 func AppendRecord(dst, payload []byte) []byte {
-	var head [recordHead]byte
+	start := len(dst)
+	dst = append(dst, make([]byte, recordHead)...)
+	dst = append(dst, payload...)
+	frame(dst[start:])
+	return dst
+}
+
+// frame fills rec's head (its first recordHead bytes) for the payload
+// after it.
+func frame(rec []byte) {
+	head, payload := rec[:recordHead], rec[recordHead:]
 	binary.BigEndian.PutUint32(head[:4], uint32(len(payload)))
 	crc := crc32.Update(crc32.Checksum(head[:4], castagnoli), castagnoli, payload)
 	binary.BigEndian.PutUint32(head[4:], crc)
-	dst = append(dst, head[:]...)
-	return append(dst, payload...)
 }
 
 // ErrOtherBase: the log follows another snapshot than the one read.

@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -287,4 +288,74 @@ func TestChangeLogOtherWriter(t *testing.T) {
 	if got, want := b.replayed(t), fmt.Sprint(a.state); got != want {
 		t.Fatalf("after the other writer's change: %q, want %q whole", got, want)
 	}
+}
+
+// TestChangeLogConcurrentOffers offers changes (and now and then a whole
+// state) from one goroutine while Run and another goroutine flush, for a
+// few seeds: the records a flush appends, the ones offered while it
+// writes (kept for the next), and the batch arrays reused between them
+// must land on disk whole, framed, in order - the state on disk is the
+// last one offered.
+func TestChangeLogConcurrentOffers(t *testing.T) {
+	for seed := range int64(4) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			lw := newLogWriter(t)
+			lw.whole(1, 2, 3)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { lw.Run(ctx); close(done) }()
+			offering := make(chan struct{})
+			flushed := make(chan struct{})
+			go func() { // flushes beside Run's, which the duty rule spaces out
+				defer close(flushed)
+				for {
+					select {
+					case <-offering:
+						return
+					default:
+						lw.Flush()
+					}
+				}
+			}()
+			for range 3000 {
+				n := rng.Intn(1 << uint(rng.Intn(30)+1)) // records of 1 to 10 digits
+				switch {
+				case rng.Intn(100) == 0:
+					lw.state = append(lw.state[:0], n)
+					lw.Offer(lw.encode(), len(lw.state), time.Now())
+				default:
+					lw.state = append(lw.state, n)
+					lw.OfferChange([]byte(fmt.Sprint(n)), lw.encode(), len(lw.state), time.Now())
+				}
+				if rng.Intn(20) == 0 {
+					time.Sleep(time.Duration(rng.Intn(1500)) * time.Microsecond)
+				}
+			}
+			close(offering)
+			<-flushed
+			lw.Flush()
+			if got, want := sumState(t, lw.replayed(t)), fmt.Sprint(lw.state); got != want {
+				t.Fatalf("on disk %q, want %q", got, want)
+			}
+			cancel()
+			<-done
+		})
+	}
+}
+
+// sumState turns replayed's "[a b]+c+d" into the state "[a b c d]".
+func sumState(t *testing.T, s string) string {
+	base, recs, _ := strings.Cut(s, "+")
+	out := strings.TrimSuffix(base, "]")
+	for _, r := range strings.Split(recs, "+") {
+		if r == "" {
+			continue
+		}
+		if out != "[" {
+			out += " "
+		}
+		out += r
+	}
+	return out + "]"
 }

@@ -66,15 +66,24 @@ type Writer struct {
 	ChangeLog bool
 	OnAppend  func(bytes int64)
 
-	mu      sync.Mutex
-	pending func(io.Writer) error // writes the latest state not written yet; nil: none
-	entries int                   // pending's entry count
-	at      time.Time             // when pending was applied
-	kick    chan struct{}
-	// ChangeLog: the records of the changes offered since the last write,
-	// in order; whole is set by Offer until a whole write, and gen counts
-	// the Offers (a flush keeps what was offered while it wrote).
-	recs  [][]byte
+	mu       sync.Mutex
+	flushing sync.Mutex            // held by a flush: they run one at a time
+	pending  func(io.Writer) error // writes the latest state not written yet; nil: none
+	entries  int                   // pending's entry count
+	at       time.Time             // when pending was applied
+	kick     chan struct{}
+	// ChangeLog: batch holds the records of the changes offered since the
+	// last write, in order, framed as the log holds them (AppendRecord),
+	// nrecs their number; whole is set by Offer until a whole write, and
+	// gen counts the Offers (a flush keeps what was offered while it
+	// wrote). The bytes of batch below the length a flush read are never
+	// written again while that flush may use them: records are appended
+	// past them, Offer drops the array, and a flush that keeps later
+	// records moves them to another one (spare: the array of the last
+	// append, reused).
+	batch []byte
+	nrecs int
+	spare []byte
 	whole bool
 	gen   uint64
 	// last is the latest state written (whole or appended), which the
@@ -100,7 +109,7 @@ func (w *Writer) Writes() int64 { return w.writes.Load() }
 func (w *Writer) Offer(encode func(io.Writer) error, entries int, at time.Time) {
 	w.mu.Lock()
 	w.pending, w.entries, w.at = encode, entries, at
-	w.recs, w.whole = nil, true
+	w.batch, w.nrecs, w.whole = nil, 0, true
 	w.gen++
 	w.mu.Unlock()
 	w.wake()
@@ -113,13 +122,23 @@ func (w *Writer) Offer(encode func(io.Writer) error, entries int, at time.Time) 
 // rec must hold the whole new content of what it changes (replaying it
 // twice is harmless) and must not be changed after.
 func (w *Writer) OfferChange(rec []byte, encode func(io.Writer) error, entries int, at time.Time) {
+	w.AppendChange(func(b []byte) []byte { return append(b, rec...) }, encode, entries, at)
+}
+
+// AppendChange is OfferChange with the record appended by add, straight
+// into the writer's batch of records (no copy of its own per change:
+// the record of a patch is encoded once, where it is written from). add
+// runs with the writer's lock held, so it must be quick and must not
+// call the writer.
+func (w *Writer) AppendChange(add func([]byte) []byte, encode func(io.Writer) error, entries int, at time.Time) {
 	if !w.ChangeLog {
 		w.Offer(encode, entries, at)
 		return
 	}
 	w.mu.Lock()
 	w.pending, w.entries, w.at = encode, entries, at
-	w.recs = append(w.recs, rec)
+	w.batch = appendFramed(w.batch, add)
+	w.nrecs++
 	w.mu.Unlock()
 	w.wake()
 }
@@ -182,8 +201,10 @@ func (w *Writer) Flush() { w.flush() }
 // flush writes the pending state. It reports whether it wrote, and when a
 // pending empty state is held back, the time the hold ends.
 func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
+	w.flushing.Lock() // one at a time: a flush owns the batch array it read
+	defer w.flushing.Unlock()
 	w.mu.Lock()
-	encode, n, at, recs, whole, gen := w.pending, w.entries, w.at, w.recs, w.whole, w.gen
+	encode, n, at, batch, nrecs, whole, gen := w.pending, w.entries, w.at, w.batch, w.nrecs, w.whole, w.gen
 	w.mu.Unlock()
 	if encode == nil {
 		return false, time.Time{}
@@ -195,18 +216,21 @@ func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 	}
 	w.mu.Lock()
 	if w.gen == gen { // no whole state offered meanwhile: keep the changes offered since
-		w.recs = w.recs[len(recs):]
+		w.batch = append(w.spare[:0], w.batch[len(batch):]...)
+		w.spare = nil
+		w.nrecs -= nrecs
 		w.whole = false
 	}
 	if w.at.Equal(at) {
 		w.pending = nil
 	}
 	w.mu.Unlock()
+	defer w.reuse(batch) // written or dropped: no one appends to its array now
 	if !ok {
 		return false, time.Time{} // another instance (a reload's successor) wrote a newer state
 	}
-	if w.ChangeLog && !whole && n > 0 && len(recs) > 0 {
-		size, done, err := files.appendLog(w, at, recs)
+	if w.ChangeLog && !whole && n > 0 && nrecs > 0 {
+		size, done, err := files.appendLog(w, at, batch, nrecs)
 		if err != nil {
 			w.Log.Warningf("Appending to change log %q: %v; writing the whole snapshot", LogPath(w.Path), err)
 			if w.OnError != nil {
@@ -226,6 +250,34 @@ func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 		return false, time.Time{}
 	}
 	return true, time.Time{}
+}
+
+// maxSpare bounds the batch array a writer keeps for reuse (a second's
+// records under churn are tens of kilobytes).
+const maxSpare = 1 << 20
+
+// reuse keeps batch's array, written out, for the next batch: no other
+// flush can hold it (flushing) and no change is appended to it any more
+// (the batch moved to another array, or Offer dropped it).
+func (w *Writer) reuse(batch []byte) {
+	if cap(batch) > maxSpare {
+		return
+	}
+	w.mu.Lock()
+	if w.spare == nil {
+		w.spare = batch[:0]
+	}
+	w.mu.Unlock()
+}
+
+// appendFramed appends the record add appends, framed as AppendRecord
+// frames it, to b.
+func appendFramed(b []byte, add func([]byte) []byte) []byte {
+	start := len(b)
+	b = append(b, make([]byte, recordHead)...)
+	b = add(b)
+	frame(b[start:])
+	return b
 }
 
 // written notes the state on disk now, for the compaction at stop.
@@ -421,22 +473,14 @@ func (f *fileStates) commit(path string, at time.Time, rename func(s *fileState)
 	return rename(s)
 }
 
-// appendLog appends recs, the changes that led to the claimed state
-// applied at at, to w's log, when w owns the log and it stays within the
-// snapshot's size after (done): a compaction rewrites the snapshot whole,
+// appendLog appends b, the nrecs framed records of the changes that led
+// to the claimed state applied at at, to w's log, when w owns the log and
+// it stays within the snapshot's size after (done): a compaction rewrites the snapshot whole,
 // so its cost spread over the records appended since is at most what
 // writing them cost (half the size: twice), and a start-up replays at
 // most one snapshot's worth of records. An append that fails leaves the log
 // to no one: its tail may be torn, so the next write is whole.
-func (f *fileStates) appendLog(w *Writer, at time.Time, recs [][]byte) (size int64, done bool, err error) {
-	n := 0
-	for _, r := range recs {
-		n += recordHead + len(r)
-	}
-	b := make([]byte, 0, n) // a second's records: no growth by doubling
-	for _, r := range recs {
-		b = AppendRecord(b, r)
-	}
+func (f *fileStates) appendLog(w *Writer, at time.Time, b []byte, nrecs int) (size int64, done bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.get(w.Path)
@@ -460,7 +504,7 @@ func (f *fileStates) appendLog(w *Writer, at time.Time, recs [][]byte) (size int
 		return 0, false, err
 	}
 	s.recBytes += int64(len(b))
-	s.logRecs += len(recs)
+	s.logRecs += nrecs
 	return int64(len(b)), true, nil
 }
 
