@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unique"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
@@ -35,6 +36,26 @@ import (
 // validated: every name is checked and every reference resolves.
 type orchModel struct {
 	nodeAddress []string // node address types, in preference order (lowercased)
+
+	// mapped holds each node a patch mapped, by its name in the store,
+	// until a change marks it (changes.nodes) or the stores are mapped
+	// whole: a patch looks up and maps only the nodes it has not. A node
+	// the store did not hold is kept as not ok. Every change of a node
+	// that mapping reads is marked (heartbeats, which change nothing it
+	// reads, are skipped before), as patches already rely on to find the
+	// Services on changed nodes.
+	mu     sync.Mutex
+	mapped map[string]mappedNode
+}
+
+// maxMappedNodes bounds orchModel.mapped: more than the largest
+// clusters' nodes.
+const maxMappedNodes = 1 << 15
+
+// mappedNode is a node as mapped, or ok false when it is left out.
+type mappedNode struct {
+	node orch.Node
+	ok   bool
 }
 
 // DefaultNodeAddress is the default preference order of node_address.
@@ -53,6 +74,9 @@ func (m *orchModel) watchNodes() bool { return true }
 
 // whole maps the stores' objects.
 func (m *orchModel) whole(st stores) feed.State {
+	m.mu.Lock()
+	m.mapped = nil // whatever was marked before a whole mapping is gone
+	m.mu.Unlock()
 	var ks []*kService
 	for _, o := range st.svcs.List() {
 		if s, ok := o.(*kService); ok {
@@ -101,24 +125,7 @@ func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Pa
 		}
 		kl = append(kl, st.slicesOf(id)...)
 	}
-	used := map[string]bool{}
-	for n := range c.nodes {
-		used[n] = true
-	}
-	for _, sl := range kl {
-		for i := range sl.sl.Endpoints {
-			if n := sl.sl.Endpoints[i].Node(); n != "" {
-				used[n] = true
-			}
-		}
-	}
-	var kn []*kNode
-	for n := range used {
-		if o, ok, _ := st.nodes.GetByKey(n); ok {
-			kn = append(kn, o.(*kNode))
-		}
-	}
-	nodes, known := m.nodes(kn)
+	nodes, known := m.usedNodes(st, kl, c.nodes)
 	mapped := services(ks, kl, known)
 	mapped.Nodes = nodes
 	p := &orch.Patch{State: mapped, DirtyNodes: c.nodes, Programmed: programmed(st, c.triggers),
@@ -162,41 +169,88 @@ func onNodes(st stores, nodes, names map[string]bool) {
 	}
 }
 
-// nodes maps nodes (sorted by name in place) and returns the names of
-// those it kept.
-func (m *orchModel) nodes(nodes []*kNode) ([]orch.Node, map[string]bool) {
-	pref := m.nodeAddress
-	if len(pref) == 0 {
-		pref = DefaultNodeAddress
+// usedNodes maps the nodes a patch carries - the changed ones and those
+// the slices' endpoints run on, each from the store - as nodes maps them,
+// through m.mapped: a node that did not change since it was last mapped
+// is neither looked up nor mapped again.
+func (m *orchModel) usedNodes(st stores, kl []*kSlice, changed map[string]bool) ([]orch.Node, map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mapped == nil || len(m.mapped) > maxMappedNodes {
+		m.mapped = map[string]mappedNode{} // names of nodes long gone, after years of autoscaling
 	}
+	used := make([]string, 0, len(changed)+8)
+	for n := range changed {
+		delete(m.mapped, n)
+		used = append(used, n)
+	}
+	for _, sl := range kl {
+		for i := range sl.sl.Endpoints {
+			if n := sl.sl.Endpoints[i].Node(); n != "" {
+				used = append(used, n)
+			}
+		}
+	}
+	slices.Sort(used) // by name in the store, as nodes sorts them
+	used = slices.Compact(used)
+	out := make([]orch.Node, 0, len(used))
+	known := make(map[string]bool, len(used))
+	for _, n := range used {
+		mn, ok := m.mapped[n]
+		if !ok {
+			if o, held, _ := st.nodes.GetByKey(n); held {
+				mn.node, mn.ok = m.mapNode(o.(*kNode))
+			}
+			m.mapped[n] = mn
+		}
+		if mn.ok && !known[mn.node.Name] {
+			known[mn.node.Name] = true
+			out = append(out, mn.node)
+		}
+	}
+	return out, known
+}
+
+// nodes maps nodes (sorted by name in place) and returns the names of
+// those it kept: of two whose names are one in lower case, the first.
+func (m *orchModel) nodes(nodes []*kNode) ([]orch.Node, map[string]bool) {
 	out := make([]orch.Node, 0, len(nodes))
 	slices.SortFunc(nodes, func(a, b *kNode) int { return strings.Compare(a.Name, b.Name) })
 	known := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
-		name := strings.ToLower(n.Name)
-		if !orch.ValidName(name) || known[name] {
+		node, ok := m.mapNode(n)
+		if !ok || known[node.Name] {
 			continue
 		}
-		addr := ""
-		for _, t := range pref {
-			if a := n.address(t); a != "" {
-				if _, _, err := orch.ParseAddress(a); err == nil {
-					addr = a
-					break
-				}
-			}
-		}
-		if addr == "" {
-			continue
-		}
-		status := "ready"
-		if n.readyFalse {
-			status = "down"
-		}
-		known[name] = true
-		out = append(out, orch.Node{ID: name, Name: name, Address: addr, Status: status})
+		known[node.Name] = true
+		out = append(out, node)
 	}
 	return out, known
+}
+
+// mapNode maps one node, or reports that it is left out: a name that is
+// not valid, or no address of the preferred types that parses.
+func (m *orchModel) mapNode(n *kNode) (orch.Node, bool) {
+	name := strings.ToLower(n.Name)
+	if !orch.ValidName(name) {
+		return orch.Node{}, false
+	}
+	pref := m.nodeAddress
+	if len(pref) == 0 {
+		pref = DefaultNodeAddress
+	}
+	for _, t := range pref {
+		if a := n.address(t); a != "" {
+			if _, _, err := orch.ParseAddress(a); err == nil {
+				status := "ready"
+				if n.readyFalse {
+					status = "down"
+				}
+				return orch.Node{ID: name, Name: name, Address: a, Status: status}, true
+			}
+		}
+	}
+	return orch.Node{}, false
 }
 
 // services maps Services and their slices; an endpoint runs on its node

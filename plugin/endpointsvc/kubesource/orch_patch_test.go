@@ -1,0 +1,168 @@
+package kubesource
+
+import (
+	"fmt"
+	"math/rand"
+	"net/netip"
+	"testing"
+
+	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
+	"github.com/meshdns/meshdns/plugin/endpointsvc/orch"
+	"github.com/meshdns/meshdns/plugin/pkg/jsonw"
+)
+
+// TestOrchPatchIsWhole: for a few seeds, a run of generated changes -
+// endpoints that turn ready or unready or move to another node (also one
+// the store does not hold), Nodes that come, go, go down, come back or
+// change their address (also to none the mapping can use) - each applied
+// to the stores and patched onto the table by one orchModel, whose
+// mapped nodes carry over from patch to patch, leaves the table a whole
+// mapping of the stores builds, in node and in endpoint mode. A Node's
+// change is sometimes marked a patch late (its event handler runs after
+// the next slice's patch): the tables are compared once every mark is in.
+// Now and then the stores change unmarked and are mapped whole, as after
+// a relist.
+func TestOrchPatchIsWhole(t *testing.T) {
+	zones := []string{"cluster.local."}
+	for seed := range int64(6) {
+		for _, endpointMode := range []bool{false, true} {
+			t.Run(fmt.Sprintf("seed=%d/endpoint=%v", seed, endpointMode), func(t *testing.T) {
+				rng := rand.New(rand.NewSource(seed))
+				st := genOrchStores(rng)
+				m := &orchModel{}
+				tbl := orch.BuildTable(m.whole(st).(*orch.State), zones, false, endpointMode, nil)
+				late := map[string]bool{} // node marks not delivered yet
+				for step := range 300 {
+					c := changes{names: map[string]bool{}, nodes: map[string]bool{}}
+					for n := range late {
+						c.nodes[n] = true
+					}
+					clear(late)
+					if rng.Intn(40) == 0 { // a relist: changes unmarked, the stores mapped whole
+						genNodeChange(rng, st)
+						tbl = orch.BuildTable(m.whole(st).(*orch.State), zones, false, endpointMode, nil)
+						continue
+					}
+					if rng.Intn(3) == 0 {
+						n := genNodeChange(rng, st)
+						if rng.Intn(3) == 0 {
+							late[n] = true
+						} else {
+							c.nodes[n] = true
+						}
+					} else {
+						c.names[genSliceChange(rng, st)] = true
+					}
+					tbl = tbl.Patched(m.patch(st, c, nil).(*orch.Patch), zones, false, endpointMode, nil)
+					if len(late) > 0 {
+						continue
+					}
+					want := orch.BuildTable((&orchModel{}).whole(st).(*orch.State), zones, false, endpointMode, nil)
+					if got, w := listing(t, tbl), listing(t, want); got != w {
+						t.Fatalf("step %d: patched table\n%s\nwant (whole)\n%s", step, got, w)
+					}
+				}
+			})
+		}
+	}
+}
+
+const genNodes = 8
+
+// genOrchStores holds 20 Services in 3 namespaces, one slice of 1 to 4
+// endpoints each, on genNodes + 1 node names of which the store holds
+// genNodes (node-8 is never there).
+func genOrchStores(rng *rand.Rand) stores {
+	st := newStores()
+	for n := range genNodes {
+		_ = st.nodes.Add(genOrchNode(rng, n))
+	}
+	ep := 0
+	for i := range 20 {
+		ns := fmt.Sprintf("ns-%d", i%3)
+		s := &kService{kMeta: kMeta{Name: fmt.Sprintf("svc-%d", i), Namespace: ns, ResourceVersion: "1"}}
+		s.svc = k8sdns.Service{Namespace: ns, Name: s.Name, Kind: k8sdns.Headless,
+			Ports: []k8sdns.Port{{Name: "http", Protocol: "TCP", Port: 80}}}
+		_ = st.svcs.Add(s)
+		sl := &kSlice{kMeta: kMeta{Name: s.Name + "-x", Namespace: ns, ResourceVersion: "1"}}
+		sl.sl = k8sdns.Slice{Namespace: ns, Name: sl.Name, Service: s.Name, Type: k8sdns.IPv4,
+			Ports: []k8sdns.Port{{Name: "http", Protocol: "TCP", Port: 8080}}}
+		for range 1 + rng.Intn(4) {
+			ep++
+			_ = sl.sl.Add(k8sdns.EndpointSpec{Ready: k8sdns.True, NodeName: fmt.Sprintf("node-%d", rng.Intn(genNodes+1)),
+				Addresses: []string{netip.AddrFrom4([4]byte{10, 100, byte(ep >> 8), byte(ep)}).String()}})
+		}
+		sl.sl.Compact()
+		_ = st.slices.Add(sl)
+	}
+	return st
+}
+
+// genOrchNode is node n with a random address (or one the mapping cannot
+// use) and Ready condition.
+func genOrchNode(rng *rand.Rand, n int) *kNode {
+	k := &kNode{kMeta: kMeta{Name: fmt.Sprintf("node-%d", n), ResourceVersion: fmt.Sprint(rng.Int())}, readyFalse: rng.Intn(4) == 0}
+	switch rng.Intn(6) {
+	case 0: // no address
+	case 1:
+		k.addresses[0] = "not an address"
+	default:
+		k.addresses[rng.Intn(2)] = netip.AddrFrom4([4]byte{10, 0, byte(n), byte(rng.Intn(4))}).String()
+	}
+	return k
+}
+
+// genNodeChange changes, adds or deletes a node in the store and returns
+// its name.
+func genNodeChange(rng *rand.Rand, st stores) string {
+	n := rng.Intn(genNodes)
+	k := genOrchNode(rng, n)
+	if o, ok, _ := st.nodes.GetByKey(k.Name); ok && rng.Intn(4) == 0 {
+		_ = st.nodes.Delete(o)
+	} else {
+		_ = st.nodes.Update(k) // adds a node the store does not hold
+	}
+	return k.Name
+}
+
+// genSliceChange turns one endpoint of a Service's slice ready or
+// unready, or moves it to another node, in the store, and returns the
+// Service's name as the dirty set marks it.
+func genSliceChange(rng *rand.Rand, st stores) string {
+	id := fmt.Sprintf("ns-%d/svc-%d", 0, 0)
+	for {
+		i := rng.Intn(20)
+		id = fmt.Sprintf("ns-%d/svc-%d", i%3, i)
+		if len(st.slicesOf(id)) > 0 {
+			break
+		}
+	}
+	old := st.slicesOf(id)[0]
+	n := &kSlice{kMeta: old.kMeta, sl: k8sdns.Slice{Namespace: old.sl.Namespace, Name: old.sl.Name, Service: old.sl.Service,
+		Type: old.sl.Type, Ports: old.sl.Ports}}
+	j := rng.Intn(len(old.sl.Endpoints))
+	for i := range old.sl.Endpoints {
+		e := &old.sl.Endpoints[i]
+		spec := k8sdns.EndpointSpec{Addresses: []string{old.sl.Address(i, 0)}, NodeName: e.Node(), Ready: e.Ready}
+		if i == j {
+			if rng.Intn(2) == 0 {
+				spec.Ready = k8sdns.True + k8sdns.False - spec.Ready
+			} else {
+				spec.NodeName = fmt.Sprintf("node-%d", rng.Intn(genNodes+1))
+			}
+		}
+		_ = n.sl.Add(spec)
+	}
+	n.sl.Compact()
+	_ = st.slices.Update(n)
+	return id
+}
+
+// listing is the table's listing (orch.List), every service.
+func listing(t *testing.T, tbl *orch.Table) string {
+	w := jsonw.Appender(nil)
+	if _, err := orch.List(w, tbl, orch.Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	return string(w.Buf)
+}
