@@ -279,9 +279,9 @@ func services(ks []*kService, kl []*kSlice, known map[string]bool) *orch.State {
 			continue
 		}
 		ports := taskPorts(&sl.sl)
+		tids := taskIDs(strings.ToLower(sl.Namespace)+"/"+sl.Name+"/", len(sl.sl.Endpoints))
 		for i := range sl.sl.Endpoints {
-			t := orch.Task{ID: strings.ToLower(sl.Namespace) + "/" + sl.Name + "/" + strconv.Itoa(i), ServiceID: id,
-				Ports: ports, Address: sl.sl.Address(i, 0)}
+			t := orch.Task{ID: tids.at(i), ServiceID: id, Ports: ports, Address: sl.sl.Address(i, 0)}
 			if sl.sl.Type == k8sdns.FQDN && !validFQDN(t.Address) {
 				continue // an FQDN the orch model cannot answer with
 			}
@@ -290,6 +290,34 @@ func services(ks []*kService, kl []*kSlice, known map[string]bool) *orch.State {
 		}
 	}
 	return st
+}
+
+// idList is n task IDs end to end in one string (one allocation for a
+// slice's tasks, not one each): prefix, then the task's number.
+type idList struct {
+	all  string
+	ends []int
+}
+
+// taskIDs makes the IDs prefix+"0" to prefix+(n-1).
+func taskIDs(prefix string, n int) idList {
+	b := make([]byte, 0, n*(len(prefix)+3))
+	ends := make([]int, n)
+	for i := range n {
+		b = append(b, prefix...)
+		b = strconv.AppendInt(b, int64(i), 10)
+		ends[i] = len(b)
+	}
+	return idList{all: string(b), ends: ends}
+}
+
+// at is the ith ID.
+func (l idList) at(i int) string {
+	start := 0
+	if i > 0 {
+		start = l.ends[i-1]
+	}
+	return l.all[start:l.ends[i]]
 }
 
 // orchService maps one Service, or reports that it leaves it out.
@@ -344,7 +372,6 @@ func taskPorts(sl *k8sdns.Slice) []orch.TaskPort {
 // name) and Port, the nodePort as PublishedPort.
 func servicePorts(s *kService) []orch.ServicePort {
 	var out []orch.ServicePort
-	seen := map[[2]string]bool{}
 	for i, p := range s.svc.Ports {
 		name, proto := strings.ToLower(p.Name), strings.ToLower(p.Protocol)
 		var nodePort int32
@@ -352,10 +379,10 @@ func servicePorts(s *kService) []orch.ServicePort {
 			nodePort = s.nodePorts[i]
 		}
 		if !orch.ValidProtocol(proto) || !orch.ValidPort(int(p.Port), false) || !orch.ValidPort(int(nodePort), true) ||
-			(name != "" && !orch.ValidLabel(name)) || seen[[2]string{name, proto}] {
-			continue
+			(name != "" && !orch.ValidLabel(name)) ||
+			slices.ContainsFunc(out, func(o orch.ServicePort) bool { return o.Name == name && o.Protocol == proto }) {
+			continue // a Service has a few ports: a look through them, no set
 		}
-		seen[[2]string{name, proto}] = true
 		out = append(out, orch.ServicePort{Name: name, Protocol: proto, TargetPort: int(p.Port), Port: int(p.Port), PublishedPort: int(nodePort)})
 	}
 	return out
