@@ -179,7 +179,8 @@ func (m *orchModel) usedNodes(st stores, kl []*kSlice, changed map[string]bool) 
 	if m.mapped == nil || len(m.mapped) > maxMappedNodes {
 		m.mapped = map[string]mappedNode{} // names of nodes long gone, after years of autoscaling
 	}
-	used := make([]string, 0, len(changed)+8)
+	var room [16]string // a patch's few node names, mostly
+	used := room[:0]
 	for n := range changed {
 		delete(m.mapped, n)
 		used = append(used, n)
