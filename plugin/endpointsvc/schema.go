@@ -24,7 +24,8 @@ type schema interface {
 	decodeSnapshot(b []byte) (feed.State, error)
 	// logRecord appends p's record in the snapshot's change log (the
 	// source's patch as sent, whatever the table keeps of it) to its
-	// argument; nil when the schema has none for p. replay applies
+	// argument, run later by the snapshot writer (a patch never changes
+	// once sent); nil when the schema has none for p. replay applies
 	// such records in order to a state of the snapshot: it returns the
 	// state and how many it applied (all, or those before the first bad
 	// one, which err names).

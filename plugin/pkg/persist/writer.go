@@ -72,18 +72,14 @@ type Writer struct {
 	entries  int                   // pending's entry count
 	at       time.Time             // when pending was applied
 	kick     chan struct{}
-	// ChangeLog: batch holds the records of the changes offered since the
-	// last write, in order, framed as the log holds them (AppendRecord),
-	// nrecs their number; whole is set by Offer until a whole write, and
-	// gen counts the Offers (a flush keeps what was offered while it
-	// wrote). The bytes of batch below the length a flush read are never
-	// written again while that flush may use them: records are appended
-	// past them, Offer drops the array, and a flush that keeps later
-	// records moves them to another one (spare: the array of the last
-	// append, reused).
-	batch []byte
-	nrecs int
-	spare []byte
+	// ChangeLog: adds append the records of the changes offered since the
+	// last write, in order (encoded by the flush that appends them: a
+	// second's records at once, on one goroutine, and none for changes a
+	// whole write supersedes); whole is set by Offer until a whole write,
+	// and gen counts the Offers (a flush keeps what was offered while it
+	// wrote). buf is the flushes' buffer of framed records, reused.
+	adds  []func([]byte) []byte
+	buf   []byte
 	whole bool
 	gen   uint64
 	// last is the latest state written (whole or appended), which the
@@ -109,7 +105,7 @@ func (w *Writer) Writes() int64 { return w.writes.Load() }
 func (w *Writer) Offer(encode func(io.Writer) error, entries int, at time.Time) {
 	w.mu.Lock()
 	w.pending, w.entries, w.at = encode, entries, at
-	w.batch, w.nrecs, w.whole = nil, 0, true
+	w.adds, w.whole = nil, true
 	w.gen++
 	w.mu.Unlock()
 	w.wake()
@@ -125,11 +121,10 @@ func (w *Writer) OfferChange(rec []byte, encode func(io.Writer) error, entries i
 	w.AppendChange(func(b []byte) []byte { return append(b, rec...) }, encode, entries, at)
 }
 
-// AppendChange is OfferChange with the record appended by add, straight
-// into the writer's batch of records (no copy of its own per change:
-// the record of a patch is encoded once, where it is written from). add
-// runs with the writer's lock held, so it must be quick and must not
-// call the writer.
+// AppendChange is OfferChange with the record appended by add, when a
+// flush appends it to the log (not at all when the whole state is
+// written first): add runs later, on the writer's goroutine, so what it
+// reads must not change after this call.
 func (w *Writer) AppendChange(add func([]byte) []byte, encode func(io.Writer) error, entries int, at time.Time) {
 	if !w.ChangeLog {
 		w.Offer(encode, entries, at)
@@ -137,8 +132,7 @@ func (w *Writer) AppendChange(add func([]byte) []byte, encode func(io.Writer) er
 	}
 	w.mu.Lock()
 	w.pending, w.entries, w.at = encode, entries, at
-	w.batch = appendFramed(w.batch, add)
-	w.nrecs++
+	w.adds = append(w.adds, add)
 	w.mu.Unlock()
 	w.wake()
 }
@@ -201,10 +195,10 @@ func (w *Writer) Flush() { w.flush() }
 // flush writes the pending state. It reports whether it wrote, and when a
 // pending empty state is held back, the time the hold ends.
 func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
-	w.flushing.Lock() // one at a time: a flush owns the batch array it read
+	w.flushing.Lock() // one at a time: a flush owns buf
 	defer w.flushing.Unlock()
 	w.mu.Lock()
-	encode, n, at, batch, nrecs, whole, gen := w.pending, w.entries, w.at, w.batch, w.nrecs, w.whole, w.gen
+	encode, n, at, adds, whole, gen := w.pending, w.entries, w.at, w.adds, w.whole, w.gen
 	w.mu.Unlock()
 	if encode == nil {
 		return false, time.Time{}
@@ -216,21 +210,26 @@ func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 	}
 	w.mu.Lock()
 	if w.gen == gen { // no whole state offered meanwhile: keep the changes offered since
-		w.batch = append(w.spare[:0], w.batch[len(batch):]...)
-		w.spare = nil
-		w.nrecs -= nrecs
+		w.adds = w.adds[len(adds):]
 		w.whole = false
 	}
 	if w.at.Equal(at) {
 		w.pending = nil
 	}
 	w.mu.Unlock()
-	defer w.reuse(batch) // written or dropped: no one appends to its array now
+	defer clear(adds) // out of w.adds now: the changes they read can go
 	if !ok {
 		return false, time.Time{} // another instance (a reload's successor) wrote a newer state
 	}
-	if w.ChangeLog && !whole && n > 0 && nrecs > 0 {
-		size, done, err := files.appendLog(w, at, batch, nrecs)
+	if w.ChangeLog && !whole && n > 0 && len(adds) > 0 {
+		b := w.buf[:0]
+		for _, add := range adds {
+			b = appendFramed(b, add)
+		}
+		if cap(b) <= maxBuf {
+			w.buf = b
+		}
+		size, done, err := files.appendLog(w, at, b, len(adds))
 		if err != nil {
 			w.Log.Warningf("Appending to change log %q: %v; writing the whole snapshot", LogPath(w.Path), err)
 			if w.OnError != nil {
@@ -252,23 +251,9 @@ func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 	return true, time.Time{}
 }
 
-// maxSpare bounds the batch array a writer keeps for reuse (a second's
+// maxBuf bounds the buffer a writer keeps for its records (a second's
 // records under churn are tens of kilobytes).
-const maxSpare = 1 << 20
-
-// reuse keeps batch's array, written out, for the next batch: no other
-// flush can hold it (flushing) and no change is appended to it any more
-// (the batch moved to another array, or Offer dropped it).
-func (w *Writer) reuse(batch []byte) {
-	if cap(batch) > maxSpare {
-		return
-	}
-	w.mu.Lock()
-	if w.spare == nil {
-		w.spare = batch[:0]
-	}
-	w.mu.Unlock()
-}
+const maxBuf = 1 << 20
 
 // appendFramed appends the record add appends, framed as AppendRecord
 // frames it, to b.
