@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"unique"
+	"unsafe"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
@@ -45,7 +46,7 @@ type orchModel struct {
 	// reads, are skipped before), as patches already rely on to find the
 	// Services on changed nodes.
 	mu     sync.Mutex
-	mapped map[string]mappedNode
+	mapped map[unique.Handle[string]]mappedNode
 }
 
 // maxMappedNodes bounds orchModel.mapped: more than the largest
@@ -90,7 +91,7 @@ func (m *orchModel) whole(st stores) feed.State {
 		}
 	}
 	nodes, known := m.nodes(allNodes(st))
-	mapped := services(ks, kl, known)
+	mapped := services(ks, kl, &known)
 	mapped.Nodes = nodes
 	return mapped
 }
@@ -126,7 +127,7 @@ func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Pa
 		kl = append(kl, st.slicesOf(id)...)
 	}
 	nodes, known := m.usedNodes(st, kl, c.nodes)
-	mapped := services(ks, kl, known)
+	mapped := services(ks, kl, &known)
 	mapped.Nodes = nodes
 	p := &orch.Patch{State: mapped, DirtyNodes: c.nodes, Programmed: programmed(st, c.triggers),
 		Whole:         func() *orch.State { return whole().(*orch.State) },
@@ -169,61 +170,134 @@ func onNodes(st stores, nodes, names map[string]bool) {
 	}
 }
 
+// knownNodes are the nodes a mapping kept - their names as the table has
+// them (lowercased) - by the handle of their name in the store, which is
+// the handle of the endpoints that run on them (an API server admits only
+// lowercase node names: a store name and an endpoint's are the same
+// string, and a map of handles hashes a pointer, not the string).
+// A patch's few are looked through (no map to allocate per patch); a
+// whole mapping's many are a map.
+type knownNodes struct {
+	few  []knownNode
+	many map[unique.Handle[string]]string
+}
+
+type knownNode struct {
+	h    unique.Handle[string]
+	name string
+}
+
+// fewKnown is how many nodes knownNodes looks through.
+const fewKnown = 32
+
+func newKnownNodes(n int) knownNodes {
+	if n <= fewKnown {
+		return knownNodes{few: make([]knownNode, 0, n)}
+	}
+	return knownNodes{many: make(map[unique.Handle[string]]string, n)}
+}
+
+func (k *knownNodes) add(h unique.Handle[string], name string) {
+	if k.many != nil {
+		k.many[h] = name
+		return
+	}
+	k.few = append(k.few, knownNode{h, name})
+}
+
+// name is node h's name, or "" when it is not known.
+func (k *knownNodes) name(h unique.Handle[string]) string {
+	if k.many != nil {
+		return k.many[h]
+	}
+	for _, n := range k.few {
+		if n.h == h {
+			return n.name
+		}
+	}
+	return ""
+}
+
 // usedNodes maps the nodes a patch carries - the changed ones and those
 // the slices' endpoints run on, each from the store - as nodes maps them,
 // through m.mapped: a node that did not change since it was last mapped
 // is neither looked up nor mapped again.
-func (m *orchModel) usedNodes(st stores, kl []*kSlice, changed map[string]bool) ([]orch.Node, map[string]bool) {
+func (m *orchModel) usedNodes(st stores, kl []*kSlice, changed map[string]bool) ([]orch.Node, knownNodes) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.mapped == nil || len(m.mapped) > maxMappedNodes {
-		m.mapped = map[string]mappedNode{} // names of nodes long gone, after years of autoscaling
+		m.mapped = map[unique.Handle[string]]mappedNode{} // names of nodes long gone, after years of autoscaling
 	}
-	var room [16]string // a patch's few node names, mostly
+	var room [16]unique.Handle[string] // a patch's few nodes, mostly
 	used := room[:0]
 	for n := range changed {
-		delete(m.mapped, n)
-		used = append(used, n)
+		h := unique.Make(n)
+		delete(m.mapped, h)
+		used = append(used, h)
 	}
 	for _, sl := range kl {
 		for i := range sl.sl.Endpoints {
-			if n := sl.sl.Endpoints[i].Node(); n != "" {
-				used = append(used, n)
+			if h := sl.sl.Endpoints[i].NodeName; h != (unique.Handle[string]{}) {
+				used = append(used, h)
 			}
 		}
 	}
-	slices.Sort(used) // by name in the store, as nodes sorts them
+	slices.SortFunc(used, func(a, b unique.Handle[string]) int { return strings.Compare(a.Value(), b.Value()) }) // as nodes sorts them
 	used = slices.Compact(used)
 	out := make([]orch.Node, 0, len(used))
-	known := make(map[string]bool, len(used))
-	for _, n := range used {
-		mn, ok := m.mapped[n]
+	known := newKnownNodes(len(used))
+	names := newNameSet(len(used))
+	for _, h := range used {
+		mn, ok := m.mapped[h]
 		if !ok {
-			if o, held, _ := st.nodes.GetByKey(n); held {
+			if o, held, _ := st.nodes.GetByKey(h.Value()); held {
 				mn.node, mn.ok = m.mapNode(o.(*kNode))
 			}
-			m.mapped[n] = mn
+			m.mapped[h] = mn
 		}
-		if mn.ok && !known[mn.node.Name] {
-			known[mn.node.Name] = true
+		if mn.ok && !names.add(out, mn.node.Name) {
+			known.add(h, mn.node.Name)
 			out = append(out, mn.node)
 		}
 	}
 	return out, known
 }
 
-// nodes maps nodes (sorted by name in place) and returns the names of
-// those it kept: of two whose names are one in lower case, the first.
-func (m *orchModel) nodes(nodes []*kNode) ([]orch.Node, map[string]bool) {
+// nameSet tells whether a node name is taken: for the few nodes of most
+// patches by a look through the nodes kept, else through a set.
+type nameSet map[string]bool
+
+func newNameSet(n int) nameSet {
+	if n < 32 {
+		return nil
+	}
+	return make(nameSet, n)
+}
+
+// add reports whether out (the nodes kept) holds a node named name, and
+// notes name as held.
+func (s nameSet) add(out []orch.Node, name string) (had bool) {
+	if s == nil {
+		return slices.ContainsFunc(out, func(n orch.Node) bool { return n.Name == name })
+	}
+	had, s[name] = s[name], true
+	return had
+}
+
+// nodes maps nodes (sorted by name in place) and returns those it kept:
+// of two whose names are one in lower case, the first.
+func (m *orchModel) nodes(nodes []*kNode) ([]orch.Node, knownNodes) {
 	out := make([]orch.Node, 0, len(nodes))
 	slices.SortFunc(nodes, func(a, b *kNode) int { return strings.Compare(a.Name, b.Name) })
-	known := make(map[string]bool, len(nodes))
+	known := newKnownNodes(len(nodes))
+	names := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		node, ok := m.mapNode(n)
-		if !ok || known[node.Name] {
+		if !ok || names[node.Name] {
 			continue
 		}
-		known[node.Name] = true
+		names[node.Name] = true
+		known.add(unique.Make(n.Name), node.Name)
 		out = append(out, node)
 	}
 	return out, known
@@ -255,8 +329,8 @@ func (m *orchModel) mapNode(n *kNode) (orch.Node, bool) {
 }
 
 // services maps Services and their slices; an endpoint runs on its node
-// when known has the node's name, else on none.
-func services(ks []*kService, kl []*kSlice, known map[string]bool) *orch.State {
+// when known has the node, else on none.
+func services(ks []*kService, kl []*kSlice, known *knownNodes) *orch.State {
 	st := &orch.State{Services: make([]orch.Service, 0, len(ks))}
 	ids := make(map[string]bool, len(ks))
 	for _, s := range ks {
@@ -309,7 +383,7 @@ func taskIDs(prefix string, n int) idList {
 		b = strconv.AppendInt(b, int64(i), 10)
 		ends[i] = len(b)
 	}
-	return idList{all: string(b), ends: ends}
+	return idList{all: unsafe.String(unsafe.SliceData(b), len(b)), ends: ends} // b is never written again
 }
 
 // at is the ith ID.
@@ -334,10 +408,8 @@ func orchService(s *kService) (orch.Service, bool) {
 // known, desired stopped when terminating (else running), actual healthy
 // when ready, running when only serving (unset serving: as ready), else
 // unhealthy.
-func endpointStatus(ep *k8sdns.Endpoint, known map[string]bool) (node, desired, actual string) {
-	if n := strings.ToLower(ep.Node()); known[n] {
-		node = n
-	}
+func endpointStatus(ep *k8sdns.Endpoint, known *knownNodes) (node, desired, actual string) {
+	node = known.name(ep.NodeName)
 	desired = orch.StatusRunning
 	if ep.Terminating == k8sdns.True {
 		desired = orch.StatusStopped
@@ -430,7 +502,7 @@ func (m *orchModel) snapshot(w io.Writer, st stores) error {
 				} else {
 					t.IP = sl.sl.Addr(i, 0)
 				}
-				t.Node, t.Desired, t.Actual = endpointStatus(&sl.sl.Endpoints[i], known)
+				t.Node, t.Desired, t.Actual = endpointStatus(&sl.sl.Endpoints[i], &known)
 				cw.Task(t)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"net/netip"
 	"testing"
+	"unique"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/orch"
@@ -165,4 +166,29 @@ func listing(t *testing.T, tbl *orch.Table) string {
 		t.Fatal(err)
 	}
 	return string(w.Buf)
+}
+
+// TestKnownNodes: a patch's few known nodes (looked through) and a whole
+// mapping's many (a map) answer alike.
+func TestKnownNodes(t *testing.T) {
+	for _, n := range []int{0, 1, fewKnown, fewKnown + 1, 500} {
+		k := newKnownNodes(n)
+		if (k.many != nil) != (n > fewKnown) {
+			t.Fatalf("%d nodes: many is %v", n, k.many != nil)
+		}
+		for i := range n {
+			if i%3 != 0 {
+				k.add(unique.Make(fmt.Sprintf("node-%d", i)), fmt.Sprintf("name-%d", i))
+			}
+		}
+		for i := range n + 2 {
+			want := ""
+			if i < n && i%3 != 0 {
+				want = fmt.Sprintf("name-%d", i)
+			}
+			if got := k.name(unique.Make(fmt.Sprintf("node-%d", i))); got != want {
+				t.Fatalf("%d nodes: node-%d is %q, want %q", n, i, got, want)
+			}
+		}
+	}
 }
