@@ -219,22 +219,20 @@ func TestPatchCostFlat(t *testing.T) {
 func BenchmarkPatchRecord(b *testing.B) {
 	st := benchStores(1500, 10)
 	c := changes{names: map[string]bool{"ns-7/svc-7": true}}
-	b.Run("schema=kubernetes", func(b *testing.B) {
-		p := (&dnsModel{}).patch(st, c, nil).(*k8sdns.Patch)
-		b.ReportAllocs()
-		var buf []byte
-		for b.Loop() {
-			buf = p.AppendRecord(buf[:0])
-		}
-		b.ReportMetric(float64(len(buf)), "bytes")
-	})
-	b.Run("schema=orch", func(b *testing.B) {
-		p := (&orchModel{}).patch(st, c, nil).(*orch.Patch)
-		b.ReportAllocs()
-		var buf []byte
-		for b.Loop() {
-			buf = p.AppendRecord(buf[:0])
-		}
-		b.ReportMetric(float64(len(buf)), "bytes")
-	})
+	for _, m := range []struct {
+		name string
+		p    interface{ AppendRecord([]byte) []byte }
+	}{
+		{"schema=kubernetes", (&dnsModel{}).patch(st, c, nil).(*k8sdns.Patch)},
+		{"schema=orch", (&orchModel{}).patch(st, c, nil).(*orch.Patch)},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var buf []byte
+			for b.Loop() {
+				buf = m.p.AppendRecord(buf[:0])
+			}
+			b.ReportMetric(float64(len(buf)), "bytes")
+		})
+	}
 }
