@@ -460,10 +460,10 @@ func (f *fileStates) commit(path string, at time.Time, rename func(s *fileState)
 
 // appendLog appends b, the nrecs framed records of the changes that led
 // to the claimed state applied at at, to w's log, when w owns the log and
-// it stays within the snapshot's size after (done): a compaction rewrites the snapshot whole,
-// so its cost spread over the records appended since is at most what
-// writing them cost (half the size: twice), and a start-up replays at
-// most one snapshot's worth of records. An append that fails leaves the log
+// it stays within the snapshot's size after (done): a compaction rewrites
+// the snapshot whole, so its cost spread over the records appended since
+// is at most what writing them cost (half the size: twice), and a
+// start-up replays at most one snapshot's worth of records. An append that fails leaves the log
 // to no one: its tail may be torn, so the next write is whole.
 func (f *fileStates) appendLog(w *Writer, at time.Time, b []byte, nrecs int) (size int64, done bool, err error) {
 	f.mu.Lock()
