@@ -252,26 +252,35 @@ func parseMeta(b []byte, m *metav1.ObjectMeta) error {
 
 // mapEntry reads a map<string, string> entry (key 1, value 2) into *m.
 func mapEntry(typ protowire.Type, b []byte, m *map[string]string) error {
-	if typ != protowire.BytesType {
-		return errNotSlim
-	}
-	var k, v string
-	if err := fields(b, func(num protowire.Number, typ protowire.Type, x []byte, _ uint64) error {
-		switch num {
-		case 1:
-			return str(typ, x, &k)
-		case 2:
-			return str(typ, x, &v)
-		}
-		return nil
-	}); err != nil {
+	k, v, err := pairField(typ, b)
+	if err != nil {
 		return err
 	}
 	if *m == nil {
 		*m = map[string]string{}
 	}
-	(*m)[k] = v
+	(*m)[string(k)] = string(v)
 	return nil
+}
+
+// pairField reads a message whose fields 1 and 2 are strings - a
+// map<string, string> entry's key and value, a node condition's type and
+// status, a node address's type and address - the last of each, as views
+// of b (nil: absent).
+func pairField(typ protowire.Type, b []byte) (first, second []byte, err error) {
+	if typ != protowire.BytesType {
+		return nil, nil, errNotSlim
+	}
+	err = fields(b, func(num protowire.Number, typ protowire.Type, x []byte, _ uint64) error {
+		switch num {
+		case 1:
+			return bytesField(typ, x, &first)
+		case 2:
+			return bytesField(typ, x, &second)
+		}
+		return nil
+	})
+	return first, second, err
 }
 
 // varintBool reads a bool field (wire type varint).

@@ -149,25 +149,17 @@ func parseNode(b []byte) (*corev1.Node, error) {
 				if num != 4 && num != 5 {
 					return nil
 				}
-				if typ != protowire.BytesType {
-					return errNotSlim
+				k, val, err := pairField(typ, v) // type and status, or type and address
+				if err != nil {
+					return err // the object goes to client-go's decoder whole
 				}
-				var kind, value string // type and status, or type and address
-				err := fields(v, func(field protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-					switch field {
-					case 1:
-						return str(typ, v, &kind)
-					case 2:
-						return str(typ, v, &value)
-					}
-					return nil
-				})
+				kind, value := string(k), string(val)
 				if num == 4 {
 					n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeConditionType(kind), Status: corev1.ConditionStatus(value)})
 				} else {
 					n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeAddressType(kind), Address: value})
 				}
-				return err
+				return nil
 			})
 		}
 		return nil

@@ -139,7 +139,7 @@ func (m *sliceMeta) parse(b []byte) error {
 		case 6:
 			return bytesField(typ, v, &m.resourceVersion)
 		case 11, 12:
-			key, val, err := rawEntry(typ, v)
+			key, val, err := pairField(typ, v)
 			if err != nil {
 				return err
 			}
@@ -166,24 +166,6 @@ func (m *sliceMeta) entry(label bool, key string, val []byte) {
 	case !label && key == metav1.InitialEventsAnnotationKey:
 		m.initialEventsEnd = val
 	}
-}
-
-// rawEntry reads a map<string, string> entry: key (1), value (2), the
-// last of each.
-func rawEntry(typ protowire.Type, b []byte) (key, val []byte, err error) {
-	if typ != protowire.BytesType {
-		return nil, nil, errNotSlim
-	}
-	err = fields(b, func(num protowire.Number, typ protowire.Type, x []byte, _ uint64) error {
-		switch num {
-		case 1:
-			return bytesField(typ, x, &key)
-		case 2:
-			return bytesField(typ, x, &val)
-		}
-		return nil
-	})
-	return key, val, err
 }
 
 // countEndpoint adds an endpoint's addresses and the bytes of its
