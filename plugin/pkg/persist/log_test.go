@@ -359,3 +359,57 @@ func sumState(t *testing.T, s string) string {
 	}
 	return out + "]"
 }
+
+// TestChangeLogSyncInterval: appends are written at once (on disk for a
+// reader at every step) but fsynced at most once per SyncInterval; Run
+// fsyncs the appends left unsynced once it has passed, with no append to
+// carry it.
+func TestChangeLogSyncInterval(t *testing.T) {
+	lw := newLogWriter(t)
+	lw.SyncInterval = time.Hour
+	base := make([]int, 100) // room for the records below
+	for i := range base {
+		base[i] = 100 + i
+	}
+	lw.whole(base...)
+	for i := range 5 {
+		lw.add(20 + i)
+	}
+	if got := lw.replayed(t); got != fmt.Sprint(base)+"+20+21+22+23+24" {
+		t.Fatalf("appends not on disk at once: %q", got)
+	}
+	if n := lw.syncs.Load(); n != 0 {
+		t.Fatalf("%d fsyncs of the log within its SyncInterval, want 0", n)
+	}
+	lw.SyncInterval = time.Nanosecond
+	lw.add(25)
+	lw.add(26)
+	if n := lw.syncs.Load(); n != 2 {
+		t.Fatalf("%d fsyncs with a SyncInterval past at each append, want 2", n)
+	}
+
+	lw.SyncInterval = 50 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { lw.Run(ctx); close(done) }()
+	lw.add(27) // within the interval of the last fsync: left for Run's timer
+	deadline := time.Now().Add(5 * time.Second)
+	for dirty(lw.Writer) {
+		if time.Now().After(deadline) {
+			t.Fatal("Run left the log's last append unsynced past its SyncInterval")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := lw.syncs.Load(); n != 3 {
+		t.Fatalf("%d fsyncs, want 3", n)
+	}
+	cancel()
+	<-done
+}
+
+func dirty(w *Writer) bool {
+	files.mu.Lock()
+	defer files.mu.Unlock()
+	return files.get(w.Path).dirty
+}

@@ -27,6 +27,9 @@ const (
 	// longer than 1/duty of it: writing never takes more than that share
 	// of the time (of a core, at most).
 	duty = 25
+	// DefaultSyncInterval is the least time between two fsyncs of a
+	// change log (Writer.SyncInterval).
+	DefaultSyncInterval = 10 * time.Second
 )
 
 // Writer writes a plugin's served state to its snapshot file off the sync
@@ -65,6 +68,15 @@ type Writer struct {
 	// after every append with the bytes appended; may be nil.
 	ChangeLog bool
 	OnAppend  func(bytes int64)
+	// SyncInterval is the least time between two fsyncs of the change log
+	// (0: DefaultSyncInterval). Every append is written at once, so a
+	// process that dies (a crash, an OOM kill: the restarts the snapshot
+	// is for) loses none; only a power cut or a kernel crash can lose the
+	// appends of the last SyncInterval, and those leave the log a good
+	// prefix (its records' CRCs). A whole write is fsynced before its
+	// rename, always; a log with unsynced appends is fsynced once
+	// SyncInterval has passed, and when Run ends.
+	SyncInterval time.Duration
 
 	mu       sync.Mutex
 	flushing sync.Mutex            // held by a flush: they run one at a time
@@ -90,6 +102,7 @@ type Writer struct {
 	compactions atomic.Int64
 
 	writes atomic.Int64 // files written (tests count them)
+	syncs  atomic.Int64 // fsyncs of the change log (tests count them)
 }
 
 // NewWriter returns a writer of path that logs to log.
@@ -155,7 +168,8 @@ func (w *Writer) Run(ctx context.Context) {
 	}
 	var last time.Time
 	var took time.Duration // the last write
-	var held <-chan time.Time
+	var held, syncDue <-chan time.Time
+	defer files.closeLog(w) // fsynced if it has unsynced appends
 	for {
 		select {
 		case <-ctx.Done():
@@ -164,6 +178,9 @@ func (w *Writer) Run(ctx context.Context) {
 			return
 		case <-w.kick:
 		case <-held:
+		case <-syncDue:
+			syncDue = w.syncLog()
+			continue
 		}
 		held = nil
 		if wait := max(interval, duty*took) - time.Since(last); wait > 0 {
@@ -185,7 +202,34 @@ func (w *Writer) Run(ctx context.Context) {
 		if !until.IsZero() {
 			held = time.After(time.Until(until))
 		}
+		if syncDue == nil {
+			syncDue = w.syncLog()
+		}
 	}
+}
+
+// syncInterval is w's SyncInterval or its default.
+func (w *Writer) syncInterval() time.Duration {
+	if w.SyncInterval > 0 {
+		return w.SyncInterval
+	}
+	return DefaultSyncInterval
+}
+
+// syncLog fsyncs w's log if its unsynced appends are due; it returns when
+// to call it again (nil: nothing unsynced).
+func (w *Writer) syncLog() <-chan time.Time {
+	due, err := files.syncLog(w, time.Now())
+	if err != nil {
+		w.Log.Warningf("Syncing change log %q: %v; writing the whole snapshot next", LogPath(w.Path), err)
+		if w.OnError != nil {
+			w.OnError(err)
+		}
+	}
+	if due.IsZero() {
+		return nil
+	}
+	return time.After(time.Until(due))
 }
 
 // Flush writes the pending state now, if any and if the empty-sync rule
@@ -229,7 +273,7 @@ func (w *Writer) flush() (wrote bool, heldUntil time.Time) {
 		if cap(b) <= maxBuf {
 			w.buf = b
 		}
-		size, done, err := files.appendLog(w, at, b, len(adds))
+		size, done, err := files.appendLog(w, at, b, len(adds), time.Now())
 		if err != nil {
 			w.Log.Warningf("Appending to change log %q: %v; writing the whole snapshot", LogPath(w.Path), err)
 			if w.OnError != nil {
@@ -284,6 +328,7 @@ func (w *Writer) writeWhole(encode func(io.Writer) error, n int, at time.Time) b
 			if err := os.Rename(tmp, path); err != nil {
 				return err
 			}
+			s.dropLog() // it follows the snapshot just replaced
 			s.owner = nil
 			if !w.ChangeLog {
 				_ = os.Remove(LogPath(path)) // a log of an earlier run follows another snapshot; gone all the same
@@ -297,6 +342,7 @@ func (w *Writer) writeWhole(encode func(io.Writer) error, n int, at time.Time) b
 				return nil
 			}
 			s.owner, s.baseSize, s.recBytes, s.logRecs = w, size, 0, 0
+			s.synced = time.Now() // WriteFile fsynced the header
 			return nil
 		})
 	}
@@ -380,6 +426,22 @@ type fileState struct {
 	baseSize int64
 	recBytes int64
 	logRecs  int
+	// log is the owner's log, open for appending from its first append
+	// until the log is replaced, an append fails or the owner's Run ends;
+	// synced is when it was last fsynced, dirty whether it has appends
+	// since.
+	log    *os.File
+	synced time.Time
+	dirty  bool
+}
+
+// dropLog closes the open log, unsynced appends and all (it is replaced
+// or abandoned).
+func (s *fileState) dropLog() {
+	if s.log != nil {
+		s.log.Close()
+	}
+	s.log, s.dirty = nil, false
 }
 
 type holdKind int
@@ -463,34 +525,83 @@ func (f *fileStates) commit(path string, at time.Time, rename func(s *fileState)
 // it stays within the snapshot's size after (done): a compaction rewrites
 // the snapshot whole, so its cost spread over the records appended since
 // is at most what writing them cost (half the size: twice), and a
-// start-up replays at most one snapshot's worth of records. An append that fails leaves the log
+// start-up replays at most one snapshot's worth of records. The log stays
+// open between appends, and is fsynced when SyncInterval has passed since
+// it last was (Writer.SyncInterval). An append that fails leaves the log
 // to no one: its tail may be torn, so the next write is whole.
-func (f *fileStates) appendLog(w *Writer, at time.Time, b []byte, nrecs int) (size int64, done bool, err error) {
+func (f *fileStates) appendLog(w *Writer, at time.Time, b []byte, nrecs int, now time.Time) (size int64, done bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.get(w.Path)
 	if s.owner != w || !s.newest.Equal(at) || s.recBytes+int64(len(b)) > s.baseSize {
 		return 0, false, nil
 	}
-	lf, err := os.OpenFile(LogPath(w.Path), os.O_WRONLY|os.O_APPEND, 0)
+	if s.log == nil {
+		if s.log, err = os.OpenFile(LogPath(w.Path), os.O_WRONLY|os.O_APPEND, 0); err != nil {
+			s.log, s.owner = nil, nil
+			return 0, false, err
+		}
+	}
+	_, err = s.log.Write(b)
+	s.dirty = true
+	if err == nil && now.Sub(s.synced) >= w.syncInterval() {
+		err = s.sync(w, now)
+	}
 	if err != nil {
-		s.owner = nil
-		return 0, false, err
-	}
-	_, err = lf.Write(b)
-	if err == nil {
-		err = lf.Sync()
-	}
-	if cerr := lf.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+		s.dropLog()
 		s.owner = nil
 		return 0, false, err
 	}
 	s.recBytes += int64(len(b))
 	s.logRecs += nrecs
 	return int64(len(b)), true, nil
+}
+
+// sync fsyncs the open log (s.log set).
+func (s *fileState) sync(w *Writer, now time.Time) error {
+	w.syncs.Add(1)
+	s.synced, s.dirty = now, false
+	return s.log.Sync()
+}
+
+// syncLog fsyncs w's log if it has unsynced appends and SyncInterval has
+// passed since its last fsync; due is when to ask again (zero: nothing is
+// unsynced). A failed fsync leaves the log to no one, as a failed append
+// does.
+func (f *fileStates) syncLog(w *Writer, now time.Time) (due time.Time, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.get(w.Path)
+	if s.owner != w || s.log == nil || !s.dirty {
+		return time.Time{}, nil
+	}
+	if d := s.synced.Add(w.syncInterval()); now.Before(d) {
+		return d, nil
+	}
+	if err := s.sync(w, now); err != nil {
+		s.dropLog()
+		s.owner = nil
+		return time.Time{}, err
+	}
+	return time.Time{}, nil
+}
+
+// closeLog fsyncs w's open log if it has unsynced appends, and closes it
+// (Run's end: a successor appends to a log only after writing whole).
+func (f *fileStates) closeLog(w *Writer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.get(w.Path)
+	if s.owner != w || s.log == nil {
+		return
+	}
+	if s.dirty {
+		if err := s.sync(w, time.Now()); err != nil {
+			w.Log.Warningf("Syncing change log %q: %v", LogPath(w.Path), err)
+			s.owner = nil
+		}
+	}
+	s.dropLog()
 }
 
 // hasRecords reports whether w owns the log, which has records, and the
