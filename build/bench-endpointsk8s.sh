@@ -33,8 +33,11 @@
 # a snapshot, all at once (each its own meshdns on core 0); per round 400
 # endpoint readiness flips, then 600 annotation patches and 100 Node
 # heartbeats that change no answer, at 40 writes/s. Prints each process's
-# CPU ticks per phase and the ratio to the stock plugin's, the snapshots'
-# whole writes, log appends and bytes, and whether the answers agree.
+# CPU ticks per phase (from its CPU clock, to 1/10 tick) and the ratio to
+# the stock plugin's - which runs twice, first and last, the ratios taken
+# to the mean of the two (their own ratios show a run's noise) - the
+# snapshots' whole writes, log appends and bytes, and whether the answers
+# agree.
 # BENCH_ARGS="-meshdns-before OLD" runs OLD's endpointsvc variants too;
 # "-profile DIR" saves a CPU profile of each process per phase (round 1);
 # "-idle-secs N" adds a phase of N s without writes before each round's
