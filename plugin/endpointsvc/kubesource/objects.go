@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 	itab "github.com/meshdns/meshdns/plugin/pkg/intern"
@@ -35,6 +36,11 @@ type kService struct {
 	nodePorts []int32 // spec.ports[].nodePort, parallel to svc.Ports; nil when none has one (schema orch)
 	skip      bool    // outside the configured namespaces
 	selector  bool    // spec.selector is set (the service_kind of a headless Service)
+
+	// orch is the Service as schema orch maps it (orchService), made on
+	// first use: a stored object never changes (an update stores a new
+	// one), so each is mapped once, not on every change of its slices.
+	orch atomic.Pointer[orchMapped]
 }
 
 // kSlice is the slim form of a discovery/v1 EndpointSlice: every
@@ -315,8 +321,12 @@ func (k *kSlice) GetObjectKind() schema.ObjectKind   { return schema.EmptyObject
 func (k *kNode) GetObjectKind() schema.ObjectKind    { return schema.EmptyObjectKind }
 
 // DeepCopyObject copies k; the slices inside are never modified after the
-// transform, so they are shared.
-func (k *kService) DeepCopyObject() runtime.Object { c := *k; return &c }
+// transform, so they are shared (and so is its orch mapping).
+func (k *kService) DeepCopyObject() runtime.Object {
+	c := &kService{kMeta: k.kMeta, svc: k.svc, nodePorts: k.nodePorts, skip: k.skip, selector: k.selector}
+	c.orch.Store(k.orch.Load())
+	return c
+}
 
 // DeepCopyObject copies k (shared, never modified, inner slices).
 func (k *kSlice) DeepCopyObject() runtime.Object { c := *k; return &c }

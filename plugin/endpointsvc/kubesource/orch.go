@@ -132,16 +132,18 @@ func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Pa
 	p := &orch.Patch{State: mapped, DirtyNodes: c.nodes, Programmed: programmed(st, c.triggers),
 		Whole:         func() *orch.State { return whole().(*orch.State) },
 		WriteSnapshot: func(w io.Writer) error { return m.snapshot(w, st) }}
-	kept := make(map[string]bool, len(mapped.Services))
-	for _, svc := range mapped.Services {
-		kept[svc.ID] = true
-	}
 	for _, id := range ids {
-		if ns, name, ok := strings.Cut(id, "/"); ok && !kept[strings.ToLower(id)] {
+		if ns, name, ok := strings.Cut(id, "/"); ok && !hasService(mapped.Services, strings.ToLower(id)) {
 			p.Removed = append(p.Removed, orch.SvcKey{Namespace: strings.ToLower(ns), Name: strings.ToLower(name)})
 		}
 	}
 	return p
+}
+
+// hasService reports whether svcs (sorted by ID) holds id.
+func hasService(svcs []orch.Service, id string) bool {
+	_, ok := slices.BinarySearchFunc(svcs, id, func(s orch.Service, id string) int { return strings.Compare(s.ID, id) })
+	return ok
 }
 
 // onNodes adds to names the Services with an endpoint on one of nodes, by
@@ -332,14 +334,10 @@ func (m *orchModel) mapNode(n *kNode) (orch.Node, bool) {
 // when known has the node, else on none.
 func services(ks []*kService, kl []*kSlice, known *knownNodes) *orch.State {
 	st := &orch.State{Services: make([]orch.Service, 0, len(ks))}
-	ids := make(map[string]bool, len(ks))
 	for _, s := range ks {
-		svc, ok := orchService(s)
-		if !ok {
-			continue
+		if svc, ok := orchService(s); ok {
+			st.Services = append(st.Services, svc)
 		}
-		ids[svc.ID] = true
-		st.Services = append(st.Services, svc)
 	}
 	slices.SortFunc(st.Services, func(a, b orch.Service) int { return strings.Compare(a.ID, b.ID) })
 	slices.SortFunc(kl, func(a, b *kSlice) int { return a.compare(&b.kMeta) })
@@ -350,13 +348,17 @@ func services(ks []*kService, kl []*kSlice, known *knownNodes) *orch.State {
 	st.Tasks = make([]orch.Task, 0, n) // a Task is ~160 bytes: no growth by doubling
 	for _, sl := range kl {
 		id := strings.ToLower(sl.Namespace + "/" + sl.sl.Service)
-		if !ids[id] {
+		if !hasService(st.Services, id) {
 			continue
 		}
 		ports := taskPorts(&sl.sl)
 		tids := taskIDs(strings.ToLower(sl.Namespace)+"/"+sl.Name+"/", len(sl.sl.Endpoints))
+		var addrs strList
+		if sl.sl.Type != k8sdns.FQDN {
+			addrs = taskAddrs(&sl.sl)
+		}
 		for i := range sl.sl.Endpoints {
-			t := orch.Task{ID: tids.at(i), ServiceID: id, Ports: ports, Address: sl.sl.Address(i, 0)}
+			t := orch.Task{ID: tids.at(i), ServiceID: id, Ports: ports, Address: address(&sl.sl, addrs, i)}
 			if sl.sl.Type == k8sdns.FQDN && !validFQDN(t.Address) {
 				continue // an FQDN the orch model cannot answer with
 			}
@@ -367,15 +369,15 @@ func services(ks []*kService, kl []*kSlice, known *knownNodes) *orch.State {
 	return st
 }
 
-// idList is n task IDs end to end in one string (one allocation for a
-// slice's tasks, not one each): prefix, then the task's number.
-type idList struct {
+// strList is n strings end to end in one string (one allocation for a
+// slice's tasks, not one each): a slice's task IDs or addresses.
+type strList struct {
 	all  string
 	ends []int
 }
 
 // taskIDs makes the IDs prefix+"0" to prefix+(n-1).
-func taskIDs(prefix string, n int) idList {
+func taskIDs(prefix string, n int) strList {
 	b := make([]byte, 0, n*(len(prefix)+3))
 	ends := make([]int, n)
 	for i := range n {
@@ -383,11 +385,33 @@ func taskIDs(prefix string, n int) idList {
 		b = strconv.AppendInt(b, int64(i), 10)
 		ends[i] = len(b)
 	}
-	return idList{all: unsafe.String(unsafe.SliceData(b), len(b)), ends: ends} // b is never written again
+	return strList{all: unsafe.String(unsafe.SliceData(b), len(b)), ends: ends} // b is never written again
 }
 
-// at is the ith ID.
-func (l idList) at(i int) string {
+// taskAddrs are the first addresses of an IP slice's endpoints as text,
+// written into one string (a string each was a third of a flip's
+// allocations).
+func taskAddrs(sl *k8sdns.Slice) strList {
+	b := make([]byte, 0, len(sl.Endpoints)*16)
+	ends := make([]int, len(sl.Endpoints))
+	for i := range sl.Endpoints {
+		b = sl.Addr(i, 0).AppendTo(b)
+		ends[i] = len(b)
+	}
+	return strList{all: unsafe.String(unsafe.SliceData(b), len(b)), ends: ends} // b is never written again
+}
+
+// address is endpoint i's first address as text: an FQDN slice's as
+// it is, an IP slice's from addrs (taskAddrs).
+func address(sl *k8sdns.Slice, addrs strList, i int) string {
+	if sl.Type == k8sdns.FQDN {
+		return sl.FQDNAddr(i, 0)
+	}
+	return addrs.at(i)
+}
+
+// at is the ith string.
+func (l strList) at(i int) string {
 	start := 0
 	if i > 0 {
 		start = l.ends[i-1]
@@ -395,8 +419,27 @@ func (l idList) at(i int) string {
 	return l.all[start:l.ends[i]]
 }
 
-// orchService maps one Service, or reports that it leaves it out.
+// orchMapped is a Service as orchService maps it.
+type orchMapped struct {
+	svc orch.Service
+	ok  bool
+}
+
+// orchService is s as mapped (mapService), mapped once per stored
+// object. The result's Ports are shared by every mapping of s: no reader
+// writes them.
 func orchService(s *kService) (orch.Service, bool) {
+	m := s.orch.Load()
+	if m == nil {
+		m = &orchMapped{}
+		m.svc, m.ok = mapService(s)
+		s.orch.Store(m) // two goroutines at once store equal mappings
+	}
+	return m.svc, m.ok
+}
+
+// mapService maps one Service, or reports that it leaves it out.
+func mapService(s *kService) (orch.Service, bool) {
 	name, ns := strings.ToLower(s.Name), strings.ToLower(s.Namespace)
 	if s.skip || s.svc.Kind == k8sdns.ExternalName || !orch.ValidLabel(name) || !orch.ValidLabel(ns) || ns == orch.NodeNamespace {
 		return orch.Service{}, false

@@ -51,6 +51,8 @@ func TestOrchPatchIsWhole(t *testing.T) {
 						} else {
 							c.nodes[n] = true
 						}
+					} else if rng.Intn(5) == 0 {
+						c.names[genServiceChange(rng, st)] = true
 					} else {
 						c.names[genSliceChange(rng, st)] = true
 					}
@@ -58,6 +60,7 @@ func TestOrchPatchIsWhole(t *testing.T) {
 					if len(late) > 0 {
 						continue
 					}
+					forgetMappings(st) // the whole mapping maps every Service anew: no mapping a patch kept is stale
 					want := orch.BuildTable((&orchModel{}).whole(st).(*orch.State), zones, false, endpointMode, nil)
 					if got, w := listing(t, tbl), listing(t, want); got != w {
 						t.Fatalf("step %d: patched table\n%s\nwant (whole)\n%s", step, got, w)
@@ -124,6 +127,37 @@ func genNodeChange(rng *rand.Rand, st stores) string {
 		_ = st.nodes.Update(k) // adds a node the store does not hold
 	}
 	return k.Name
+}
+
+// genServiceChange replaces a Service's object in the store with one of
+// other ports, or of kind ExternalName (which the mapping leaves out), or
+// back to headless, and returns its name as the dirty set marks it.
+func genServiceChange(rng *rand.Rand, st stores) string {
+	i := rng.Intn(20)
+	ns, name := fmt.Sprintf("ns-%d", i%3), fmt.Sprintf("svc-%d", i)
+	s := &kService{kMeta: kMeta{Name: name, Namespace: ns, ResourceVersion: fmt.Sprint(rng.Int())}}
+	s.svc = k8sdns.Service{Namespace: ns, Name: name, Kind: k8sdns.Headless}
+	if rng.Intn(4) == 0 {
+		s.svc.Kind = k8sdns.ExternalName
+	}
+	for p := range rng.Intn(3) {
+		s.svc.Ports = append(s.svc.Ports, k8sdns.Port{Name: fmt.Sprintf("p%d", p), Protocol: "TCP", Port: int32(80 + rng.Intn(3))})
+	}
+	if rng.Intn(2) == 0 {
+		s.nodePorts = make([]int32, len(s.svc.Ports))
+		for j := range s.nodePorts {
+			s.nodePorts[j] = int32(30000 + rng.Intn(3))
+		}
+	}
+	_ = st.svcs.Update(s)
+	return ns + "/" + name
+}
+
+// forgetMappings drops the orch mapping each stored Service keeps.
+func forgetMappings(st stores) {
+	for _, o := range st.svcs.List() {
+		o.(*kService).orch.Store(nil)
+	}
 }
 
 // genSliceChange turns one endpoint of a Service's slice ready or
