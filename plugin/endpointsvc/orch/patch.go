@@ -59,7 +59,7 @@ func (t *Table) Patched(p *Patch, zones []string, includeUnhealthy, endpointMode
 	for name := range p.DirtyNodes {
 		nodes.Delete(name)
 	}
-	byID := make(map[string]*nodeEntry, len(st.Nodes))
+	byID := newIndex[*nodeEntry](len(st.Nodes))
 	for i := range st.Nodes {
 		node := &st.Nodes[i]
 		e, ok := nodes.Get(node.Name)
@@ -67,7 +67,7 @@ func (t *Table) Patched(p *Patch, zones []string, includeUnhealthy, endpointMode
 			e = newNodeEntry(node, zones, resolved)
 			nodes.Set(node.Name, e)
 		}
-		byID[node.ID] = e
+		byID.add(node.ID, e)
 	}
 	services := t.services.Edit()
 	for _, k := range p.Removed {
@@ -76,7 +76,7 @@ func (t *Table) Patched(p *Patch, zones []string, includeUnhealthy, endpointMode
 		}
 	}
 	for _, se := range EndpointSet(st, includeUnhealthy) {
-		e := newSvcEntry(se, byID, endpointMode)
+		e := newSvcEntry(se, &byID, endpointMode)
 		if old, ok := services.Swap(SvcKey{se.Service.Namespace, se.Service.Name}, e); ok {
 			n.add(old, -1)
 		}

@@ -49,25 +49,25 @@ type ServiceEndpoints struct {
 // returns one entry per service, in the state's service order, endpoints in
 // task order. Services without endpoints are present with an empty set.
 func EndpointSet(st *State, includeUnhealthy bool) []ServiceEndpoints {
-	nodes := make(map[string]*Node, len(st.Nodes))
+	nodes := newIndex[*Node](len(st.Nodes))
 	for i := range st.Nodes {
-		nodes[st.Nodes[i].ID] = &st.Nodes[i]
+		nodes.add(st.Nodes[i].ID, &st.Nodes[i])
 	}
 	out := make([]ServiceEndpoints, len(st.Services))
-	index := make(map[string]int, len(st.Services))
+	svcs := newIndex[int](len(st.Services))
 	for i := range st.Services {
 		out[i].Service = &st.Services[i]
-		index[st.Services[i].ID] = i
+		svcs.add(st.Services[i].ID, i)
 	}
 	// two passes: count each service's endpoints, then fill one array
 	// (no append growth: this runs over every task of a large cluster)
 	admitted := func(i int) (int, *Node, bool) {
 		t := &st.Tasks[i]
-		si, ok := index[t.ServiceID]
+		si, ok := svcs.get(t.ServiceID)
 		if !ok {
 			return 0, nil, false
 		}
-		n := nodes[t.NodeID]
+		n, _ := nodes.get(t.NodeID)
 		return si, n, IsEndpoint(out[si].Service, t, n, includeUnhealthy)
 	}
 	counts := make([]int, len(out))

@@ -103,27 +103,29 @@ type nodeEntry struct {
 // lowercased); a hostname missing from it contributes no address.
 func BuildTable(st *State, zones []string, includeUnhealthy, endpointMode bool, resolved map[string][]netip.Addr) *Table {
 	t := &Table{}
-	byID := make(map[string]*nodeEntry, len(st.Nodes))
+	byID := newIndex[*nodeEntry](len(st.Nodes))
 	names := make([]string, 0, len(st.Nodes))
+	entries := make([]*nodeEntry, 0, len(st.Nodes))
 	for i := range st.Nodes {
 		n := &st.Nodes[i]
-		byID[n.ID] = newNodeEntry(n, zones, resolved)
-		names = append(names, n.Name)
+		e := newNodeEntry(n, zones, resolved)
+		byID.add(n.ID, e)
+		names, entries = append(names, n.Name), append(entries, e)
 	}
 	slices.SortFunc(names, strings.Compare)
 	nodes := make([]*nodeEntry, len(names))
-	for _, e := range byID {
+	for _, e := range entries {
 		i, _ := slices.BinarySearch(names, e.name)
 		nodes[i] = e
 	}
 	var keys []SvcKey
-	var entries []*svcEntry
+	var svcEntries []*svcEntry
 	for _, se := range EndpointSet(st, includeUnhealthy) {
-		e := newSvcEntry(se, byID, endpointMode)
-		keys, entries = append(keys, SvcKey{se.Service.Namespace, se.Service.Name}), append(entries, e)
+		e := newSvcEntry(se, &byID, endpointMode)
+		keys, svcEntries = append(keys, SvcKey{se.Service.Namespace, se.Service.Name}), append(svcEntries, e)
 		t.add(e, 1)
 	}
-	t.services, t.nodes = pmap.Of(SvcKey.compare, keys, entries), pmap.FromSorted(strings.Compare, names, nodes)
+	t.services, t.nodes = pmap.Of(SvcKey.compare, keys, svcEntries), pmap.FromSorted(strings.Compare, names, nodes)
 	return t
 }
 
@@ -148,7 +150,7 @@ func newNodeEntry(n *Node, zones []string, resolved map[string][]netip.Addr) *no
 
 // newSvcEntry makes the records of one service and its endpoint set; byID
 // holds the entries of the nodes its endpoints run on.
-func newSvcEntry(se ServiceEndpoints, byID map[string]*nodeEntry, endpointMode bool) *svcEntry {
+func newSvcEntry(se ServiceEndpoints, byID *index[*nodeEntry], endpointMode bool) *svcEntry {
 	svc := se.Service
 	e := &svcEntry{admitted: int32(len(se.Endpoints))}
 	var ips []netip.Addr
@@ -175,7 +177,7 @@ func newSvcEntry(se ServiceEndpoints, byID map[string]*nodeEntry, endpointMode b
 		if ep.Node == nil {
 			continue // an external endpoint: no node address, no SRV
 		}
-		ne := byID[ep.Node.ID]
+		ne, _ := byID.get(ep.Node.ID)
 		if !endpointMode {
 			ips = appendAddrs(ips, ne.addrs)
 		}
