@@ -52,6 +52,7 @@ type changeProc struct {
 	p                *proc
 	real, noop, idle []float64 // CPU ticks per round
 	realGC, noopGC   float64   // GC cycles over the rounds' phases
+	realPF, noopPF   float64   // minor page faults over the rounds' phases
 }
 
 // runChanges is -mix changes.
@@ -88,10 +89,14 @@ func runChanges(dir string, api *apiServer) {
 	for r := 1; r <= *rounds; r++ {
 		fmt.Printf("round %d: %d readiness flips at %d/s, then %d annotation patches and %d Node heartbeats at %d/s\n", r, *flips, *changeRate, *noopPatches, *heartbeats, *changeRate)
 		if *idleSecs > 0 {
-			changePhase(ps, r, "idle", func() { time.Sleep(time.Duration(*idleSecs) * time.Second) }, func(x *changeProc, t, _ float64) { x.idle = append(x.idle, t) })
+			changePhase(ps, r, "idle", func() { time.Sleep(time.Duration(*idleSecs) * time.Second) }, func(x *changeProc, t, _, _ float64) { x.idle = append(x.idle, t) })
 		}
-		changePhase(ps, r, "real", func() { flipEndpoints(api, sls, r) }, func(x *changeProc, t, gcs float64) { x.real, x.realGC = append(x.real, t), x.realGC+gcs })
-		changePhase(ps, r, "noop", func() { noopWrites(api, sls, svcs, r) }, func(x *changeProc, t, gcs float64) { x.noop, x.noopGC = append(x.noop, t), x.noopGC+gcs })
+		changePhase(ps, r, "real", func() { flipEndpoints(api, sls, r) }, func(x *changeProc, t, gcs, pfs float64) {
+			x.real, x.realGC, x.realPF = append(x.real, t), x.realGC+gcs, x.realPF+pfs
+		})
+		changePhase(ps, r, "noop", func() { noopWrites(api, sls, svcs, r) }, func(x *changeProc, t, gcs, pfs float64) {
+			x.noop, x.noopGC, x.noopPF = append(x.noop, t), x.noopGC+gcs, x.noopPF+pfs
+		})
 	}
 	agreeWithStock(ps, names)
 	printChanges(ps)
@@ -166,15 +171,18 @@ func changeObjects(api *apiServer) ([]*discoveryv1.EndpointSlice, []string) {
 // just before until 3 s after (the last patch, its snapshot write and the
 // garbage it made), and the GC cycles it ran meanwhile: a cycle costs a
 // tick or more, so one more or less in a round moves its figure (the
-// scrapes that count them are outside the CPU's window). With -profile, a
+// scrapes that count them are outside the CPU's window), and the minor
+// page faults it took (memory the runtime had returned to the kernel and
+// touched again: each costs a kernel entry and a zeroed page). With -profile, a
 // CPU profile of each endpointsvc process covers the work.
-func changePhase(ps []*changeProc, round int, what string, work func(), keep func(x *changeProc, ticks, gcs float64)) {
-	cpu0, gc0 := make([]float64, len(ps)), make([]float64, len(ps))
+func changePhase(ps []*changeProc, round int, what string, work func(), keep func(x *changeProc, ticks, gcs, faults float64)) {
+	cpu0, gc0, pf0 := make([]float64, len(ps)), make([]float64, len(ps)), make([]float64, len(ps))
 	for i, x := range ps {
 		gc0[i] = metric(x.prom, "go_gc_duration_seconds_count")
 	}
 	for i, x := range ps {
 		cpu0[i] = cpuSeconds(x.p.cmd.Process.Pid)
+		pf0[i] = minorFaults(x.p.cmd.Process.Pid)
 	}
 	var prof sync.WaitGroup
 	if *profile != "" && round == 1 {
@@ -197,12 +205,13 @@ func changePhase(ps []*changeProc, round int, what string, work func(), keep fun
 	work()
 	fmt.Printf("  %s writes in %v\n", what, time.Since(t).Round(time.Millisecond))
 	time.Sleep(3 * time.Second)
-	ticks := make([]float64, len(ps))
+	ticks, faults := make([]float64, len(ps)), make([]float64, len(ps))
 	for i, x := range ps {
 		ticks[i] = (cpuSeconds(x.p.cmd.Process.Pid) - cpu0[i]) * 100
+		faults[i] = minorFaults(x.p.cmd.Process.Pid) - pf0[i]
 	}
 	for i, x := range ps {
-		keep(x, ticks[i], metric(x.prom, "go_gc_duration_seconds_count")-gc0[i])
+		keep(x, ticks[i], metric(x.prom, "go_gc_duration_seconds_count")-gc0[i], faults[i])
 	}
 	prof.Wait()
 }
@@ -369,7 +378,7 @@ func printChanges(ps []*changeProc) {
 		}
 		idleHead, idleSep = fmt.Sprintf(" idle %d s, ticks | × stock |", *idleSecs), "---:|---:|"
 	}
-	fmt.Printf("\n| process |%s real changes, ticks | × stock | no-op updates, ticks | × stock | GC cycles, real / no-op | snapshot: whole writes, log appends, KiB |\n|---|%s---:|---:|---:|---:|---:|---|\n",
+	fmt.Printf("\n| process |%s real changes, ticks | × stock | no-op updates, ticks | × stock | GC cycles, real / no-op | minor faults, real / no-op | snapshot: whole writes, log appends, KiB |\n|---|%s---:|---:|---:|---:|---:|---:|---|\n",
 		idleHead, idleSep)
 	for _, x := range ps {
 		snap := ""
@@ -377,6 +386,7 @@ func printChanges(ps []*changeProc) {
 			snap = fmt.Sprintf("%.0f, %.0f, %.0f", metric(x.prom, "coredns_endpointsvc_snapshot_writes_total"),
 				metric(x.prom, "coredns_endpointsvc_snapshot_log_appends_total"), metric(x.prom, "coredns_endpointsvc_snapshot_written_bytes_total")/1024)
 		}
-		fmt.Printf("| %s |%s %s | **%.2f** | %s | **%.2f** | %.0f / %.0f | %s |\n", x.name, idle(x), join(x.real), sum(x.real)/kReal, join(x.noop), sum(x.noop)/kNoop, x.realGC, x.noopGC, snap)
+		fmt.Printf("| %s |%s %s | **%.2f** | %s | **%.2f** | %.0f / %.0f | %.0f / %.0f | %s |\n", x.name, idle(x), join(x.real), sum(x.real)/kReal,
+			join(x.noop), sum(x.noop)/kNoop, x.realGC, x.noopGC, x.realPF, x.noopPF, snap)
 	}
 }

@@ -540,3 +540,15 @@ func cmpFloat(a, b float64) int {
 	}
 	return 0
 }
+
+// minorFaults is the minor page faults pid took so far (/proc's field 10).
+func minorFaults(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		fail("%v", err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	n, _ := strconv.ParseFloat(f[7], 64) // field 10 of the whole line
+	return n
+}

@@ -2,6 +2,7 @@ package kubesource
 
 import (
 	"fmt"
+	"io"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -56,23 +57,29 @@ func benchStores(services, perSvc int) stores {
 
 // BenchmarkSnapshot writes the snapshot of 5,000 Services / 50,000
 // endpoints and of 20,000 / 200,000 from the stores, as the snapshot
-// writer does; "bytes" is the file's size (200,000 endpoints must fit the
+// writer does (a compaction of the change log writes one), for each
+// schema; "bytes" is the file's size (200,000 endpoints must fit the
 // manifest's 64 MiB emptyDir twice: the file and its temporary).
 func BenchmarkSnapshot(b *testing.B) {
 	for _, services := range []int{5000, 20000} {
-		b.Run(fmt.Sprintf("endpoints=%d", services*10), func(b *testing.B) {
-			st := benchStores(services, 10)
-			var total int64
-			w := byteCounter{&total}
-			b.ReportAllocs()
-			for b.Loop() {
-				total = 0
-				if err := (&dnsModel{}).snapshot(w, st); err != nil {
-					b.Fatal(err)
+		st := benchStores(services, 10)
+		for _, m := range []struct {
+			schema   string
+			snapshot func(io.Writer, stores) error
+		}{{"kubernetes", (&dnsModel{}).snapshot}, {"orch", (&orchModel{}).snapshot}} {
+			b.Run(fmt.Sprintf("schema=%s/endpoints=%d", m.schema, services*10), func(b *testing.B) {
+				var total int64
+				w := byteCounter{&total}
+				b.ReportAllocs()
+				for b.Loop() {
+					total = 0
+					if err := m.snapshot(w, st); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
-			b.ReportMetric(float64(total), "bytes")
-		})
+				b.ReportMetric(float64(total), "bytes")
+			})
+		}
 	}
 }
 

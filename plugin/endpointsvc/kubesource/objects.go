@@ -1,7 +1,6 @@
 package kubesource
 
 import (
-	"cmp"
 	"net/netip"
 	"slices"
 	"strings"
@@ -346,7 +345,7 @@ var _ metav1.Object = (*kMeta)(nil)
 // compare orders objects by namespace, then name: the order the mappings
 // emit, so that the same objects give the same state.
 func (m *kMeta) compare(o *kMeta) int {
-	return cmp.Or(cmp.Compare(m.Namespace, o.Namespace), cmp.Compare(m.Name, o.Name))
+	return k8sdns.CompareNames(m.Namespace, m.Name, o.Namespace, o.Name)
 }
 
 func (m *kMeta) GetNamespace() string                  { return m.Namespace }

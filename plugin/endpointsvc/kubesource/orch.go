@@ -469,8 +469,10 @@ func endpointStatus(ep *k8sdns.Endpoint, known *knownNodes) (node, desired, actu
 }
 
 // taskPorts are a slice's valid ports as task ports (shared by its tasks).
-func taskPorts(sl *k8sdns.Slice) []orch.TaskPort {
-	var ports []orch.TaskPort
+func taskPorts(sl *k8sdns.Slice) []orch.TaskPort { return appendTaskPorts(nil, sl) }
+
+// appendTaskPorts appends a slice's ports as tasks' ports to ports.
+func appendTaskPorts(ports []orch.TaskPort, sl *k8sdns.Slice) []orch.TaskPort {
 	for _, p := range sl.Ports {
 		name, proto := strings.ToLower(p.Name), strings.ToLower(p.Protocol)
 		if proto == "" {
@@ -512,30 +514,30 @@ func (m *orchModel) snapshot(w io.Writer, st stores) error {
 	if err != nil {
 		return err
 	}
-	type keyed struct {
-		id string // lowercased "namespace/name", the order
-		s  *kService
+	type mappedSvc struct {
+		svc orch.Service // its ID (lowercased "namespace/name") the order
+		s   *kService
 	}
-	var svcs []keyed
-	for _, o := range st.svcs.List() {
+	objs := st.svcs.List()
+	svcs := make([]mappedSvc, 0, len(objs))
+	for _, o := range objs {
 		if s, ok := o.(*kService); ok {
-			svcs = append(svcs, keyed{strings.ToLower(s.Namespace + "/" + s.Name), s})
+			if mapped, ok := orchService(s); ok { // mapped once per stored object: the ID is made then
+				svcs = append(svcs, mappedSvc{mapped, s})
+			}
 		}
 	}
-	slices.SortFunc(svcs, func(a, b keyed) int { return strings.Compare(a.id, b.id) }) // keys made once, not per comparison
-	for _, k := range svcs {
-		s := k.s
-		mapped, ok := orchService(s)
-		if !ok {
-			continue
-		}
-		if err := cw.Service(&mapped); err != nil {
+	slices.SortFunc(svcs, func(a, b mappedSvc) int { return strings.Compare(a.svc.ID, b.svc.ID) })
+	var ports []orch.TaskPort // a slice's, reused: the writer copies what it keeps
+	for i := range svcs {
+		s := svcs[i].s
+		if err := cw.Service(&svcs[i].svc); err != nil {
 			return err
 		}
 		sls := st.slicesOf(s.Namespace + "/" + s.Name)
 		slices.SortFunc(sls, func(a, b *kSlice) int { return a.compare(&b.kMeta) })
 		for _, sl := range sls {
-			ports := taskPorts(&sl.sl)
+			ports = appendTaskPorts(ports[:0], &sl.sl)
 			for i := range sl.sl.Endpoints {
 				t := orch.CompactTask{Ports: ports}
 				if sl.sl.Type == k8sdns.FQDN {

@@ -1,9 +1,12 @@
 package kubesource
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"unique"
 
@@ -22,7 +25,9 @@ import (
 // change is sometimes marked a patch late (its event handler runs after
 // the next slice's patch): the tables are compared once every mark is in.
 // Now and then the stores change unmarked and are mapped whole, as after
-// a relist.
+// a relist. Every tenth step, the snapshot the model writes from the
+// stores loads as the whole mapping too (its slices' ports vary: a
+// service's tasks fall in groups by their ports).
 func TestOrchPatchIsWhole(t *testing.T) {
 	zones := []string{"cluster.local."}
 	for seed := range int64(6) {
@@ -65,6 +70,22 @@ func TestOrchPatchIsWhole(t *testing.T) {
 					if got, w := listing(t, tbl), listing(t, want); got != w {
 						t.Fatalf("step %d: patched table\n%s\nwant (whole)\n%s", step, got, w)
 					}
+					if step%10 == 0 { // the snapshot, written from the stores as a compaction writes it, loads as the whole mapping
+						var buf bytes.Buffer
+						if err := m.snapshot(&buf, st); err != nil {
+							t.Fatal(err)
+						}
+						loaded, err := orch.DecodeSnapshot(buf.Bytes())
+						if err != nil {
+							t.Fatalf("step %d: the snapshot does not load: %v", step, err)
+						}
+						if got, w := listing(t, orch.BuildTable(loaded, zones, false, endpointMode, nil)), listing(t, want); got != w {
+							t.Fatalf("step %d: the snapshot's table\n%s\nwant (whole)\n%s\nsnapshot:\n%s", step, got, w, buf.String())
+						}
+						if got, w := taskList(loaded), taskList((&orchModel{}).whole(st).(*orch.State)); !slices.Equal(got, w) {
+							t.Fatalf("step %d: the snapshot's tasks\n%s\nwant (whole)\n%s", step, strings.Join(got, "\n"), strings.Join(w, "\n"))
+						}
+					}
 				}
 			})
 		}
@@ -98,8 +119,25 @@ func genOrchStores(rng *rand.Rand) stores {
 		}
 		sl.sl.Compact()
 		_ = st.slices.Add(sl)
+		if i%4 == 1 { // a second slice, of other ports
+			sl := &kSlice{kMeta: kMeta{Name: s.Name + "-y", Namespace: ns, ResourceVersion: "1"}}
+			sl.sl = k8sdns.Slice{Namespace: ns, Name: sl.Name, Service: s.Name, Type: k8sdns.IPv4, Ports: genPorts[1]}
+			ep++
+			_ = sl.sl.Add(k8sdns.EndpointSpec{Ready: k8sdns.True, NodeName: fmt.Sprintf("node-%d", rng.Intn(genNodes+1)),
+				Addresses: []string{netip.AddrFrom4([4]byte{10, 100, byte(ep >> 8), byte(ep)}).String()}})
+			sl.sl.Compact()
+			_ = st.slices.Add(sl)
+		}
 	}
 	return st
+}
+
+// genPorts are the ports a generated slice has.
+var genPorts = [][]k8sdns.Port{
+	{{Name: "http", Protocol: "TCP", Port: 8080}},
+	{{Name: "metrics", Protocol: "TCP", Port: 9090}},
+	{{Name: "http", Protocol: "TCP", Port: 8080}, {Name: "metrics", Protocol: "TCP", Port: 9090}},
+	nil,
 }
 
 // genOrchNode is node n with a random address (or one the mapping cannot
@@ -172,9 +210,13 @@ func genSliceChange(rng *rand.Rand, st stores) string {
 			break
 		}
 	}
-	old := st.slicesOf(id)[0]
+	sls := st.slicesOf(id)
+	old := sls[rng.Intn(len(sls))]
 	n := &kSlice{kMeta: old.kMeta, sl: k8sdns.Slice{Namespace: old.sl.Namespace, Name: old.sl.Name, Service: old.sl.Service,
 		Type: old.sl.Type, Ports: old.sl.Ports}}
+	if rng.Intn(5) == 0 {
+		n.sl.Ports = genPorts[rng.Intn(len(genPorts))]
+	}
 	j := rng.Intn(len(old.sl.Endpoints))
 	for i := range old.sl.Endpoints {
 		e := &old.sl.Endpoints[i]
@@ -191,6 +233,17 @@ func genSliceChange(rng *rand.Rand, st stores) string {
 	n.sl.Compact()
 	_ = st.slices.Update(n)
 	return id
+}
+
+// taskList is every task of st but its ID (the snapshot's compact form
+// numbers them anew), sorted.
+func taskList(st *orch.State) []string {
+	out := make([]string, len(st.Tasks))
+	for i, t := range st.Tasks {
+		out[i] = fmt.Sprintf("%s node=%s addr=%s %s/%s ports=%v", t.ServiceID, t.NodeID, t.Address, t.DesiredStatus, t.ActualStatus, t.Ports)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // listing is the table's listing (orch.List), every service.

@@ -193,7 +193,7 @@ type CompactWriter struct {
 	*jsonw.Writer
 	services int
 	tasks    int         // tasks of the current service
-	group    CompactTask // the current group's statuses and ports
+	group    CompactTask // the current group's statuses and ports (its own copy of them)
 }
 
 // NewCompactWriter starts the compact form of a state with nodes and
@@ -265,14 +265,17 @@ func (cw *CompactWriter) Service(svc *Service) error {
 }
 
 // Task writes a task of the current service: in the current group when it
-// shares its statuses and ports, else in a new one.
+// shares its statuses and ports, else in a new one. The caller may reuse
+// t.Ports once it returns (the group keeps a copy).
 func (cw *CompactWriter) Task(t CompactTask) {
 	g := &cw.group
 	if cw.tasks == 0 || t.Desired != g.Desired || t.Actual != g.Actual || !samePorts(t.Ports, g.Ports) {
 		if cw.tasks > 0 {
 			cw.Buf = append(cw.Buf, "]},"...)
 		}
+		ports := append(g.Ports[:0], t.Ports...)
 		*g = t
+		g.Ports = ports
 		cw.Buf = append(cw.Buf, `{"desired":`...)
 		cw.Buf = jsonw.AppendString(cw.Buf, t.Desired)
 		cw.Buf = append(cw.Buf, `,"actual":`...)

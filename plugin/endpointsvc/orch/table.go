@@ -29,7 +29,10 @@ type SvcKey struct{ Namespace, Name string }
 
 // compare orders keys by namespace, then name.
 func (k SvcKey) compare(o SvcKey) int {
-	return cmp.Or(cmp.Compare(k.Namespace, o.Namespace), cmp.Compare(k.Name, o.Name))
+	if c := strings.Compare(k.Namespace, o.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(k.Name, o.Name)
 }
 
 type portKey struct{ name, proto string }

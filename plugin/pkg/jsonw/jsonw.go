@@ -44,7 +44,7 @@ func (w *Writer) Flush(always bool) error {
 // (names, addresses, statuses), anything else through encoding/json.
 func AppendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if !asIs[s[i]] {
 			q, _ := json.Marshal(s)
 			return append(b, q...)
 		}
@@ -53,6 +53,16 @@ func AppendString(b []byte, s string) []byte {
 	b = append(b, s...)
 	return append(b, '"')
 }
+
+// asIs are the bytes encoding/json writes as they are in a string:
+// printable ASCII but quotes, backslashes and HTML characters (a look-up
+// a byte instead of seven comparisons).
+var asIs = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
 
 // AppendStrings appends a JSON array of the strings a.
 func AppendStrings(b []byte, a []string) []byte {
