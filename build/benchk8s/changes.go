@@ -53,6 +53,7 @@ type changeProc struct {
 	real, noop, idle []float64 // CPU ticks per round
 	realGC, noopGC   float64   // GC cycles over the rounds' phases
 	realPF, noopPF   float64   // minor page faults over the rounds' phases
+	realMB, noopMB   float64   // MB allocated over the rounds' phases
 }
 
 // runChanges is -mix changes.
@@ -89,13 +90,13 @@ func runChanges(dir string, api *apiServer) {
 	for r := 1; r <= *rounds; r++ {
 		fmt.Printf("round %d: %d readiness flips at %d/s, then %d annotation patches and %d Node heartbeats at %d/s\n", r, *flips, *changeRate, *noopPatches, *heartbeats, *changeRate)
 		if *idleSecs > 0 {
-			changePhase(ps, r, "idle", func() { time.Sleep(time.Duration(*idleSecs) * time.Second) }, func(x *changeProc, t, _, _ float64) { x.idle = append(x.idle, t) })
+			changePhase(ps, r, "idle", func() { time.Sleep(time.Duration(*idleSecs) * time.Second) }, func(x *changeProc, t float64, _ phaseCounts) { x.idle = append(x.idle, t) })
 		}
-		changePhase(ps, r, "real", func() { flipEndpoints(api, sls, r) }, func(x *changeProc, t, gcs, pfs float64) {
-			x.real, x.realGC, x.realPF = append(x.real, t), x.realGC+gcs, x.realPF+pfs
+		changePhase(ps, r, "real", func() { flipEndpoints(api, sls, r) }, func(x *changeProc, t float64, n phaseCounts) {
+			x.real, x.realGC, x.realPF, x.realMB = append(x.real, t), x.realGC+n.gcs, x.realPF+n.faults, x.realMB+n.mb
 		})
-		changePhase(ps, r, "noop", func() { noopWrites(api, sls, svcs, r) }, func(x *changeProc, t, gcs, pfs float64) {
-			x.noop, x.noopGC, x.noopPF = append(x.noop, t), x.noopGC+gcs, x.noopPF+pfs
+		changePhase(ps, r, "noop", func() { noopWrites(api, sls, svcs, r) }, func(x *changeProc, t float64, n phaseCounts) {
+			x.noop, x.noopGC, x.noopPF, x.noopMB = append(x.noop, t), x.noopGC+n.gcs, x.noopPF+n.faults, x.noopMB+n.mb
 		})
 	}
 	agreeWithStock(ps, names)
@@ -173,12 +174,14 @@ func changeObjects(api *apiServer) ([]*discoveryv1.EndpointSlice, []string) {
 // tick or more, so one more or less in a round moves its figure (the
 // scrapes that count them are outside the CPU's window), and the minor
 // page faults it took (memory the runtime had returned to the kernel and
-// touched again: each costs a kernel entry and a zeroed page). With -profile, a
+// touched again: each costs a kernel entry and a zeroed page) and the
+// bytes it allocated (what makes GC cycles and faults). With -profile, a
 // CPU profile of each endpointsvc process covers the work.
-func changePhase(ps []*changeProc, round int, what string, work func(), keep func(x *changeProc, ticks, gcs, faults float64)) {
-	cpu0, gc0, pf0 := make([]float64, len(ps)), make([]float64, len(ps)), make([]float64, len(ps))
+func changePhase(ps []*changeProc, round int, what string, work func(), keep func(x *changeProc, ticks float64, n phaseCounts)) {
+	cpu0, gc0, pf0, mb0 := make([]float64, len(ps)), make([]float64, len(ps)), make([]float64, len(ps)), make([]float64, len(ps))
 	for i, x := range ps {
 		gc0[i] = metric(x.prom, "go_gc_duration_seconds_count")
+		mb0[i] = metric(x.prom, "go_memstats_alloc_bytes_total") / 1e6
 	}
 	for i, x := range ps {
 		cpu0[i] = cpuSeconds(x.p.cmd.Process.Pid)
@@ -211,10 +214,14 @@ func changePhase(ps []*changeProc, round int, what string, work func(), keep fun
 		faults[i] = minorFaults(x.p.cmd.Process.Pid) - pf0[i]
 	}
 	for i, x := range ps {
-		keep(x, ticks[i], metric(x.prom, "go_gc_duration_seconds_count")-gc0[i], faults[i])
+		keep(x, ticks[i], phaseCounts{gcs: metric(x.prom, "go_gc_duration_seconds_count") - gc0[i], faults: faults[i],
+			mb: metric(x.prom, "go_memstats_alloc_bytes_total")/1e6 - mb0[i]})
 	}
 	prof.Wait()
 }
+
+// phaseCounts are a process's counts over a phase, beside its CPU.
+type phaseCounts struct{ gcs, faults, mb float64 }
 
 // cpuProfile saves a CPU profile of secs seconds from pprof at port.
 func cpuProfile(port, secs int, path string) {
@@ -378,7 +385,7 @@ func printChanges(ps []*changeProc) {
 		}
 		idleHead, idleSep = fmt.Sprintf(" idle %d s, ticks | × stock |", *idleSecs), "---:|---:|"
 	}
-	fmt.Printf("\n| process |%s real changes, ticks | × stock | no-op updates, ticks | × stock | GC cycles, real / no-op | minor faults, real / no-op | snapshot: whole writes, log appends, KiB |\n|---|%s---:|---:|---:|---:|---:|---:|---|\n",
+	fmt.Printf("\n| process |%s real changes, ticks | × stock | no-op updates, ticks | × stock | GC cycles, real / no-op | minor faults, real / no-op | MB allocated, real / no-op | snapshot: whole writes, log appends, KiB |\n|---|%s---:|---:|---:|---:|---:|---:|---:|---|\n",
 		idleHead, idleSep)
 	for _, x := range ps {
 		snap := ""
@@ -386,7 +393,7 @@ func printChanges(ps []*changeProc) {
 			snap = fmt.Sprintf("%.0f, %.0f, %.0f", metric(x.prom, "coredns_endpointsvc_snapshot_writes_total"),
 				metric(x.prom, "coredns_endpointsvc_snapshot_log_appends_total"), metric(x.prom, "coredns_endpointsvc_snapshot_written_bytes_total")/1024)
 		}
-		fmt.Printf("| %s |%s %s | **%.2f** | %s | **%.2f** | %.0f / %.0f | %.0f / %.0f | %s |\n", x.name, idle(x), join(x.real), sum(x.real)/kReal,
-			join(x.noop), sum(x.noop)/kNoop, x.realGC, x.noopGC, x.realPF, x.noopPF, snap)
+		fmt.Printf("| %s |%s %s | **%.2f** | %s | **%.2f** | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | %s |\n", x.name, idle(x), join(x.real), sum(x.real)/kReal,
+			join(x.noop), sum(x.noop)/kNoop, x.realGC, x.noopGC, x.realPF, x.noopPF, x.realMB, x.noopMB, snap)
 	}
 }
