@@ -415,12 +415,7 @@ func cpuSeconds(pid int) float64 {
 	if err := unix.ClockGettime(int32(^pid)<<3|2, &ts); err == nil { // CPUCLOCK_SCHED of the whole process
 		return float64(ts.Sec) + float64(ts.Nsec)/1e9
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		fail("%v", err)
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	f := procStat(pid)
 	ut, _ := strconv.ParseFloat(f[11], 64) // field 14 of the whole line
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (ut + st) / 100
@@ -543,12 +538,17 @@ func cmpFloat(a, b float64) int {
 
 // minorFaults is the minor page faults pid took so far (/proc's field 10).
 func minorFaults(pid int) float64 {
+	n, _ := strconv.ParseFloat(procStat(pid)[7], 64) // field 10 of the whole line
+	return n
+}
+
+// procStat is pid's /proc stat line from its state on (field 3): the
+// fields after the command, which may hold spaces.
+func procStat(pid int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		fail("%v", err)
 	}
 	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	n, _ := strconv.ParseFloat(f[7], 64) // field 10 of the whole line
-	return n
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 }
