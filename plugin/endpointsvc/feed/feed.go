@@ -8,6 +8,7 @@ package feed
 import (
 	"context"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -101,4 +102,15 @@ type Trigger struct {
 // kubernetes source, and the replica source's when the leader sent them).
 type Triggered interface {
 	Triggers() []Trigger
+}
+
+// CompareNames orders (namespace, name) pairs by namespace, then name -
+// the order of both models' keys and of the objects they are mapped from
+// - with one string comparison when the namespaces differ (cmp.Or of two
+// cmp.Compare made both, each as up to two: a third of a look-up's time).
+func CompareNames(ns1, name1, ns2, name2 string) int {
+	if c := strings.Compare(ns1, ns2); c != 0 {
+		return c
+	}
+	return strings.Compare(name1, name2)
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/pkg/pmap"
 )
 
@@ -39,20 +40,10 @@ type Key struct {
 	Import          bool
 }
 
-// CompareNames orders (namespace, name) pairs by namespace, then name:
-// one string comparison when the namespaces differ (cmp.Or of two
-// cmp.Compare made both, each as two: a third of a lookup's time).
-func CompareNames(ns1, name1, ns2, name2 string) int {
-	if c := strings.Compare(ns1, ns2); c != 0 {
-		return c
-	}
-	return strings.Compare(name1, name2)
-}
-
 // Compare orders keys by namespace, then name, a Service's before a
 // ServiceImport's.
 func (k Key) Compare(o Key) int {
-	c := CompareNames(k.Namespace, k.Name, o.Namespace, o.Name)
+	c := feed.CompareNames(k.Namespace, k.Name, o.Namespace, o.Name)
 	if c != 0 || k.Import == o.Import {
 		return c
 	}
@@ -391,7 +382,7 @@ func compareRef(a, b ref) int {
 		}
 		return 1
 	}
-	c := CompareNames(a.k.Namespace, a.k.Name, b.k.Namespace, b.k.Name)
+	c := feed.CompareNames(a.k.Namespace, a.k.Name, b.k.Namespace, b.k.Name)
 	if c != 0 || a.slice == clusterIP {
 		return c
 	}

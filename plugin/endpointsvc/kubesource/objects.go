@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/endpointsvc/k8sdns"
 	itab "github.com/meshdns/meshdns/plugin/pkg/intern"
 
@@ -345,7 +346,7 @@ var _ metav1.Object = (*kMeta)(nil)
 // compare orders objects by namespace, then name: the order the mappings
 // emit, so that the same objects give the same state.
 func (m *kMeta) compare(o *kMeta) int {
-	return k8sdns.CompareNames(m.Namespace, m.Name, o.Namespace, o.Name)
+	return feed.CompareNames(m.Namespace, m.Name, o.Namespace, o.Name)
 }
 
 func (m *kMeta) GetNamespace() string                  { return m.Namespace }

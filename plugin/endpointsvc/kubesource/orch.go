@@ -376,29 +376,30 @@ type strList struct {
 	ends []int
 }
 
-// taskIDs makes the IDs prefix+"0" to prefix+(n-1).
-func taskIDs(prefix string, n int) strList {
-	b := make([]byte, 0, n*(len(prefix)+3))
+// newStrList writes n strings end to end into one, the ith appended by
+// add; size is about their bytes.
+func newStrList(n, size int, add func(b []byte, i int) []byte) strList {
+	b := make([]byte, 0, size)
 	ends := make([]int, n)
 	for i := range n {
-		b = append(b, prefix...)
-		b = strconv.AppendInt(b, int64(i), 10)
+		b = add(b, i)
 		ends[i] = len(b)
 	}
 	return strList{all: unsafe.String(unsafe.SliceData(b), len(b)), ends: ends} // b is never written again
+}
+
+// taskIDs makes the IDs prefix+"0" to prefix+(n-1).
+func taskIDs(prefix string, n int) strList {
+	return newStrList(n, n*(len(prefix)+3), func(b []byte, i int) []byte {
+		return strconv.AppendInt(append(b, prefix...), int64(i), 10)
+	})
 }
 
 // taskAddrs are the first addresses of an IP slice's endpoints as text,
 // written into one string (a string each was a third of a flip's
 // allocations).
 func taskAddrs(sl *k8sdns.Slice) strList {
-	b := make([]byte, 0, len(sl.Endpoints)*16)
-	ends := make([]int, len(sl.Endpoints))
-	for i := range sl.Endpoints {
-		b = sl.Addr(i, 0).AppendTo(b)
-		ends[i] = len(b)
-	}
-	return strList{all: unsafe.String(unsafe.SliceData(b), len(b)), ends: ends} // b is never written again
+	return newStrList(len(sl.Endpoints), len(sl.Endpoints)*16, func(b []byte, i int) []byte { return sl.Addr(i, 0).AppendTo(b) })
 }
 
 // address is endpoint i's first address as text: an FQDN slice's as

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/meshdns/meshdns/plugin/endpointsvc/feed"
 	"github.com/meshdns/meshdns/plugin/pkg/pmap"
 )
 
@@ -29,10 +30,7 @@ type SvcKey struct{ Namespace, Name string }
 
 // compare orders keys by namespace, then name.
 func (k SvcKey) compare(o SvcKey) int {
-	if c := strings.Compare(k.Namespace, o.Namespace); c != 0 {
-		return c
-	}
-	return strings.Compare(k.Name, o.Name)
+	return feed.CompareNames(k.Namespace, k.Name, o.Namespace, o.Name)
 }
 
 type portKey struct{ name, proto string }
