@@ -1,6 +1,7 @@
 package kubesource
 
 import (
+	"cmp"
 	"io"
 	"slices"
 	"strconv"
@@ -475,7 +476,7 @@ func taskPorts(sl *k8sdns.Slice) []orch.TaskPort { return appendTaskPorts(nil, s
 // appendTaskPorts appends a slice's ports as tasks' ports to ports.
 func appendTaskPorts(ports []orch.TaskPort, sl *k8sdns.Slice) []orch.TaskPort {
 	for _, p := range sl.Ports {
-		name, proto := strings.ToLower(p.Name), strings.ToLower(p.Protocol)
+		name, proto := strings.ToLower(p.Name), lowerProtocol(p.Protocol)
 		if proto == "" {
 			proto = "tcp"
 		}
@@ -486,13 +487,28 @@ func appendTaskPorts(ports []orch.TaskPort, sl *k8sdns.Slice) []orch.TaskPort {
 	return ports
 }
 
+// lowerProtocol is a port's protocol lowercased, the API's three (which
+// it spells in capitals) without a new string: strings.ToLower made one
+// for every port of every slice a patch or a snapshot maps.
+func lowerProtocol(p string) string {
+	switch p {
+	case "TCP":
+		return "tcp"
+	case "UDP":
+		return "udp"
+	case "SCTP":
+		return "sctp"
+	}
+	return strings.ToLower(p)
+}
+
 // servicePorts are a Service's valid ports, each name and protocol once:
 // the Service's port as TargetPort (what slices' ports are matched with by
 // name) and Port, the nodePort as PublishedPort.
 func servicePorts(s *kService) []orch.ServicePort {
 	var out []orch.ServicePort
 	for i, p := range s.svc.Ports {
-		name, proto := strings.ToLower(p.Name), strings.ToLower(p.Protocol)
+		name, proto := strings.ToLower(p.Name), lowerProtocol(p.Protocol)
 		var nodePort int32
 		if s.nodePorts != nil {
 			nodePort = s.nodePorts[i]
@@ -508,36 +524,36 @@ func servicePorts(s *kService) []orch.ServicePort {
 }
 
 // snapshot writes the stores' state in the compact form, one Service at a
-// time (mapped as a patch maps it), so that no whole state is built.
+// time (mapped as a patch maps it), so that no whole state is built:
+// Services in (namespace, name) order, each with its slices, which one
+// walk through all the slices in (namespace, Service, name) order finds
+// (a look-up in the slices' index per Service was a fifth of the write).
 func (m *orchModel) snapshot(w io.Writer, st stores) error {
 	nodes, known := m.nodes(allNodes(st))
 	cw, err := orch.NewCompactWriter(w, nodes, nil)
 	if err != nil {
 		return err
 	}
-	type mappedSvc struct {
-		svc orch.Service // its ID (lowercased "namespace/name") the order
-		s   *kService
-	}
-	objs := st.svcs.List()
-	svcs := make([]mappedSvc, 0, len(objs))
-	for _, o := range objs {
+	var svcs []*kService
+	for _, o := range st.svcs.List() {
 		if s, ok := o.(*kService); ok {
-			if mapped, ok := orchService(s); ok { // mapped once per stored object: the ID is made then
-				svcs = append(svcs, mappedSvc{mapped, s})
-			}
+			svcs = append(svcs, s)
 		}
 	}
-	slices.SortFunc(svcs, func(a, b mappedSvc) int { return strings.Compare(a.svc.ID, b.svc.ID) })
+	slices.SortFunc(svcs, func(a, b *kService) int { return a.compare(&b.kMeta) })
+	sls := servedSlices(st)
 	var ports []orch.TaskPort // a slice's, reused: the writer copies what it keeps
-	for i := range svcs {
-		s := svcs[i].s
-		if err := cw.Service(&svcs[i].svc); err != nil {
+	for _, s := range svcs {
+		var mine []*kSlice
+		mine, sls = slicesFor(sls, s)
+		svc, ok := orchService(s) // mapped once per stored object
+		if !ok {
+			continue
+		}
+		if err := cw.Service(&svc); err != nil {
 			return err
 		}
-		sls := st.slicesOf(s.Namespace + "/" + s.Name)
-		slices.SortFunc(sls, func(a, b *kSlice) int { return a.compare(&b.kMeta) })
-		for _, sl := range sls {
+		for _, sl := range mine {
 			ports = appendTaskPorts(ports[:0], &sl.sl)
 			for i := range sl.sl.Endpoints {
 				t := orch.CompactTask{Ports: ports}
@@ -554,6 +570,35 @@ func (m *orchModel) snapshot(w io.Writer, st stores) error {
 		}
 	}
 	return cw.End()
+}
+
+// servedSlices are the stored slices labelled with a Service (those the
+// slices' index holds), in (namespace, Service, name) order.
+func servedSlices(st stores) []*kSlice {
+	var out []*kSlice
+	for _, o := range st.slices.List() {
+		if sl, ok := o.(*kSlice); ok && !sl.skip && sl.sl.Service != "" {
+			out = append(out, sl)
+		}
+	}
+	slices.SortFunc(out, func(a, b *kSlice) int {
+		return cmp.Or(feed.CompareNames(a.Namespace, a.sl.Service, b.Namespace, b.sl.Service), strings.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// slicesFor splits sls (servedSlices' order, past every Service before s)
+// into s's slices and the rest, past s.
+func slicesFor(sls []*kSlice, s *kService) (mine, rest []*kSlice) {
+	i := 0
+	for i < len(sls) && feed.CompareNames(sls[i].Namespace, sls[i].sl.Service, s.Namespace, s.Name) < 0 {
+		i++ // slices of a Service that is not stored
+	}
+	j := i
+	for j < len(sls) && sls[j].Namespace == s.Namespace && sls[j].sl.Service == s.Name {
+		j++
+	}
+	return sls[i:j], sls[j:]
 }
 
 // validFQDN reports whether an FQDN address is one the orch model answers

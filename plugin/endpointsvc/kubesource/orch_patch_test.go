@@ -94,9 +94,10 @@ func TestOrchPatchIsWhole(t *testing.T) {
 
 const genNodes = 8
 
-// genOrchStores holds 20 Services in 3 namespaces, one slice of 1 to 4
-// endpoints each, on genNodes + 1 node names of which the store holds
-// genNodes (node-8 is never there).
+// genOrchStores holds 20 Services in 3 namespaces (genNamespace), one
+// slice of 1 to 4 endpoints each (some a second slice, two none), on
+// genNodes + 1 node names of which the store holds genNodes (node-8 is
+// never there), and slices of Services that are not stored.
 func genOrchStores(rng *rand.Rand) stores {
 	st := newStores()
 	for n := range genNodes {
@@ -104,7 +105,7 @@ func genOrchStores(rng *rand.Rand) stores {
 	}
 	ep := 0
 	for i := range 20 {
-		ns := fmt.Sprintf("ns-%d", i%3)
+		ns := genNamespace(i)
 		s := &kService{kMeta: kMeta{Name: fmt.Sprintf("svc-%d", i), Namespace: ns, ResourceVersion: "1"}}
 		s.svc = k8sdns.Service{Namespace: ns, Name: s.Name, Kind: k8sdns.Headless,
 			Ports: []k8sdns.Port{{Name: "http", Protocol: "TCP", Port: 80}}}
@@ -118,7 +119,14 @@ func genOrchStores(rng *rand.Rand) stores {
 				Addresses: []string{netip.AddrFrom4([4]byte{10, 100, byte(ep >> 8), byte(ep)}).String()}})
 		}
 		sl.sl.Compact()
-		_ = st.slices.Add(sl)
+		if i%7 != 5 { // Service 5 and 12 have no slice
+			_ = st.slices.Add(sl)
+		}
+		if i%6 == 2 { // a slice of a Service that is not stored, ordered between two that are
+			orphan := &kSlice{kMeta: kMeta{Name: s.Name + "-gone", Namespace: ns, ResourceVersion: "1"}, sl: sl.sl}
+			orphan.sl.Name, orphan.sl.Service = orphan.Name, s.Name+"-gone"
+			_ = st.slices.Add(orphan)
+		}
 		if i%4 == 1 { // a second slice, of other ports
 			sl := &kSlice{kMeta: kMeta{Name: s.Name + "-y", Namespace: ns, ResourceVersion: "1"}}
 			sl.sl = k8sdns.Slice{Namespace: ns, Name: sl.Name, Service: s.Name, Type: k8sdns.IPv4, Ports: genPorts[1]}
@@ -131,6 +139,10 @@ func genOrchStores(rng *rand.Rand) stores {
 	}
 	return st
 }
+
+// genNamespace is Service i's namespace: of three whose order is not
+// that of their Services' IDs ("ns-1/…" sorts before "ns/…").
+func genNamespace(i int) string { return [...]string{"ns", "ns-1", "ns-a"}[i%3] }
 
 // genPorts are the ports a generated slice has.
 var genPorts = [][]k8sdns.Port{
@@ -172,7 +184,7 @@ func genNodeChange(rng *rand.Rand, st stores) string {
 // back to headless, and returns its name as the dirty set marks it.
 func genServiceChange(rng *rand.Rand, st stores) string {
 	i := rng.Intn(20)
-	ns, name := fmt.Sprintf("ns-%d", i%3), fmt.Sprintf("svc-%d", i)
+	ns, name := genNamespace(i), fmt.Sprintf("svc-%d", i)
 	s := &kService{kMeta: kMeta{Name: name, Namespace: ns, ResourceVersion: fmt.Sprint(rng.Int())}}
 	s.svc = k8sdns.Service{Namespace: ns, Name: name, Kind: k8sdns.Headless}
 	if rng.Intn(4) == 0 {
@@ -202,10 +214,10 @@ func forgetMappings(st stores) {
 // unready, or moves it to another node, in the store, and returns the
 // Service's name as the dirty set marks it.
 func genSliceChange(rng *rand.Rand, st stores) string {
-	id := fmt.Sprintf("ns-%d/svc-%d", 0, 0)
+	var id string
 	for {
 		i := rng.Intn(20)
-		id = fmt.Sprintf("ns-%d/svc-%d", i%3, i)
+		id = genNamespace(i) + "/" + fmt.Sprintf("svc-%d", i)
 		if len(st.slicesOf(id)) > 0 {
 			break
 		}
@@ -276,6 +288,16 @@ func TestKnownNodes(t *testing.T) {
 			if got := k.name(unique.Make(fmt.Sprintf("node-%d", i))); got != want {
 				t.Fatalf("%d nodes: node-%d is %q, want %q", n, i, got, want)
 			}
+		}
+	}
+}
+
+// TestLowerProtocol: lowerProtocol is strings.ToLower, the API's three
+// protocols included.
+func TestLowerProtocol(t *testing.T) {
+	for _, p := range []string{"TCP", "UDP", "SCTP", "tcp", "udp", "sctp", "Tcp", "", "HTTP", "SCTp"} {
+		if got, want := lowerProtocol(p), strings.ToLower(p); got != want {
+			t.Errorf("lowerProtocol(%q) = %q, want %q", p, got, want)
 		}
 	}
 }
