@@ -38,7 +38,9 @@
 # to the mean of the two (their own ratios show a run's noise) - the
 # snapshots' whole writes, log appends and bytes, and whether the answers
 # agree.
-# BENCH_ARGS="-meshdns-before OLD" runs OLD's endpointsvc variants too;
+# BENCH_ARGS="-meshdns-before OLD" runs OLD's endpointsvc variants too,
+# each beside the new one ("-before-first" puts OLD's first: a variant's
+# place moves its figure, so compare over a run each way);
 # "-profile DIR" saves a CPU profile of each process per phase (round 1);
 # "-idle-secs N" adds a phase of N s without writes before each round's
 # changes (what each process costs when nothing happens).

@@ -42,6 +42,7 @@ var (
 	heartbeats    = flag.Int("heartbeats", 100, "-mix changes: Node status writes per round (no answer changes)")
 	changeRate    = flag.Int("change-rate", 40, "-mix changes: API writes per second")
 	meshdnsBefore = flag.String("meshdns-before", "", "-mix changes: a second meshdns binary (the build before a change), whose endpointsvc variants run in the same run")
+	beforeFirst   = flag.Bool("before-first", false, "-mix changes: put each variant's -meshdns-before process before the new one (a pair of runs, one each way, cancels the slot's bias)")
 	idleSecs      = flag.Int("idle-secs", 0, "-mix changes: seconds of a phase without writes before each round's changes (0: none), for what a process costs when nothing happens")
 )
 
@@ -122,12 +123,17 @@ func changeVariants(dir, kc string) []*changeProc {
 	bins := [][2]string{{"", *meshdns}}
 	if *meshdnsBefore != "" {
 		bins = append(bins, [2]string{"before ", *meshdnsBefore})
+		if *beforeFirst {
+			bins[0], bins[1] = bins[1], bins[0]
+		}
 	}
-	// each variant's binaries side by side (new, before): a process's
-	// place in the order moves its figure (two identical stock processes,
-	// first and last, differ by up to 0.1, and one binary's variants in an
-	// early and a late block by as much), so the two binaries of a variant
-	// sit next to each other rather than in two blocks
+	// each variant's binaries side by side (new, before; -before-first:
+	// before, new): a process's place in the order moves its figure (two
+	// identical stock processes, first and last, differ by up to 0.1, one
+	// binary's variants in an early and a late block by as much, and the
+	// same code in a variant's two places by up to 0.11), so the two
+	// binaries of a variant sit next to each other rather than in two
+	// blocks, and a comparison takes a run each way
 	for _, m := range []struct {
 		name  string
 		block func(string) string
