@@ -1,7 +1,6 @@
 package kubesource
 
 import (
-	"cmp"
 	"io"
 	"slices"
 	"strconv"
@@ -582,7 +581,10 @@ func servedSlices(st stores) []*kSlice {
 		}
 	}
 	slices.SortFunc(out, func(a, b *kSlice) int {
-		return cmp.Or(feed.CompareNames(a.Namespace, a.sl.Service, b.Namespace, b.sl.Service), strings.Compare(a.Name, b.Name))
+		if c := feed.CompareNames(a.Namespace, a.sl.Service, b.Namespace, b.sl.Service); c != 0 {
+			return c // cmp.Or would compare the names too, every time
+		}
+		return strings.Compare(a.Name, b.Name)
 	})
 	return out
 }
