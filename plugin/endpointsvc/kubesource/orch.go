@@ -47,7 +47,19 @@ type orchModel struct {
 	// Services on changed nodes.
 	mu     sync.Mutex
 	mapped map[unique.Handle[string]]mappedNode
+
+	// tasks is the array of the last patch's tasks, which the next patch
+	// reuses (a flip's new array of ten Tasks was a fifth of its mapping
+	// and a third of its page faults): a patch's tasks are read only while
+	// the sink applies it, before the loop makes the next (the change-log
+	// record is written from the objects: Patch.WriteServices). Taken
+	// under mu, so that a second patch at once makes its own.
+	tasks []orch.Task
 }
+
+// maxReusedTasks bounds the tasks array a patch hands to the next: a node
+// change can patch thousands of Services, whose array is not kept.
+const maxReusedTasks = 1 << 12
 
 // maxMappedNodes bounds orchModel.mapped: more than the largest
 // clusters' nodes.
@@ -91,7 +103,7 @@ func (m *orchModel) whole(st stores) feed.State {
 		}
 	}
 	nodes, known := m.nodes(allNodes(st))
-	mapped := services(ks, kl, &known)
+	mapped := services(ks, kl, &known, nil)
 	mapped.Nodes = nodes
 	return mapped
 }
@@ -127,11 +139,21 @@ func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Pa
 		kl = append(kl, st.slicesOf(id)...)
 	}
 	nodes, known := m.usedNodes(st, kl, c.nodes)
-	mapped := services(ks, kl, &known)
+	m.mu.Lock()
+	reuse := m.tasks
+	m.tasks = nil
+	m.mu.Unlock()
+	mapped := services(ks, kl, &known, reuse)
 	mapped.Nodes = nodes
+	if cap(mapped.Tasks) <= maxReusedTasks {
+		m.mu.Lock()
+		m.tasks = mapped.Tasks[:0]
+		m.mu.Unlock()
+	}
 	p := &orch.Patch{State: mapped, DirtyNodes: c.nodes, Programmed: programmed(st, c.triggers),
 		Whole:         func() *orch.State { return whole().(*orch.State) },
-		WriteSnapshot: func(w io.Writer) error { return m.snapshot(w, st) }}
+		WriteSnapshot: func(w io.Writer) error { return m.snapshot(w, st) },
+		WriteServices: func(cw *orch.CompactWriter) error { return writeServices(cw, mapped.Services, kl, &known) }}
 	for _, id := range ids {
 		if ns, name, ok := strings.Cut(id, "/"); ok && !hasService(mapped.Services, strings.ToLower(id)) {
 			p.Removed = append(p.Removed, orch.SvcKey{Namespace: strings.ToLower(ns), Name: strings.ToLower(name)})
@@ -330,9 +352,10 @@ func (m *orchModel) mapNode(n *kNode) (orch.Node, bool) {
 	return orch.Node{}, false
 }
 
-// services maps Services and their slices; an endpoint runs on its node
-// when known has the node, else on none.
-func services(ks []*kService, kl []*kSlice, known *knownNodes) *orch.State {
+// services maps Services and their slices (sorting kl in place); an
+// endpoint runs on its node when known has the node, else on none. The
+// tasks are appended to tasks[:0] when it has room for them all.
+func services(ks []*kService, kl []*kSlice, known *knownNodes, tasks []orch.Task) *orch.State {
 	st := &orch.State{Services: make([]orch.Service, 0, len(ks))}
 	for _, s := range ks {
 		if svc, ok := orchService(s); ok {
@@ -345,7 +368,10 @@ func services(ks []*kService, kl []*kSlice, known *knownNodes) *orch.State {
 	for _, sl := range kl {
 		n += len(sl.sl.Endpoints)
 	}
-	st.Tasks = make([]orch.Task, 0, n) // a Task is ~160 bytes: no growth by doubling
+	if cap(tasks) < n {
+		tasks = make([]orch.Task, 0, n) // a Task is ~150 bytes: no growth by doubling
+	}
+	st.Tasks = tasks[:0]
 	for _, sl := range kl {
 		id := strings.ToLower(sl.Namespace + "/" + sl.sl.Service)
 		if !hasService(st.Services, id) {
@@ -553,22 +579,82 @@ func (m *orchModel) snapshot(w io.Writer, st stores) error {
 			return err
 		}
 		for _, sl := range mine {
-			ports = appendTaskPorts(ports[:0], &sl.sl)
-			for i := range sl.sl.Endpoints {
-				t := orch.CompactTask{Ports: ports}
-				if sl.sl.Type == k8sdns.FQDN {
-					if t.Address = sl.sl.FQDNAddr(i, 0); !validFQDN(t.Address) {
-						continue
-					}
-				} else {
-					t.IP = sl.sl.Addr(i, 0)
-				}
-				t.Node, t.Desired, t.Actual = endpointStatus(&sl.sl.Endpoints[i], &known)
-				cw.Task(t)
-			}
+			ports = writeTasks(cw, sl, &known, ports)
 		}
 	}
 	return cw.End()
+}
+
+// writeServices writes svcs (a patch's, as services mapped them from kl)
+// with the tasks of their slices in kl, in the order services gave them:
+// a patch's change-log record, written from the objects as the snapshot
+// is, so that no task is kept for it.
+func writeServices(cw *orch.CompactWriter, svcs []orch.Service, kl []*kSlice, known *knownNodes) error {
+	var ports []orch.TaskPort // a slice's, reused: the writer copies what it keeps
+	for i := range svcs {
+		if err := cw.Service(&svcs[i]); err != nil {
+			return err
+		}
+		for _, sl := range kl {
+			if isLowerID(svcs[i].ID, sl.Namespace, sl.sl.Service) { // as services matches them
+				ports = writeTasks(cw, sl, known, ports)
+			}
+		}
+	}
+	return nil
+}
+
+// isLowerID reports whether id is strings.ToLower(ns + "/" + name),
+// without making that string when ns and name are ASCII.
+func isLowerID(id, ns, name string) bool {
+	if !isASCII(ns) || !isASCII(name) {
+		return id == strings.ToLower(ns+"/"+name)
+	}
+	return len(id) == len(ns)+1+len(name) && id[len(ns)] == '/' &&
+		isLowerOf(id[:len(ns)], ns) && isLowerOf(id[len(ns)+1:], name)
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// isLowerOf reports whether lower is ASCII s lowercased (as long as s).
+func isLowerOf(lower, s string) bool {
+	for i := range len(s) {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if lower[i] != c {
+			return false
+		}
+	}
+	return true
+}
+
+// writeTasks writes the tasks of sl's endpoints as services maps them,
+// and returns ports (scratch for the slice's ports, the writer copies
+// what it keeps) for the next slice.
+func writeTasks(cw *orch.CompactWriter, sl *kSlice, known *knownNodes, ports []orch.TaskPort) []orch.TaskPort {
+	ports = appendTaskPorts(ports[:0], &sl.sl)
+	for i := range sl.sl.Endpoints {
+		t := orch.CompactTask{Ports: ports}
+		if sl.sl.Type == k8sdns.FQDN {
+			if t.Address = sl.sl.FQDNAddr(i, 0); !validFQDN(t.Address) {
+				continue
+			}
+		} else {
+			t.IP = sl.sl.Addr(i, 0)
+		}
+		t.Node, t.Desired, t.Actual = endpointStatus(&sl.sl.Endpoints[i], known)
+		cw.Task(t)
+	}
+	return ports
 }
 
 // servedSlices are the stored slices labelled with a Service (those the

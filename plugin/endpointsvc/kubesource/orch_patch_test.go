@@ -27,7 +27,11 @@ import (
 // Now and then the stores change unmarked and are mapped whole, as after
 // a relist. Every tenth step, the snapshot the model writes from the
 // stores loads as the whole mapping too (its slices' ports vary: a
-// service's tasks fall in groups by their ports).
+// service's tasks fall in groups by their ports). And the change log
+// holds: the patches' records, each encoded a few patches late (as the
+// snapshot writer's flush does, after the model reused the tasks' array
+// for the patches since), replayed onto the snapshot of the last whole
+// mapping, load as the whole mapping at every step.
 func TestOrchPatchIsWhole(t *testing.T) {
 	zones := []string{"cluster.local."}
 	for seed := range int64(6) {
@@ -38,6 +42,7 @@ func TestOrchPatchIsWhole(t *testing.T) {
 				m := &orchModel{}
 				tbl := orch.BuildTable(m.whole(st).(*orch.State), zones, false, endpointMode, nil)
 				late := map[string]bool{} // node marks not delivered yet
+				log := newRecordLog(t, m, st)
 				for step := range 300 {
 					c := changes{names: map[string]bool{}, nodes: map[string]bool{}}
 					for n := range late {
@@ -47,6 +52,7 @@ func TestOrchPatchIsWhole(t *testing.T) {
 					if rng.Intn(40) == 0 { // a relist: changes unmarked, the stores mapped whole
 						genNodeChange(rng, st)
 						tbl = orch.BuildTable(m.whole(st).(*orch.State), zones, false, endpointMode, nil)
+						log = newRecordLog(t, m, st) // a whole state supersedes the log
 						continue
 					}
 					if rng.Intn(3) == 0 {
@@ -61,7 +67,9 @@ func TestOrchPatchIsWhole(t *testing.T) {
 					} else {
 						c.names[genSliceChange(rng, st)] = true
 					}
-					tbl = tbl.Patched(m.patch(st, c, nil).(*orch.Patch), zones, false, endpointMode, nil)
+					p := m.patch(st, c, nil).(*orch.Patch)
+					tbl = tbl.Patched(p, zones, false, endpointMode, nil)
+					log.add(p, rng.Intn(4) == 0)
 					if len(late) > 0 {
 						continue
 					}
@@ -69,6 +77,9 @@ func TestOrchPatchIsWhole(t *testing.T) {
 					want := orch.BuildTable((&orchModel{}).whole(st).(*orch.State), zones, false, endpointMode, nil)
 					if got, w := listing(t, tbl), listing(t, want); got != w {
 						t.Fatalf("step %d: patched table\n%s\nwant (whole)\n%s", step, got, w)
+					}
+					if got, w := listing(t, orch.BuildTable(log.replayed(), zones, false, endpointMode, nil)), listing(t, want); got != w {
+						t.Fatalf("step %d: the snapshot and its change log\n%s\nwant (whole)\n%s", step, got, w)
 					}
 					if step%10 == 0 { // the snapshot, written from the stores as a compaction writes it, loads as the whole mapping
 						var buf bytes.Buffer
@@ -90,6 +101,55 @@ func TestOrchPatchIsWhole(t *testing.T) {
 			})
 		}
 	}
+}
+
+// recordLog is a snapshot and the change log after it, as the snapshot
+// writer keeps them: patches wait until a flush encodes their records.
+type recordLog struct {
+	t       *testing.T
+	snap    []byte
+	pending []*orch.Patch
+	recs    [][]byte
+}
+
+// newRecordLog starts a log on the snapshot the model writes of st.
+func newRecordLog(t *testing.T, m *orchModel, st stores) *recordLog {
+	var buf bytes.Buffer
+	if err := m.snapshot(&buf, st); err != nil {
+		t.Fatal(err)
+	}
+	return &recordLog{t: t, snap: buf.Bytes()}
+}
+
+// add queues p, and with flush encodes the queued patches' records.
+func (l *recordLog) add(p *orch.Patch, flush bool) {
+	l.pending = append(l.pending, p)
+	if flush {
+		l.flush()
+	}
+}
+
+func (l *recordLog) flush() {
+	for _, p := range l.pending {
+		l.recs = append(l.recs, p.AppendRecord(nil))
+	}
+	l.pending = nil
+}
+
+// replayed is the snapshot with every record replayed, the queued ones
+// encoded first.
+func (l *recordLog) replayed() *orch.State {
+	l.t.Helper()
+	l.flush()
+	st, err := orch.DecodeSnapshot(l.snap)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	out, n, err := orch.Replay(st, l.recs)
+	if err != nil || n != len(l.recs) {
+		l.t.Fatalf("replay: %d of %d records: %v", n, len(l.recs), err)
+	}
+	return out
 }
 
 const genNodes = 8
@@ -298,6 +358,26 @@ func TestLowerProtocol(t *testing.T) {
 	for _, p := range []string{"TCP", "UDP", "SCTP", "tcp", "udp", "sctp", "Tcp", "", "HTTP", "SCTp"} {
 		if got, want := lowerProtocol(p), strings.ToLower(p); got != want {
 			t.Errorf("lowerProtocol(%q) = %q, want %q", p, got, want)
+		}
+	}
+}
+
+// TestIsLowerID: isLowerID(id, ns, name) is id == strings.ToLower(ns +
+// "/" + name), also for names whose lowercase is not ASCII's (the Kelvin
+// sign lowercases to k) or has another length, for every pairing of a
+// few names as the ID and as its parts.
+func TestIsLowerID(t *testing.T) {
+	names := []string{"", "web", "Web", "WEB", "we", "webs", "w-b", "a/b", "\u212aube", "kube", "KUBE", "\u00c9t\u00e9", "\u00e9t\u00e9", "ns-1"}
+	for _, ns := range names {
+		for _, name := range names {
+			for _, a := range names {
+				for _, b := range names {
+					id := a + "/" + b
+					if got, want := isLowerID(id, ns, name), id == strings.ToLower(ns+"/"+name); got != want {
+						t.Errorf("isLowerID(%q, %q, %q) = %v, want %v", id, ns, name, got, want)
+					}
+				}
+			}
 		}
 	}
 }

@@ -13,7 +13,9 @@ import (
 type Patch struct {
 	// State holds the services that changed, each with all of its tasks,
 	// and the nodes those tasks run on (with every service that has a task
-	// on a dirty node).
+	// on a dirty node). With WriteServices set, State.Tasks is read only
+	// while the patch is applied (Table.Patched, which keeps no task): the
+	// source may reuse its array for its next patch.
 	State      *State
 	Removed    []SvcKey        // services no longer in the state
 	DirtyNodes map[string]bool // names of nodes that changed: their entries are State's, or gone
@@ -25,6 +27,13 @@ type Patch struct {
 	// patched (hostname advertise addresses, which the plugin re-resolves
 	// from a whole state).
 	Whole func() *State
+	// WriteServices, when set, writes State's services, each with all of
+	// its tasks (CompactWriter.Service, CompactWriter.Task), for the change
+	// log's record, which is encoded later, off the sync path: a source
+	// that writes them from objects of its own (the kubernetes source, as
+	// its snapshot does) keeps no tasks for the record. Without it, the
+	// record is written from State.
+	WriteServices func(*CompactWriter) error
 	// WriteSnapshot writes the source's whole current state in the
 	// snapshot form (the compact form); the snapshot writer calls it, at
 	// most once a second, off the sync path.

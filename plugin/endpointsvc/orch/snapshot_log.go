@@ -71,7 +71,13 @@ func AppendPatchRecord(b []byte, p *Patch) []byte {
 			st.Nodes = append(st.Nodes, n)
 		}
 	}
-	return st.appendSnapshot(b)
+	if p.WriteServices == nil {
+		return st.appendSnapshot(b)
+	}
+	cw, _ := newCompactWriter(jsonw.Appender(b), st.Nodes, st.Namespaces) // appending fails on nothing
+	_ = p.WriteServices(cw)
+	_ = cw.End()
+	return cw.Buf
 }
 
 // DecodePatchRecord reads a change-log record into a patch (its State,
