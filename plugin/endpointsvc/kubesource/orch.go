@@ -48,18 +48,41 @@ type orchModel struct {
 	mu     sync.Mutex
 	mapped map[unique.Handle[string]]mappedNode
 
-	// tasks is the array of the last patch's tasks, which the next patch
-	// reuses (a flip's new array of ten Tasks was a fifth of its mapping
-	// and a third of its page faults): a patch's tasks are read only while
-	// the sink applies it, before the loop makes the next (the change-log
-	// record is written from the objects: Patch.WriteServices). Taken
-	// under mu, so that a second patch at once makes its own.
-	tasks []orch.Task
+	// reuse holds the arrays of the last patch's tasks and nodes, which
+	// the next patch reuses (a flip's new arrays of ten Tasks and ten
+	// Nodes were a fifth of its mapping and half of its page faults): a
+	// patch's tasks are read only while the sink applies it, before the
+	// loop makes the next (the change-log record is written from the
+	// objects: Patch.WriteServices), and so are its nodes when it marks
+	// none dirty (the record carries the dirty ones). Taken under mu, so
+	// that a second patch at once makes its own.
+	reuse reused
 }
 
-// maxReusedTasks bounds the tasks array a patch hands to the next: a node
-// change can patch thousands of Services, whose array is not kept.
-const maxReusedTasks = 1 << 12
+// reused are the arrays a patch hands to the next (empty, with room).
+type reused struct {
+	tasks []orch.Task
+	nodes []orch.Node
+}
+
+// maxReused bounds the arrays a patch hands to the next: a node change
+// can patch thousands of Services, whose arrays are not kept.
+const maxReused = 1 << 12
+
+// keep hands mapped's arrays to the next patch: its tasks, and its nodes
+// when the patch marks no node dirty.
+func (m *orchModel) keep(mapped *orch.State, nodes bool) {
+	var r reused
+	if cap(mapped.Tasks) <= maxReused {
+		r.tasks = mapped.Tasks[:0]
+	}
+	if nodes && cap(mapped.Nodes) <= maxReused {
+		r.nodes = mapped.Nodes[:0]
+	}
+	m.mu.Lock()
+	m.reuse = r
+	m.mu.Unlock()
+}
 
 // maxMappedNodes bounds orchModel.mapped: more than the largest
 // clusters' nodes.
@@ -138,18 +161,14 @@ func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Pa
 		}
 		kl = append(kl, st.slicesOf(id)...)
 	}
-	nodes, known := m.usedNodes(st, kl, c.nodes)
 	m.mu.Lock()
-	reuse := m.tasks
-	m.tasks = nil
+	reuse := m.reuse
+	m.reuse = reused{}
 	m.mu.Unlock()
-	mapped := services(ks, kl, &known, reuse)
+	nodes, known := m.usedNodes(st, kl, c.nodes, reuse.nodes)
+	mapped := services(ks, kl, &known, reuse.tasks)
 	mapped.Nodes = nodes
-	if cap(mapped.Tasks) <= maxReusedTasks {
-		m.mu.Lock()
-		m.tasks = mapped.Tasks[:0]
-		m.mu.Unlock()
-	}
+	m.keep(mapped, len(c.nodes) == 0)
 	p := &orch.Patch{State: mapped, DirtyNodes: c.nodes, Programmed: programmed(st, c.triggers),
 		Whole:         func() *orch.State { return whole().(*orch.State) },
 		WriteSnapshot: func(w io.Writer) error { return m.snapshot(w, st) },
@@ -245,8 +264,9 @@ func (k *knownNodes) name(h unique.Handle[string]) string {
 // usedNodes maps the nodes a patch carries - the changed ones and those
 // the slices' endpoints run on, each from the store - as nodes maps them,
 // through m.mapped: a node that did not change since it was last mapped
-// is neither looked up nor mapped again.
-func (m *orchModel) usedNodes(st stores, kl []*kSlice, changed map[string]bool) ([]orch.Node, knownNodes) {
+// is neither looked up nor mapped again. They are appended to out[:0]
+// when it has room for them all.
+func (m *orchModel) usedNodes(st stores, kl []*kSlice, changed map[string]bool, out []orch.Node) ([]orch.Node, knownNodes) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.mapped == nil || len(m.mapped) > maxMappedNodes {
@@ -268,7 +288,10 @@ func (m *orchModel) usedNodes(st stores, kl []*kSlice, changed map[string]bool) 
 	}
 	slices.SortFunc(used, func(a, b unique.Handle[string]) int { return strings.Compare(a.Value(), b.Value()) }) // as nodes sorts them
 	used = slices.Compact(used)
-	out := make([]orch.Node, 0, len(used))
+	if cap(out) < len(used) {
+		out = make([]orch.Node, 0, len(used))
+	}
+	out = out[:0]
 	known := newKnownNodes(len(used))
 	names := newNameSet(len(used))
 	for _, h := range used {

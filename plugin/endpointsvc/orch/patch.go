@@ -14,8 +14,10 @@ type Patch struct {
 	// State holds the services that changed, each with all of its tasks,
 	// and the nodes those tasks run on (with every service that has a task
 	// on a dirty node). With WriteServices set, State.Tasks is read only
-	// while the patch is applied (Table.Patched, which keeps no task): the
-	// source may reuse its array for its next patch.
+	// while the patch is applied (Table.Patched, which keeps no task), and
+	// so is State.Nodes when DirtyNodes is empty (the change log's record
+	// carries the dirty nodes only): the source may reuse their arrays for
+	// its next patch.
 	State      *State
 	Removed    []SvcKey        // services no longer in the state
 	DirtyNodes map[string]bool // names of nodes that changed: their entries are State's, or gone

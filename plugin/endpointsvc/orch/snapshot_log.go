@@ -65,10 +65,14 @@ func AppendPatchRecord(b []byte, p *Patch) []byte {
 	}
 	b = append(b, "}\n"...)
 	st := *p.State
-	st.Nodes = nil // the nodes that changed only: the others are on disk already
-	for _, n := range p.State.Nodes {
-		if p.DirtyNodes[n.Name] {
-			st.Nodes = append(st.Nodes, n)
+	// the nodes that changed only: the others are on disk already (and
+	// without any, State.Nodes is not read: a source may have reused it)
+	st.Nodes = nil
+	if len(p.DirtyNodes) > 0 {
+		for _, n := range p.State.Nodes {
+			if p.DirtyNodes[n.Name] {
+				st.Nodes = append(st.Nodes, n)
+			}
 		}
 	}
 	if p.WriteServices == nil {
