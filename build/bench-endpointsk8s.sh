@@ -32,7 +32,10 @@
 # with schema kubernetes and with addresses endpoint, each with and without
 # a snapshot, all at once (each its own meshdns on core 0); per round 400
 # endpoint readiness flips, then 600 annotation patches and 100 Node
-# heartbeats that change no answer, at 40 writes/s. Prints each process's
+# heartbeats that change no answer, at 40 writes/s, after one round of the
+# same writes that is not counted ("-warmup N": while a process's heap
+# settles after its start, the runtime returns memory that the next
+# rounds fault back in, at a different moment in each process). Prints each process's
 # CPU ticks per phase (from its CPU clock, to 1/10 tick) and the ratio to
 # the stock plugin's - which runs twice, first and last, the ratios taken
 # to the mean of the two (their own ratios show a run's noise) - the

@@ -44,6 +44,7 @@ var (
 	meshdnsBefore = flag.String("meshdns-before", "", "-mix changes: a second meshdns binary (the build before a change), whose endpointsvc variants run in the same run")
 	beforeFirst   = flag.Bool("before-first", false, "-mix changes: put each variant's -meshdns-before process before the new one (a pair of runs, one each way, cancels the slot's bias)")
 	idleSecs      = flag.Int("idle-secs", 0, "-mix changes: seconds of a phase without writes before each round's changes (0: none), for what a process costs when nothing happens")
+	warmup        = flag.Int("warmup", 1, "-mix changes: rounds run before the counted ones and not counted (a process's heap settles after its start: the runtime returns memory it no longer needs, which the first rounds then fault back in, ~40 µs a page in a VM, at a different moment in each process)")
 )
 
 // changeProc is one variant's process.
@@ -88,6 +89,14 @@ func runChanges(dir string, api *apiServer) {
 	}
 	time.Sleep(5 * time.Second) // the first snapshots written, the start-up's garbage collected
 	sls, svcs := changeObjects(api)
+	for w := 1; w <= *warmup; w++ { // the writes of a round, not counted
+		fmt.Printf("warm-up round %d of %d (not counted)\n", w, *warmup)
+		flipEndpoints(api, sls, -w)
+		noopWrites(api, sls, svcs, -w)
+	}
+	if *warmup > 0 {
+		time.Sleep(3 * time.Second)
+	}
 	for r := 1; r <= *rounds; r++ {
 		fmt.Printf("round %d: %d readiness flips at %d/s, then %d annotation patches and %d Node heartbeats at %d/s\n", r, *flips, *changeRate, *noopPatches, *heartbeats, *changeRate)
 		if *idleSecs > 0 {
