@@ -183,8 +183,13 @@ func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Pa
 
 // hasService reports whether svcs (sorted by ID) holds id.
 func hasService(svcs []orch.Service, id string) bool {
-	_, ok := slices.BinarySearchFunc(svcs, id, func(s orch.Service, id string) int { return strings.Compare(s.ID, id) })
+	_, ok := serviceIndex(svcs, id)
 	return ok
+}
+
+// serviceIndex is where svcs (sorted by ID) holds id, if it does.
+func serviceIndex(svcs []orch.Service, id string) (int, bool) {
+	return slices.BinarySearchFunc(svcs, id, func(s orch.Service, id string) int { return strings.Compare(s.ID, id) })
 }
 
 // onNodes adds to names the Services with an endpoint on one of nodes, by
@@ -611,53 +616,28 @@ func (m *orchModel) snapshot(w io.Writer, st stores) error {
 // writeServices writes svcs (a patch's, as services mapped them from kl)
 // with the tasks of their slices in kl, in the order services gave them:
 // a patch's change-log record, written from the objects as the snapshot
-// is, so that no task is kept for it.
+// is, so that no task is kept for it. Each slice's Service is looked up
+// once, as services does (a node's change can patch thousands).
 func writeServices(cw *orch.CompactWriter, svcs []orch.Service, kl []*kSlice, known *knownNodes) error {
-	var ports []orch.TaskPort // a slice's, reused: the writer copies what it keeps
+	type owned struct{ svc, slice int }
+	mine := make([]owned, 0, len(kl))
+	for j, sl := range kl {
+		if i, ok := serviceIndex(svcs, strings.ToLower(sl.Namespace+"/"+sl.sl.Service)); ok {
+			mine = append(mine, owned{i, j})
+		}
+	}
+	slices.SortStableFunc(mine, func(a, b owned) int { return a.svc - b.svc }) // kl's order within a Service
+	var ports []orch.TaskPort                                                  // a slice's, reused: the writer copies what it keeps
 	for i := range svcs {
 		if err := cw.Service(&svcs[i]); err != nil {
 			return err
 		}
-		for _, sl := range kl {
-			if isLowerID(svcs[i].ID, sl.Namespace, sl.sl.Service) { // as services matches them
-				ports = writeTasks(cw, sl, known, ports)
-			}
+		for len(mine) > 0 && mine[0].svc == i {
+			ports = writeTasks(cw, kl[mine[0].slice], known, ports)
+			mine = mine[1:]
 		}
 	}
 	return nil
-}
-
-// isLowerID reports whether id is strings.ToLower(ns + "/" + name),
-// without making that string when ns and name are ASCII.
-func isLowerID(id, ns, name string) bool {
-	if !isASCII(ns) || !isASCII(name) {
-		return id == strings.ToLower(ns+"/"+name)
-	}
-	return len(id) == len(ns)+1+len(name) && id[len(ns)] == '/' &&
-		isLowerOf(id[:len(ns)], ns) && isLowerOf(id[len(ns)+1:], name)
-}
-
-func isASCII(s string) bool {
-	for i := range len(s) {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
-
-// isLowerOf reports whether lower is ASCII s lowercased (as long as s).
-func isLowerOf(lower, s string) bool {
-	for i := range len(s) {
-		c := s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if lower[i] != c {
-			return false
-		}
-	}
-	return true
 }
 
 // writeTasks writes the tasks of sl's endpoints as services maps them,

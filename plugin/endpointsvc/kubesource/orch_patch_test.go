@@ -361,23 +361,3 @@ func TestLowerProtocol(t *testing.T) {
 		}
 	}
 }
-
-// TestIsLowerID: isLowerID(id, ns, name) is id == strings.ToLower(ns +
-// "/" + name), also for names whose lowercase is not ASCII's (the Kelvin
-// sign lowercases to k) or has another length, for every pairing of a
-// few names as the ID and as its parts.
-func TestIsLowerID(t *testing.T) {
-	names := []string{"", "web", "Web", "WEB", "we", "webs", "w-b", "a/b", "\u212aube", "kube", "KUBE", "\u00c9t\u00e9", "\u00e9t\u00e9", "ns-1"}
-	for _, ns := range names {
-		for _, name := range names {
-			for _, a := range names {
-				for _, b := range names {
-					id := a + "/" + b
-					if got, want := isLowerID(id, ns, name), id == strings.ToLower(ns+"/"+name); got != want {
-						t.Errorf("isLowerID(%q, %q, %q) = %v, want %v", id, ns, name, got, want)
-					}
-				}
-			}
-		}
-	}
-}

@@ -105,9 +105,13 @@ func (st *State) Snapshot(w io.Writer) error {
 }
 
 // appendSnapshot appends st's snapshot (Snapshot's) to b.
-func (st *State) appendSnapshot(b []byte) []byte {
+func (st *State) appendSnapshot(b []byte) []byte { return appendCompact(b, st, st.compact) }
+
+// appendCompact appends the compact form that starts with st's nodes and
+// namespaces and whose services and end write writes to b.
+func appendCompact(b []byte, st *State, write func(*CompactWriter) error) []byte {
 	cw, _ := newCompactWriter(jsonw.Appender(b), st.Nodes, st.Namespaces) // appending fails on nothing
-	_ = st.compact(cw)
+	_ = write(cw)
 	return cw.Buf
 }
 

@@ -78,10 +78,12 @@ func AppendPatchRecord(b []byte, p *Patch) []byte {
 	if p.WriteServices == nil {
 		return st.appendSnapshot(b)
 	}
-	cw, _ := newCompactWriter(jsonw.Appender(b), st.Nodes, st.Namespaces) // appending fails on nothing
-	_ = p.WriteServices(cw)
-	_ = cw.End()
-	return cw.Buf
+	return appendCompact(b, &st, func(cw *CompactWriter) error {
+		if err := p.WriteServices(cw); err != nil {
+			return err
+		}
+		return cw.End()
+	})
 }
 
 // DecodePatchRecord reads a change-log record into a patch (its State,
