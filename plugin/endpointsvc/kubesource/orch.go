@@ -174,8 +174,11 @@ func (m *orchModel) patch(st stores, c changes, whole func() feed.State) feed.Pa
 		WriteSnapshot: func(w io.Writer) error { return m.snapshot(w, st) },
 		WriteServices: func(cw *orch.CompactWriter) error { return writeServices(cw, mapped.Services, kl, &known) }}
 	for _, id := range ids {
-		if ns, name, ok := strings.Cut(id, "/"); ok && !hasService(mapped.Services, strings.ToLower(id)) {
-			p.Removed = append(p.Removed, orch.SvcKey{Namespace: strings.ToLower(ns), Name: strings.ToLower(name)})
+		// A changed name the patch maps no Service for is removed - unless
+		// it is no Service's ID at all (a slice's label in capitals): the
+		// mapping's IDs are the stored names, lowercase labels.
+		if ns, name, ok := strings.Cut(id, "/"); ok && orch.ValidLabel(ns) && orch.ValidLabel(name) && !hasService(mapped.Services, id) {
+			p.Removed = append(p.Removed, orch.SvcKey{Namespace: ns, Name: name})
 		}
 	}
 	return p
@@ -401,7 +404,7 @@ func services(ks []*kService, kl []*kSlice, known *knownNodes, tasks []orch.Task
 	}
 	st.Tasks = tasks[:0]
 	for _, sl := range kl {
-		id := strings.ToLower(sl.Namespace + "/" + sl.sl.Service)
+		id := sl.Namespace + "/" + sl.sl.Service // exactly: a label in capitals names no Service
 		if !hasService(st.Services, id) {
 			continue
 		}
@@ -493,9 +496,14 @@ func orchService(s *kService) (orch.Service, bool) {
 	return m.svc, m.ok
 }
 
-// mapService maps one Service, or reports that it leaves it out.
+// mapService maps one Service, or reports that it leaves it out. Its ID
+// is its stored namespace and name, which the API server keeps to
+// lowercase labels; one that is not (no API server stores it) is left
+// out, so that every match of a slice's label, the index's, the
+// compaction's (slicesFor) and the mapping's, is an exact one, as the
+// stock plugin's is.
 func mapService(s *kService) (orch.Service, bool) {
-	name, ns := strings.ToLower(s.Name), strings.ToLower(s.Namespace)
+	name, ns := s.Name, s.Namespace
 	if s.skip || s.svc.Kind == k8sdns.ExternalName || !orch.ValidLabel(name) || !orch.ValidLabel(ns) || ns == orch.NodeNamespace {
 		return orch.Service{}, false
 	}
@@ -622,7 +630,7 @@ func writeServices(cw *orch.CompactWriter, svcs []orch.Service, kl []*kSlice, kn
 	type owned struct{ svc, slice int }
 	mine := make([]owned, 0, len(kl))
 	for j, sl := range kl {
-		if i, ok := serviceIndex(svcs, strings.ToLower(sl.Namespace+"/"+sl.sl.Service)); ok {
+		if i, ok := serviceIndex(svcs, sl.Namespace+"/"+sl.sl.Service); ok {
 			mine = append(mine, owned{i, j})
 		}
 	}

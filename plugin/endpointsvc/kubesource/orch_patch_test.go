@@ -18,7 +18,9 @@ import (
 // TestOrchPatchIsWhole: for a few seeds, a run of generated changes -
 // endpoints that turn ready or unready or move to another node (also one
 // the store does not hold), Nodes that come, go, go down, come back or
-// change their address (also to none the mapping can use) - each applied
+// change their address (also to none the mapping can use), slices
+// labelled with a Service's name in capitals (of no Service: labels are
+// matched exactly, as the stock plugin does) - each applied
 // to the stores and patched onto the table by one orchModel, whose
 // mapped nodes carry over from patch to patch, leaves the table a whole
 // mapping of the stores builds, in node and in endpoint mode. A Node's
@@ -187,6 +189,11 @@ func genOrchStores(rng *rand.Rand) stores {
 			orphan.sl.Name, orphan.sl.Service = orphan.Name, s.Name+"-gone"
 			_ = st.slices.Add(orphan)
 		}
+		if i%5 == 3 { // a slice mislabelled in capitals: of no Service (a label is matched exactly, as the stock plugin does)
+			ml := &kSlice{kMeta: kMeta{Name: s.Name + "-m", Namespace: ns, ResourceVersion: "1"}, sl: sl.sl}
+			ml.sl.Name, ml.sl.Service = ml.Name, mislabel(s.Name)
+			_ = st.slices.Add(ml)
+		}
 		if i%4 == 1 { // a second slice, of other ports
 			sl := &kSlice{kMeta: kMeta{Name: s.Name + "-y", Namespace: ns, ResourceVersion: "1"}}
 			sl.sl = k8sdns.Slice{Namespace: ns, Name: sl.Name, Service: s.Name, Type: k8sdns.IPv4, Ports: genPorts[1]}
@@ -197,8 +204,22 @@ func genOrchStores(rng *rand.Rand) stores {
 			_ = st.slices.Add(sl)
 		}
 	}
+	// A Service in capitals (no API server stores one) with its slice: left
+	// out by every mapping alike.
+	s := &kService{kMeta: kMeta{Name: "Svc-caps", Namespace: "ns", ResourceVersion: "1"}}
+	s.svc = k8sdns.Service{Namespace: "ns", Name: s.Name, Kind: k8sdns.Headless, Ports: []k8sdns.Port{{Name: "http", Protocol: "TCP", Port: 80}}}
+	_ = st.svcs.Add(s)
+	sl := &kSlice{kMeta: kMeta{Name: "svc-caps-x", Namespace: "ns", ResourceVersion: "1"}}
+	sl.sl = k8sdns.Slice{Namespace: "ns", Name: sl.Name, Service: s.Name, Type: k8sdns.IPv4, Ports: genPorts[0]}
+	_ = sl.sl.Add(k8sdns.EndpointSpec{Ready: k8sdns.True, NodeName: "node-0", Addresses: []string{"10.100.255.1"}})
+	sl.sl.Compact()
+	_ = st.slices.Add(sl)
 	return st
 }
+
+// mislabel is a Service's name in capitals, as a slice's label that
+// names no Service.
+func mislabel(name string) string { return strings.ToUpper(name[:1]) + name[1:] }
 
 // genNamespace is Service i's namespace: of three whose order is not
 // that of their Services' IDs ("ns-1/…" sorts before "ns/…").
@@ -278,6 +299,9 @@ func genSliceChange(rng *rand.Rand, st stores) string {
 	for {
 		i := rng.Intn(20)
 		id = genNamespace(i) + "/" + fmt.Sprintf("svc-%d", i)
+		if rng.Intn(4) == 0 {
+			id = genNamespace(i) + "/" + mislabel(fmt.Sprintf("svc-%d", i))
+		}
 		if len(st.slicesOf(id)) > 0 {
 			break
 		}
