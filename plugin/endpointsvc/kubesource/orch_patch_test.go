@@ -17,10 +17,12 @@ import (
 
 // TestOrchPatchIsWhole: for a few seeds, a run of generated changes -
 // endpoints that turn ready or unready or move to another node (also one
-// the store does not hold), Nodes that come, go, go down, come back or
-// change their address (also to none the mapping can use), slices
-// labelled with a Service's name in capitals (of no Service: labels are
-// matched exactly, as the stock plugin does) - each applied
+// the store does not hold), slices deleted and new ones (IPv4, IPv6 or
+// FQDN, also FQDNs the orch model cannot answer with), Services changed,
+// deleted (their slices kept) and back, Nodes that come, go, go down,
+// come back or change their address (also to none the mapping can use),
+// slices labelled with a Service's name in capitals (of no Service:
+// labels are matched exactly, as the stock plugin does) - each applied
 // to the stores and patched onto the table by one orchModel, whose
 // mapped nodes carry over from patch to patch, leaves the table a whole
 // mapping of the stores builds, in node and in endpoint mode. A Node's
@@ -262,7 +264,8 @@ func genNodeChange(rng *rand.Rand, st stores) string {
 
 // genServiceChange replaces a Service's object in the store with one of
 // other ports, or of kind ExternalName (which the mapping leaves out), or
-// back to headless, and returns its name as the dirty set marks it.
+// back to headless, or deletes it (its slices stay), and returns its name
+// as the dirty set marks it.
 func genServiceChange(rng *rand.Rand, st stores) string {
 	i := rng.Intn(20)
 	ns, name := genNamespace(i), fmt.Sprintf("svc-%d", i)
@@ -280,7 +283,11 @@ func genServiceChange(rng *rand.Rand, st stores) string {
 			s.nodePorts[j] = int32(30000 + rng.Intn(3))
 		}
 	}
-	_ = st.svcs.Update(s)
+	if o, ok, _ := st.svcs.GetByKey(ns + "/" + name); ok && rng.Intn(6) == 0 {
+		_ = st.svcs.Delete(o)
+	} else {
+		_ = st.svcs.Update(s) // adds it again when deleted
+	}
 	return ns + "/" + name
 }
 
@@ -292,22 +299,26 @@ func forgetMappings(st stores) {
 }
 
 // genSliceChange turns one endpoint of a Service's slice ready or
-// unready, or moves it to another node, in the store, and returns the
-// Service's name as the dirty set marks it.
+// unready, or moves it to another node, or deletes the slice, or adds a
+// new one (of IPv4, IPv6 or FQDN addresses, also of a Service's name in
+// capitals), in the store, and returns the label's name as the dirty set
+// marks it.
 func genSliceChange(rng *rand.Rand, st stores) string {
-	var id string
-	for {
-		i := rng.Intn(20)
-		id = genNamespace(i) + "/" + fmt.Sprintf("svc-%d", i)
-		if rng.Intn(4) == 0 {
-			id = genNamespace(i) + "/" + mislabel(fmt.Sprintf("svc-%d", i))
-		}
-		if len(st.slicesOf(id)) > 0 {
-			break
-		}
+	i := rng.Intn(20)
+	id := genNamespace(i) + "/" + fmt.Sprintf("svc-%d", i)
+	if rng.Intn(4) == 0 {
+		id = genNamespace(i) + "/" + mislabel(fmt.Sprintf("svc-%d", i))
 	}
 	sls := st.slicesOf(id)
+	if len(sls) == 0 || rng.Intn(10) == 0 {
+		genNewSlice(rng, st, id)
+		return id
+	}
 	old := sls[rng.Intn(len(sls))]
+	if rng.Intn(10) == 0 {
+		_ = st.slices.Delete(old)
+		return id
+	}
 	n := &kSlice{kMeta: old.kMeta, sl: k8sdns.Slice{Namespace: old.sl.Namespace, Name: old.sl.Name, Service: old.sl.Service,
 		Type: old.sl.Type, Ports: old.sl.Ports}}
 	if rng.Intn(5) == 0 {
@@ -329,6 +340,33 @@ func genSliceChange(rng *rand.Rand, st stores) string {
 	n.sl.Compact()
 	_ = st.slices.Update(n)
 	return id
+}
+
+// genNewSlice adds a slice labelled id ("namespace/name") of one to three
+// endpoints: IPv4, IPv6 or FQDN addresses (an FQDN the orch model cannot
+// answer with now and then), ready or not, on a node or on none.
+func genNewSlice(rng *rand.Rand, st stores, id string) {
+	ns, name, _ := strings.Cut(id, "/")
+	sl := &kSlice{kMeta: kMeta{Name: fmt.Sprintf("%s-n%d", strings.ToLower(name), rng.Intn(1000)), Namespace: ns, ResourceVersion: fmt.Sprint(rng.Int())}}
+	sl.sl = k8sdns.Slice{Namespace: ns, Name: sl.Name, Service: name, Type: []k8sdns.AddressType{k8sdns.IPv4, k8sdns.IPv6, k8sdns.FQDN}[rng.Intn(3)],
+		Ports: genPorts[rng.Intn(len(genPorts))]}
+	for range 1 + rng.Intn(3) {
+		spec := k8sdns.EndpointSpec{Ready: []k8sdns.Condition{k8sdns.True, k8sdns.False, k8sdns.Unset}[rng.Intn(3)]}
+		if rng.Intn(4) > 0 {
+			spec.NodeName = fmt.Sprintf("node-%d", rng.Intn(genNodes+1))
+		}
+		switch sl.sl.Type {
+		case k8sdns.IPv4:
+			spec.Addresses = []string{netip.AddrFrom4([4]byte{10, 101, byte(rng.Intn(4)), byte(rng.Intn(256))}).String()}
+		case k8sdns.IPv6:
+			spec.Addresses = []string{netip.AddrFrom16([16]byte{0: 0xfd, 15: byte(rng.Intn(256))}).String()}
+		default:
+			spec.Addresses = []string{[...]string{"a.example", "b.example", "c.example.", "x", "10.1.2.3", "a_b.example"}[rng.Intn(6)]} // the last two: none the orch model answers with
+		}
+		_ = sl.sl.Add(spec)
+	}
+	sl.sl.Compact()
+	_ = st.slices.Update(sl) // adds it, or replaces a slice of that name
 }
 
 // taskList is every task of st but its ID (the snapshot's compact form
