@@ -389,6 +389,58 @@ func listing(t *testing.T, tbl *orch.Table) string {
 	return string(w.Buf)
 }
 
+// TestOrchMislabelledSlice: a slice labelled with a Service's name in
+// capitals ("Web" beside Service "web") is no slice of that Service, in a
+// whole mapping, a patch and the snapshot alike, as the stock plugin
+// matches the label; and a change to it leaves Service web and its
+// endpoints in the table (the patch once lowercased the label it found no
+// Service for and removed Service web).
+func TestOrchMislabelledSlice(t *testing.T) {
+	zones := []string{"cluster.local."}
+	st := newStores()
+	_ = st.nodes.Add(&kNode{kMeta: kMeta{Name: "node-0", ResourceVersion: "1"}, addresses: [nodeAddressTypes]string{"10.0.0.1"}})
+	s := &kService{kMeta: kMeta{Name: "web", Namespace: "ns", ResourceVersion: "1"}}
+	s.svc = k8sdns.Service{Namespace: "ns", Name: "web", Kind: k8sdns.Headless, Ports: []k8sdns.Port{{Name: "http", Protocol: "TCP", Port: 80}}}
+	_ = st.svcs.Add(s)
+	slice := func(name, label, addr string) *kSlice {
+		sl := &kSlice{kMeta: kMeta{Name: name, Namespace: "ns", ResourceVersion: "1"}}
+		sl.sl = k8sdns.Slice{Namespace: "ns", Name: name, Service: label, Type: k8sdns.IPv4, Ports: genPorts[0]}
+		_ = sl.sl.Add(k8sdns.EndpointSpec{Ready: k8sdns.True, NodeName: "node-0", Addresses: []string{addr}})
+		sl.sl.Compact()
+		return sl
+	}
+	_ = st.slices.Add(slice("web-a", "web", "10.100.0.1"))
+	_ = st.slices.Add(slice("web-b", "Web", "10.100.0.2"))
+	for _, endpointMode := range []bool{false, true} {
+		m := &orchModel{}
+		whole := m.whole(st).(*orch.State)
+		if got := taskList(whole); len(got) != 1 || !strings.Contains(got[0], "addr=10.100.0.1") {
+			t.Fatalf("endpoint=%v: the whole mapping's tasks %q, want web-a's alone", endpointMode, got)
+		}
+		tbl := orch.BuildTable(whole, zones, false, endpointMode, nil)
+		want := listing(t, tbl)
+		_ = st.slices.Update(slice("web-b", "Web", "10.100.0.3")) // a change to the mislabelled slice
+		p := m.patch(st, changes{names: map[string]bool{"ns/Web": true}}, nil).(*orch.Patch)
+		if len(p.Removed) > 0 {
+			t.Errorf("endpoint=%v: the patch removes %v", endpointMode, p.Removed)
+		}
+		if got := listing(t, tbl.Patched(p, zones, false, endpointMode, nil)); got != want {
+			t.Errorf("endpoint=%v: after the mislabelled slice's change\n%s\nwant\n%s", endpointMode, got, want)
+		}
+		var buf bytes.Buffer
+		if err := m.snapshot(&buf, st); err != nil {
+			t.Fatal(err)
+		}
+		loaded, err := orch.DecodeSnapshot(buf.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, w := taskList(loaded), taskList(whole); !slices.Equal(got, w) {
+			t.Errorf("endpoint=%v: the snapshot's tasks %q, want %q", endpointMode, got, w)
+		}
+	}
+}
+
 // TestKnownNodes: a patch's few known nodes (looked through) and a whole
 // mapping's many (a map) answer alike.
 func TestKnownNodes(t *testing.T) {
