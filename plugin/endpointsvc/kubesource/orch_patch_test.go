@@ -411,7 +411,7 @@ func TestOrchMislabelledSlice(t *testing.T) {
 	}
 	_ = st.slices.Add(slice("web-a", "web", "10.100.0.1"))
 	_ = st.slices.Add(slice("web-b", "Web", "10.100.0.2"))
-	for _, endpointMode := range []bool{false, true} {
+	for i, endpointMode := range []bool{false, true} {
 		m := &orchModel{}
 		whole := m.whole(st).(*orch.State)
 		if got := taskList(whole); len(got) != 1 || !strings.Contains(got[0], "addr=10.100.0.1") {
@@ -419,7 +419,7 @@ func TestOrchMislabelledSlice(t *testing.T) {
 		}
 		tbl := orch.BuildTable(whole, zones, false, endpointMode, nil)
 		want := listing(t, tbl)
-		_ = st.slices.Update(slice("web-b", "Web", "10.100.0.3")) // a change to the mislabelled slice
+		_ = st.slices.Update(slice("web-b", "Web", fmt.Sprintf("10.100.0.%d", 3+i))) // a change to the mislabelled slice, each pass its own
 		p := m.patch(st, changes{names: map[string]bool{"ns/Web": true}}, nil).(*orch.Patch)
 		if len(p.Removed) > 0 {
 			t.Errorf("endpoint=%v: the patch removes %v", endpointMode, p.Removed)
